@@ -1,0 +1,66 @@
+"""Command-line entry point: ``streamdp <command> ...``.
+
+Each command lives in its own module exposing ``register(parser)`` (add arguments to the
+sub-parser it is given) and ``run(args) -> int`` (the exit code). Commands are listed in
+``COMMANDS``; a module is imported only when its command is used, so ``streamdp plan`` never
+pays for importing Faust.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+from streamdp import __version__
+from streamdp.errors import StreamdpError
+
+# command name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "plan": ("streamdp.planner_cli", "accuracy planner: expected error before spending budget"),
+    "demo": ("streamdp.demo_cli", "run the main job on its embedded default"),
+}
+
+
+class CommandModule(Protocol):
+    def register(self, parser: argparse.ArgumentParser) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+def _load(name: str) -> CommandModule:
+    module_name, _ = COMMANDS[name]
+    return cast(CommandModule, importlib.import_module(module_name))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="streamdp",
+        description="Differentially private continual release from event streams.",
+    )
+    parser.add_argument("--version", action="version", version=f"streamdp {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_text) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            _load(name).register(command_parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = next((a for a in arguments if not a.startswith("-")), None)
+    parser = build_parser(only=command if command in COMMANDS else None)
+    args = parser.parse_args(arguments)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return _load(args.command).run(args)
+    except StreamdpError as error:
+        print(f"streamdp {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,26 @@
+"""The exception types streamdp raises.
+
+Every error a person can cause (bad arguments, bad configuration, bad input) is a
+:class:`StreamdpError` whose message says what was wrong, with which value, and what to do.
+Messages never contain anything derived from un-noised data.
+"""
+
+
+class StreamdpError(Exception):
+    """Base class of every error streamdp raises on purpose."""
+
+
+class ConfigError(StreamdpError):
+    """A configuration (stream spec, CLI argument) is invalid."""
+
+
+class BudgetError(StreamdpError):
+    """A privacy budget would be exceeded, or the ledger is inconsistent."""
+
+
+class HorizonError(StreamdpError):
+    """A counter was asked to release past its horizon without rolling into a new epoch."""
+
+
+class StateError(StreamdpError):
+    """Persisted state cannot be restored (wrong version, wrong shape, tampered)."""
