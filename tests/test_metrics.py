@@ -1,0 +1,227 @@
+"""The metrics catalogue: Prometheus naming rules, exposition round trip, ledger-backed gauges.
+
+What this proves: every family follows the naming rules the deploy files rely on (checked on the
+catalogue data, not by eye); :func:`exported_sample_names` is exactly the set of sample names a
+fully populated registry exposes (so the deploy tests' "does this metric exist" check is sound);
+values pass through the text exposition unchanged (parsed with prometheus_client's parser);
+budget gauges are read from the ledger at scrape time (a new process reports the same spend);
+``input_volume=False`` removes every input-volume series.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamdp.metrics import (
+    CATALOGUE,
+    INPUT_VOLUME_METRICS,
+    REJECTION_REASONS,
+    BudgetView,
+    SourceBudget,
+    StreamBudget,
+    StreamdpMetrics,
+    exported_sample_names,
+    spec,
+)
+
+ALLOWED_LABELS = {"stream", "source", "counter", "topic", "reason"}
+# Units a name may end in (base units only), and unitless gauges that name what they count.
+BASE_UNIT_SUFFIXES = ("_seconds", "_records", "_periods")
+UNITLESS_GAUGES = {
+    "streamdp_epsilon_spent",
+    "streamdp_stream_epsilon",
+    "streamdp_source_epsilon_spent",
+    "streamdp_source_epsilon_cap",
+    "streamdp_periods_released",
+    "streamdp_epoch",
+    "streamdp_release_stddev",
+    "streamdp_release_cumulative",
+    "streamdp_consistent_cumulative",
+    "streamdp_consistency_iterations",
+    "streamdp_consistency_residual",
+    "streamdp_consistency_tolerance",
+}
+NON_BASE_UNITS = re.compile(r"_(milli|micro|nano|kilo|mega)?(ms|us|minutes|hours|days|bytes_k)")
+
+
+def populated(input_volume: bool = True) -> StreamdpMetrics:
+    """A registry in which every family has at least one child."""
+    metrics = StreamdpMetrics(input_volume=input_volume)
+    metrics.bind_ledger(
+        lambda: BudgetView(
+            streams=(
+                StreamBudget("orders", "orders", 1.0, 0.25),
+                StreamBudget("orders_hourly", "orders", 0.5, 0.5),
+            ),
+            sources=(SourceBudget("orders", 2.0, 0.75),),
+        )
+    )
+    metrics.configure_stream(
+        "orders", horizon_periods=4095, allowed_lateness_seconds=3600.0,
+        consistency_tolerance=1e-6, period_seconds=86400.0,
+    )
+    metrics.record_release(
+        "orders", epoch=2, periods_released=7, period_seconds=86400.0, stddev=12.5,
+        noisy_running_totals={"burger": 101.0, "fries": -3.0, "cola": 44.0},
+        published_at=1_700_000_000.0, close_latency_seconds=0.7,
+    )
+    metrics.record_consistency(
+        "orders", iterations=3, residual=2.5e-10, duration_seconds=0.02,
+        consistent_running_totals={"burger": 99.5, "fries": 0.5, "cola": 44.0},
+    )
+    metrics.record_input("orders", 10)
+    metrics.record_rejected("orders", "late", 2)
+    metrics.set_consumer_lag("orders", 17)
+    return metrics
+
+
+def samples(metrics: StreamdpMetrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = metrics.exposition().decode()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(table: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
+          **labels: str) -> float:
+    return table[(name, frozenset(labels.items()))]
+
+
+@pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: e.name)
+def test_names_follow_prometheus_conventions(entry: object) -> None:
+    from streamdp.metrics import MetricSpec
+
+    assert isinstance(entry, MetricSpec)
+    name = entry.name
+    assert re.fullmatch(r"streamdp_[a-z][a-z0-9_]*[a-z0-9]", name), name
+    assert name.count("streamdp_") == 1
+    assert "__" not in name
+    if entry.kind == "counter":
+        assert name.endswith("_total")
+    else:
+        assert not name.endswith("_total"), name
+    for reserved in ("_bucket", "_count", "_sum", "_created", "_info"):
+        assert not name.endswith(reserved), name
+    assert not NON_BASE_UNITS.search(name), name
+    if entry.kind == "histogram" or name not in UNITLESS_GAUGES | {
+        "streamdp_releases_published_total", "streamdp_consistency_runs_total",
+        "streamdp_input_records_total", "streamdp_events_rejected_total",
+    }:
+        assert name.removesuffix("_total").endswith(BASE_UNIT_SUFFIXES), (
+            f"{name} measures something with a unit but does not name it"
+        )
+    assert set(entry.labels) <= ALLOWED_LABELS, entry.labels
+    assert len(set(entry.labels)) == len(entry.labels)
+    assert entry.help.strip()
+
+
+def test_catalogue_names_are_unique_and_input_volume_is_marked() -> None:
+    names = [e.name for e in CATALOGUE]
+    assert len(names) == len(set(names))
+    assert {
+        "streamdp_input_records_total",
+        "streamdp_events_rejected_total",
+        "streamdp_consumer_lag_records",
+    } == INPUT_VOLUME_METRICS
+    with pytest.raises(KeyError):
+        spec("streamdp_no_such_metric")
+
+
+def test_exported_sample_names_match_a_populated_exposition() -> None:
+    exposed = {name for name, _ in samples(populated())}
+    assert exposed == exported_sample_names()
+    assert exported_sample_names(include_created=False) == {
+        n for n in exposed if not n.endswith("_created")
+    }
+
+
+def test_exposition_round_trips_values_and_label_sets() -> None:
+    table = samples(populated())
+    assert value(table, "streamdp_epsilon_spent", stream="orders", source="orders") == 0.25
+    assert value(table, "streamdp_stream_epsilon", stream="orders_hourly", source="orders") == 0.5
+    assert value(table, "streamdp_source_epsilon_spent", source="orders") == 0.75
+    assert value(table, "streamdp_source_epsilon_cap", source="orders") == 2.0
+    assert value(table, "streamdp_horizon_periods", stream="orders") == 4095
+    assert value(table, "streamdp_periods_released", stream="orders") == 7
+    assert value(table, "streamdp_epoch", stream="orders") == 2
+    # one release record per counter
+    assert value(table, "streamdp_releases_published_total", stream="orders") == 3
+    assert value(table, "streamdp_release_cumulative", stream="orders", counter="fries") == -3
+    assert value(table, "streamdp_consistent_cumulative", stream="orders",
+                 counter="burger") == 99.5
+    assert value(table, "streamdp_last_release_timestamp_seconds",
+                 stream="orders") == 1_700_000_000.0
+    assert value(table, "streamdp_consistency_iterations", stream="orders") == 3
+    assert value(table, "streamdp_consistency_duration_seconds_count", stream="orders") == 1
+    assert value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders",
+                 le="0.5") == 0
+    assert value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders",
+                 le="1.0") == 1
+    assert value(table, "streamdp_events_rejected_total", topic="orders", reason="late") == 2
+    assert value(table, "streamdp_consumer_lag_records", topic="orders") == 17
+    # every label set uses only the catalogue's labels (plus le on buckets)
+    for name, labels in table:
+        family = next(e for e in CATALOGUE if name.startswith(e.name.removesuffix("_total")))
+        extra = {"le"} if name.endswith("_bucket") else set()
+        assert {k for k, _ in labels} == set(family.labels) | extra, name
+
+
+def test_budget_gauges_are_read_from_the_ledger_at_every_scrape() -> None:
+    ledger = {"spent": 0.5}
+
+    def view() -> BudgetView:
+        return BudgetView(
+            streams=(StreamBudget("adm", "admissions", 1.0, ledger["spent"]),),
+            sources=(SourceBudget("admissions", 1.0, ledger["spent"]),),
+        )
+
+    first = StreamdpMetrics()
+    first.bind_ledger(view)
+    assert value(samples(first), "streamdp_epsilon_spent", stream="adm",
+                 source="admissions") == 0.5
+    ledger["spent"] = 1.0
+    assert value(samples(first), "streamdp_source_epsilon_spent", source="admissions") == 1.0
+    # a restarted worker (new instance, new registry) bound to the same ledger reports the same
+    restarted = StreamdpMetrics()
+    restarted.bind_ledger(view)
+    assert value(samples(restarted), "streamdp_epsilon_spent", stream="adm",
+                 source="admissions") == 1.0
+
+
+def test_unbound_ledger_exports_no_budget_series_and_bad_values_are_refused() -> None:
+    metrics = StreamdpMetrics()
+    assert not any(name.startswith("streamdp_epsilon") for name, _ in samples(metrics))
+    metrics.bind_ledger(lambda: BudgetView(sources=(SourceBudget("s", float("nan"), 0.0),)))
+    with pytest.raises(ValueError, match="nan"):
+        metrics.exposition()
+
+
+def test_input_volume_off_removes_every_input_volume_series() -> None:
+    metrics = populated(input_volume=False)
+    exposed = {name for name, _ in samples(metrics)}
+    assert not any(n.startswith(tuple(m.removesuffix("_total") for m in INPUT_VOLUME_METRICS))
+                   for n in exposed)
+    assert "streamdp_epsilon_spent" in exposed
+    assert exposed == exported_sample_names() - {
+        n for n in exported_sample_names()
+        if n.startswith(tuple(m.removesuffix("_total") for m in INPUT_VOLUME_METRICS))
+    }
+
+
+def test_unknown_rejection_reason_is_refused_and_registries_are_independent() -> None:
+    metrics = StreamdpMetrics()
+    with pytest.raises(ValueError, match="unknown rejection reason"):
+        metrics.record_rejected("orders", "period_17")
+    assert "duplicate" in REJECTION_REASONS
+    # two instances never collide (fresh registry each), an explicit registry is honoured
+    registry = CollectorRegistry()
+    StreamdpMetrics(registry)
+    StreamdpMetrics()
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        StreamdpMetrics(registry)
