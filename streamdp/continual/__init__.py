@@ -1,0 +1,14 @@
+"""Continual counting: Fenwick trees with optimised node weights (seed 001) and the counter."""
+
+from streamdp.continual.counter import ContinualCounter, PeriodRelease
+from streamdp.continual.fda import Objective
+from streamdp.continual.strategy import Mechanism, Strategy, build_strategy
+
+__all__ = [
+    "ContinualCounter",
+    "Mechanism",
+    "Objective",
+    "PeriodRelease",
+    "Strategy",
+    "build_strategy",
+]

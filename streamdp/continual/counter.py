@@ -1,0 +1,311 @@
+"""A bank of continual counters that closes one period at a time (DESIGN §3, seed 001).
+
+The ``width`` counters of a bank share one strategy: the same nodes, the same weights and so the
+same noise scales; one event may touch several of them, and ``sensitivity`` (Delta) bounds its
+total L1 contribution over the bank in its period. Node ``i`` gets discrete Laplace noise of scale
+``Delta / (epsilon * lambda_i)``; the sensitivity constraint on the weights makes the whole epoch
+``epsilon``-DP per event.
+
+When period ``t`` closes, node ``t`` becomes final: ``c_t = a_t + sum of c_j`` over its children
+(``j + lowbit(j) = t``), noise is drawn for node ``t`` only (one vectorised draw of ``width``
+values), and the release is the read-path sum of noisy nodes. Raw partial sums are kept only for
+finalised nodes whose parent is still open: at most ``floor(log2 N) + 1`` of them.
+
+Persistence: :meth:`ContinualCounter.state` returns plain data holding every noisy node drawn so
+far; :meth:`ContinualCounter.from_state` restores it without drawing, so a restart republishes
+identical values (drawing again would let an observer average the noise away).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.continual import fenwick
+from streamdp.continual.strategy import Strategy, build_strategy
+from streamdp.continual.variance import check_privacy, node_scales, scale_variances
+from streamdp.errors import ConfigError, HorizonError, StateError
+from streamdp.noise.sampler import NoiseSampler
+
+STATE_VERSION = 1
+STATE_KIND = "streamdp.continual-counter"
+
+Int64Array = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class PeriodRelease:
+    """What one period close publishes for every counter of the bank.
+
+    ``noisy_count`` shape ``(width,)``: ``s~_t - s~_{t-1}``. ``noisy_total`` shape ``(width,)``:
+    ``s~_t`` plus the carried noisy total of earlier epochs. The standard deviations are exact
+    (discrete Laplace) and identical for every counter of the bank; units: counts.
+    """
+
+    epoch: int
+    period: int
+    noisy_count: Int64Array
+    noisy_total: Int64Array
+    count_std: float
+    total_std: float
+
+
+def _int_vector(values: Any, width: int, what: str) -> Int64Array:
+    array = np.asarray(values)
+    if array.shape != (width,):
+        raise ConfigError(f"{what} must have shape ({width},), got shape {array.shape}")
+    if array.dtype.kind not in "iub":
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
+    return array.astype(np.int64)
+
+
+class ContinualCounter:
+    """A bank of ``width`` counters sharing one strategy (same nodes, same noise scales)."""
+
+    def __init__(
+        self,
+        strategy: Strategy,
+        epsilon: float,
+        sensitivity: float,
+        width: int,
+        sampler: NoiseSampler,
+        *,
+        epoch: int = 0,
+        carry: Int64Array | None = None,
+        carry_variance: float = 0.0,
+    ) -> None:
+        self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
+        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
+            raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if not math.isfinite(carry_variance) or carry_variance < 0.0:
+            raise ConfigError(
+                f"carry_variance must be a finite number >= 0, got {carry_variance!r}"
+            )
+        self.strategy = strategy
+        self.width = int(width)
+        self.sampler = sampler
+        self.epoch = int(epoch)
+        self.carry: Int64Array = (
+            np.zeros(self.width, dtype=np.int64)
+            if carry is None
+            else _int_vector(carry, self.width, "carry")
+        )
+        self.carry_variance = float(carry_variance)
+        self._scales = node_scales(strategy, self.epsilon, self.sensitivity)
+        self._node_var = scale_variances(self._scales, "discrete-laplace")
+        self._closed = 0
+        self._pending: dict[int, Int64Array] = {}  # raw sums of final nodes with an open parent
+        self._noisy: list[Int64Array] = []  # noisy node t at index t-1
+        self._last_total: Int64Array = np.zeros(self.width, dtype=np.int64)  # s~_t, no carry
+
+    # ------------------------------------------------------------------ read-only views
+    @property
+    def periods_closed(self) -> int:
+        """Number of periods of this epoch already closed (0..horizon)."""
+        return self._closed
+
+    @property
+    def horizon(self) -> int:
+        """Periods per epoch."""
+        return self.strategy.horizon
+
+    @property
+    def pending_nodes(self) -> list[int]:
+        """Nodes whose raw partial sums are still held (at most ``floor(log2 N) + 1``)."""
+        return sorted(self._pending)
+
+    def total_variance(self, t: int) -> float:
+        """Exact ``Var(s~_t)`` of this epoch's tree (carry excluded); ``Var(s~_0) = 0``."""
+        if t == 0:
+            return 0.0
+        if self.strategy.is_tree:
+            return float(sum(self._node_var[i - 1] for i in fenwick.read_path(t)))
+        return float(self._node_var[0]) * t  # naive: every node has weight 1
+
+    def count_variance(self, t: int) -> float:
+        """Exact ``Var(s~_t - s~_{t-1})`` (see :mod:`streamdp.continual.variance`)."""
+        if not self.strategy.is_tree:
+            return float(self._node_var[t - 1])
+        return (
+            float(self._node_var[t - 1])
+            + self.total_variance(t - 1)
+            - self.total_variance(t & (t - 1))
+        )
+
+    # ------------------------------------------------------------------ releasing
+    def close_period(self, counts: npt.NDArray[np.int64]) -> PeriodRelease:
+        """Close the next period with its true counts (shape ``(width,)``) and release it.
+
+        Draws noise for node ``t`` only. Raises :class:`HorizonError` past the horizon (roll
+        into :meth:`next_epoch`) and :class:`ConfigError` for counts of the wrong shape/type.
+        The counter is unchanged if anything raises (including the sampler).
+        """
+        t = self._closed + 1
+        if t > self.horizon:
+            raise HorizonError(
+                f"epoch {self.epoch} already released all {self.horizon} periods of its horizon; "
+                "call next_epoch() to start a new epoch (its totals carry this epoch's noisy total)"
+            )
+        a = _int_vector(counts, self.width, "counts")
+        kids = self.strategy.children(t)
+        raw = a.copy()
+        for j in kids:
+            raw += self._pending[j]
+        noise = np.asarray(self.sampler.discrete_laplace(float(self._scales[t - 1]), self.width))
+        if noise.shape != (self.width,):
+            raise StateError(
+                f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
+                f"({self.width},)"
+            )
+        noisy_t = raw + noise.astype(np.int64)
+        # commit: the noisy node is stored before anything derived from it is returned
+        self._noisy.append(noisy_t)
+        for j in kids:
+            del self._pending[j]
+        if self.strategy.parent(t) is not None:
+            self._pending[t] = raw
+        self._closed = t
+        if self.strategy.is_tree:
+            total = np.zeros(self.width, dtype=np.int64)
+            for i in fenwick.read_path(t):
+                total += self._noisy[i - 1]
+        else:
+            total = self._last_total + noisy_t
+        count = total - self._last_total
+        self._last_total = total
+        return PeriodRelease(
+            epoch=self.epoch,
+            period=t,
+            noisy_count=count,
+            noisy_total=total + self.carry,
+            count_std=math.sqrt(self.count_variance(t)),
+            total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
+        )
+
+    def noisy_nodes(self) -> tuple[Int64Array, Int64Array, npt.NDArray[np.float64]]:
+        """Every finalised node of this epoch: ``(indices (n,), noisy values (n, width),
+        noise variances (n,))``; indices 1-based, variances exact (discrete Laplace)."""
+        n = self._closed
+        values = np.stack(self._noisy) if n else np.zeros((0, self.width), dtype=np.int64)
+        return (
+            np.arange(1, n + 1, dtype=np.int64),
+            values,
+            self._node_var[:n].copy(),
+        )
+
+    def next_epoch(self) -> ContinualCounter:
+        """A fresh tree for the next epoch whose totals carry this epoch's noisy total.
+
+        Normally called after all ``horizon`` periods are closed; rolling earlier ends this epoch
+        early (its unused periods are never released). Under event-level DP the epochs hold
+        disjoint events, so the unbounded release stays epsilon-DP per event.
+        """
+        return ContinualCounter(
+            self.strategy,
+            self.epsilon,
+            self.sensitivity,
+            self.width,
+            self.sampler,
+            epoch=self.epoch + 1,
+            carry=self._last_total + self.carry,
+            carry_variance=self.total_variance(self._closed) + self.carry_variance,
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> dict[str, Any]:
+        """Plain, JSON-serialisable state (ints, floats, strings, lists).
+
+        Holds raw partial sums of pending nodes: protect it like the input data.
+        """
+        return {
+            "kind": STATE_KIND,
+            "version": STATE_VERSION,
+            "mechanism": self.strategy.mechanism,
+            "objective": self.strategy.objective,
+            "horizon": self.horizon,
+            "epsilon": self.epsilon,
+            "sensitivity": self.sensitivity,
+            "width": self.width,
+            "epoch": self.epoch,
+            "sampler": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "periods_closed": self._closed,
+            "carry": self.carry.tolist(),
+            "carry_variance": self.carry_variance,
+            "noisy_nodes": [v.tolist() for v in self._noisy],
+            "pending": [[j, self._pending[j].tolist()] for j in sorted(self._pending)],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], sampler: NoiseSampler) -> ContinualCounter:
+        """Restore a counter from :meth:`state` without drawing any noise.
+
+        Raises :class:`StateError` if the state is malformed, of another version, inconsistent
+        (wrong node set or shapes), or was made with a sampler of different security.
+        """
+        try:
+            if state.get("kind") != STATE_KIND or state.get("version") != STATE_VERSION:
+                raise StateError(
+                    f"not a continual-counter state of version {STATE_VERSION} "
+                    f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
+                )
+            recorded = state["sampler"]
+            if bool(recorded["secure"]) != bool(sampler.secure):
+                raise StateError(
+                    f"state was produced with sampler {recorded['name']!r} "
+                    f"(secure={recorded['secure']}); restoring with {sampler.name!r} "
+                    f"(secure={sampler.secure}) is refused: use a sampler of the same kind"
+                )
+            strategy = build_strategy(state["mechanism"], state["objective"], state["horizon"])
+            counter = cls(
+                strategy,
+                state["epsilon"],
+                state["sensitivity"],
+                state["width"],
+                sampler,
+                epoch=state["epoch"],
+                carry=np.asarray(state["carry"], dtype=np.int64),
+                carry_variance=state["carry_variance"],
+            )
+            closed = state["periods_closed"]
+            if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
+                raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
+            noisy = [_int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]
+            if len(noisy) != closed:
+                raise StateError(
+                    f"state holds {len(noisy)} noisy nodes but {closed} closed periods"
+                )
+            pending = {
+                int(j): _int_vector(v, counter.width, "pending sum") for j, v in state["pending"]
+            }
+            expected = {
+                j
+                for j in range(1, closed + 1)
+                if (up := strategy.parent(j)) is not None and up > closed
+            }
+            if set(pending) != expected:
+                raise StateError(
+                    f"pending nodes {sorted(pending)} do not match the {closed} closed periods "
+                    f"(expected {sorted(expected)})"
+                )
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError, ConfigError) as error:
+            raise StateError(f"continual-counter state is malformed: {error}") from error
+        counter._closed = closed
+        counter._noisy = noisy
+        counter._pending = pending
+        if closed:
+            if strategy.is_tree:
+                total = np.zeros(counter.width, dtype=np.int64)
+                for i in fenwick.read_path(closed):
+                    total += noisy[i - 1]
+            else:
+                total = np.sum(np.stack(noisy), axis=0, dtype=np.int64)
+            counter._last_total = total
+        return counter

@@ -1,0 +1,43 @@
+"""INSECURE seeded noise for tests and reproducible benchmarks. Never use it to publish data.
+
+A seeded pseudo-random generator is predictable: anyone who learns or guesses the seed can
+subtract the noise. :func:`streamdp.noise.production_sampler` never returns this class, and the
+class identifies itself with ``secure = False`` and a name that says "insecure".
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.noise.sampler import check_scale, check_size
+
+
+class InsecureSeededSampler:
+    """Discrete Laplace noise from numpy's PCG64 with a fixed seed (tests/benchmarks only).
+
+    Uses that the difference of two i.i.d. geometric variables with success probability
+    ``1 - q`` is discrete Laplace with ``P(k) ~ q^|k|``, ``q = exp(-1/scale)``.
+    Floating-point ``q``, so only approximately exact; fine for tests, not for privacy.
+    """
+
+    name = "insecure-seeded-numpy"
+    secure = False
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self._rng = np.random.default_rng(seed)
+
+    def discrete_laplace(self, scale: float, size: int) -> npt.NDArray[np.int64]:
+        """``size`` i.i.d. draws with ``P(k) ~ exp(-|k|/scale)``; shape ``(size,)``, int64."""
+        b = check_scale(scale)
+        n = check_size(size)
+        p = -math.expm1(-1.0 / b)  # success probability 1 - q
+        a = self._rng.geometric(p, size=n)
+        c = self._rng.geometric(p, size=n)
+        return (a - c).astype(np.int64)
+
+    def __repr__(self) -> str:
+        return f"InsecureSeededSampler(seed={self.seed})"
