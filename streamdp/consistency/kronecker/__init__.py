@@ -1,0 +1,1 @@
+"""Exact fast paths for constraint sets that factor as Kronecker products."""

@@ -1,0 +1,387 @@
+"""Consistency on hierarchical trees: exact weighted two-pass, seed 003's two-pass, and GMC.
+
+A tree is stored as its parent array in breadth-first order (root = node 0, ``parent[0] = -1``,
+parents non-decreasing), so every level and every node's children are contiguous slices and
+each pass is a handful of vectorised operations per level. Values have shape ``(..., nodes)``:
+any leading axes (items, regions) are processed together.
+
+The constraint of a tree is "every internal node equals the sum of its children". Three
+solvers of the projection onto it:
+
+- :func:`tree_projection` — the exact weighted least-squares projection for any tree and any
+  per-node noise variances, in two passes (bottom-up: combine each node's own value with its
+  children's subtree estimate by inverse-variance weighting; top-down: share the parent's
+  discrepancy among the children in proportion to their subtree variances). O(n). For a
+  complete k-ary tree with equal variances it is Hay et al.'s Boosting (see ``boosting.py``).
+- :func:`seed003_two_pass` — seed 003's extension of Hay's passes to arbitrary trees with
+  ``leafnum/totalnum`` coefficients and an equal split. Exact on complete k-ary trees with
+  equal variances; on unbalanced trees it is consistent but not optimal (shown in the tests).
+- :func:`gmc_projection` — the generation-matrix method (seed 000, eq. 14-17; Cai et al. 2022):
+  ``y = x - Sigma C^T (C Sigma C^T)^{-1} C x`` with ``C Sigma C^T = G^T G`` factorised along the
+  tree (no fill-in), solved by one upward and one downward propagation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
+
+from streamdp.errors import ConfigError
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A rooted tree in breadth-first order, given by its parent array.
+
+    Attributes:
+        parent: shape (nodes,), ``parent[0] == -1``, ``parent[i] < i`` and non-decreasing for
+            ``i >= 1`` (breadth-first numbering: children of a node are contiguous).
+    """
+
+    parent: IntArray
+
+    def __post_init__(self) -> None:
+        p = np.asarray(self.parent, dtype=np.int64)
+        object.__setattr__(self, "parent", p)
+        if p.ndim != 1 or p.size == 0 or p[0] != -1:
+            raise ConfigError("a tree's parent array must be 1-D, non-empty, with parent[0] == -1")
+        rest = p[1:]
+        if rest.size and (
+            np.any(rest < 0) or np.any(rest >= np.arange(1, p.size)) or np.any(np.diff(rest) < 0)
+        ):
+            raise ConfigError(
+                "parent array is not in breadth-first order: need 0 <= parent[i] < i and "
+                "parent non-decreasing for i >= 1 (renumber the nodes level by level)"
+            )
+
+    @property
+    def size(self) -> int:
+        return int(self.parent.shape[0])
+
+    @cached_property
+    def child_count(self) -> IntArray:
+        """Number of children of each node, shape (nodes,)."""
+        return np.bincount(self.parent[1:], minlength=self.size).astype(np.int64)
+
+    @cached_property
+    def first_child(self) -> IntArray:
+        """Index of each node's first child (meaningless where ``child_count == 0``)."""
+        starts = np.searchsorted(self.parent[1:], np.arange(self.size), side="left") + 1
+        return starts.astype(np.int64)
+
+    @cached_property
+    def level_bounds(self) -> list[tuple[int, int]]:
+        """``[(start, stop), ...]`` of each level, root level first."""
+        bounds: list[tuple[int, int]] = []
+        start, stop = 0, 1
+        while start < self.size:
+            bounds.append((start, stop))
+            kids = int(self.child_count[start:stop].sum())
+            start, stop = stop, stop + kids
+        return bounds
+
+    @cached_property
+    def leaves(self) -> IntArray:
+        return np.flatnonzero(self.child_count == 0).astype(np.int64)
+
+    @cached_property
+    def internal(self) -> IntArray:
+        return np.flatnonzero(self.child_count > 0).astype(np.int64)
+
+    @cached_property
+    def leaf_count(self) -> IntArray:
+        """``leafnum`` of seed 003: leaves under each node (1 for a leaf)."""
+        counts: IntArray = np.asarray(self.child_count == 0, dtype=np.int64)
+        for start, stop in reversed(self.level_bounds[1:]):
+            np.add.at(counts, self.parent[start:stop], counts[start:stop])
+        return counts
+
+    @cached_property
+    def subtree_size(self) -> IntArray:
+        """``totalnum`` of seed 003: nodes in each node's subtree (itself included)."""
+        counts = np.ones(self.size, dtype=np.int64)
+        for start, stop in reversed(self.level_bounds[1:]):
+            np.add.at(counts, self.parent[start:stop], counts[start:stop])
+        return counts
+
+    def constraint_matrix(self) -> sp.csr_matrix:
+        """Sparse ``C`` (internal nodes x nodes): row q is ``y_q - sum_{c child of q} y_c``."""
+        internal = self.internal
+        row_of = -np.ones(self.size, dtype=np.int64)
+        row_of[internal] = np.arange(internal.size)
+        kids = np.arange(1, self.size)
+        rows = np.concatenate([np.arange(internal.size), row_of[self.parent[1:]]])
+        cols = np.concatenate([internal, kids])
+        vals = np.concatenate([np.ones(internal.size), -np.ones(kids.size)])
+        return sp.csr_matrix((vals, (rows, cols)), shape=(internal.size, self.size))
+
+    def aggregation_matrix(self) -> sp.csr_matrix:
+        """Sparse ``A`` (nodes x leaves): node value = sum of the leaves under it."""
+        leaves = self.leaves
+        rows_list = [leaves]
+        cols_list = [np.arange(leaves.size)]
+        node = leaves.copy()
+        col = np.arange(leaves.size)
+        while node.size:
+            up = self.parent[node]
+            keep = up >= 0
+            node, col = up[keep], col[keep]
+            rows_list.append(node)
+            cols_list.append(col)
+        rows = np.concatenate(rows_list)
+        cols = np.concatenate(cols_list)
+        return sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(self.size, leaves.size))
+
+
+def complete_tree(branching: int, height: int) -> Tree:
+    """Complete ``branching``-ary tree with ``branching**height`` leaves, breadth-first."""
+    if branching < 2 or height < 0:
+        raise ConfigError(
+            f"complete tree needs branching >= 2 and height >= 0, got {branching}, {height}"
+        )
+    internal = (branching**height - 1) // (branching - 1)
+    size = (branching ** (height + 1) - 1) // (branching - 1)
+    parent = np.empty(size, dtype=np.int64)
+    parent[0] = -1
+    parent[1:] = np.repeat(np.arange(internal), branching)
+    return Tree(parent)
+
+
+def complete_height(nodes: int, branching: int) -> int:
+    """Height h with ``nodes == (b^(h+1) - 1) / (b - 1)``, or ConfigError if there is none."""
+    if branching < 2:
+        raise ConfigError(f"branching must be >= 2, got {branching}")
+    size, height = 1, 0
+    while size < nodes:
+        height += 1
+        size = (branching ** (height + 1) - 1) // (branching - 1)
+    if size != nodes:
+        raise ConfigError(
+            f"{nodes} nodes is not a complete {branching}-ary tree (sizes are "
+            f"(b^(h+1)-1)/(b-1)); pad the days to a power of {branching} "
+            "or pass tree=dyadic_tree(T)"
+        )
+    return height
+
+
+def dyadic_tree(leaves: int, branching: int = 2) -> Tree:
+    """The ``branching``-ary range tree over ``leaves`` days, with empty ranges dropped.
+
+    Level l splits [0, T) into blocks of ``branching^(H-l)`` days (H = ceil(log_b T)); blocks
+    that start at or after T are omitted, so any T works without padding. A node with a single
+    child keeps it (its constraint says the two are equal). Leaves are the days, in order.
+    """
+    if leaves < 1 or branching < 2:
+        raise ConfigError(
+            f"dyadic tree needs leaves >= 1 and branching >= 2, got {leaves}, {branching}"
+        )
+    height = 0
+    while branching**height < leaves:
+        height += 1
+    parents = [np.array([-1], dtype=np.int64)]
+    offset = 0
+    count = 1
+    for level in range(1, height + 1):
+        block = branching ** (height - level)
+        n_level = -(-leaves // block)
+        idx = np.arange(n_level)
+        parents.append(offset + idx // branching)
+        offset += count
+        count = n_level
+    return Tree(np.concatenate(parents))
+
+
+def _check(values: npt.ArrayLike, tree: Tree) -> FloatArray:
+    x = np.asarray(values, dtype=np.float64)
+    if x.ndim < 1 or x.shape[-1] != tree.size:
+        raise ConfigError(
+            f"values have shape {x.shape}; the last axis must be the {tree.size} nodes"
+        )
+    return x
+
+
+def _variances(variances: npt.ArrayLike | None, tree: Tree) -> FloatArray:
+    if variances is None:
+        return np.ones(tree.size)
+    v = np.asarray(variances, dtype=np.float64)
+    if v.shape != (tree.size,):
+        raise ConfigError(f"variances have shape {v.shape}, expected ({tree.size},): one per node")
+    if not np.all(np.isfinite(v)) or np.any(v <= 0):
+        raise ConfigError("node noise variances must be finite and > 0")
+    return v
+
+
+def _child_sums(x: FloatArray, tree: Tree, start: int, stop: int) -> FloatArray:
+    """Sum of the children of nodes ``start..stop-1`` along the last axis (0 for leaves)."""
+    counts = tree.child_count[start:stop]
+    out = np.zeros((*x.shape[:-1], stop - start))
+    has = np.flatnonzero(counts > 0)
+    if has.size:
+        firsts = tree.first_child[start:stop][has]
+        lo, hi = int(firsts[0]), int(firsts[-1] + counts[has[-1]])
+        out[..., has] = np.add.reduceat(x[..., lo:hi], firsts - lo, axis=-1)
+    return out
+
+
+def tree_projection(
+    values: npt.ArrayLike, tree: Tree, variances: npt.ArrayLike | None = None
+) -> FloatArray:
+    """Exact weighted projection onto "node = sum of children", two passes, O(nodes).
+
+    Minimises ``sum_v (y_v - x_v)^2 / sigma_v^2`` subject to tree consistency.
+
+    Args:
+        values: noisy node values, shape (..., nodes), breadth-first order.
+        tree: the tree.
+        variances: per-node noise variances ``sigma_v^2``, shape (nodes,); equal when omitted.
+
+    Returns:
+        Consistent node values, shape (..., nodes).
+    """
+    x = _check(values, tree)
+    s2 = _variances(variances, tree)
+    z = x.copy()
+    u = s2.copy()
+    cz = np.zeros_like(x)
+    cu = np.zeros(tree.size)
+    bounds = tree.level_bounds
+    for start, stop in reversed(bounds[:-1]):
+        sz = _child_sums(z, tree, start, stop)
+        su = _child_sums(u, tree, start, stop)
+        has = tree.child_count[start:stop] > 0
+        cz[..., start:stop] = sz
+        cu[start:stop] = su
+        own = s2[start:stop]
+        safe = np.where(has, su, 1.0)
+        merged = (z[..., start:stop] * safe + sz * own) / (safe + own)
+        z[..., start:stop] = np.where(has, merged, z[..., start:stop])
+        u[start:stop] = np.where(has, own * safe / (safe + own), u[start:stop])
+    y = z.copy()
+    for start, stop in bounds[1:]:
+        p = tree.parent[start:stop]
+        share = u[start:stop] / cu[p]
+        y[..., start:stop] = z[..., start:stop] + share * (y[..., p] - cz[..., p])
+    return y
+
+
+def seed003_two_pass(values: npt.ArrayLike, tree: Tree) -> FloatArray:
+    """Seed 003's constrained inference on an arbitrary tree (equal noise), two passes.
+
+    Bottom-up: ``rest(i) = (leafnum(i) x_i + (totalnum(i) - leafnum(i)) sum_children rest) /
+    totalnum(i)``; top-down: each child gets an equal share of ``rest(parent) - sum of the
+    children's rest``. Equal to Hay et al.'s Boosting on complete k-ary trees; on other trees
+    the result is consistent but in general not the least-squares optimum.
+
+    Args:
+        values: noisy node values, shape (..., nodes).
+        tree: the tree.
+
+    Returns:
+        Consistent node values, shape (..., nodes).
+    """
+    x = _check(values, tree)
+    leafnum = tree.leaf_count.astype(np.float64)
+    total = tree.subtree_size.astype(np.float64)
+    z = x.copy()
+    cz = np.zeros_like(x)
+    bounds = tree.level_bounds
+    for start, stop in reversed(bounds[:-1]):
+        sz = _child_sums(z, tree, start, stop)
+        cz[..., start:stop] = sz
+        has = tree.child_count[start:stop] > 0
+        ln, tn = leafnum[start:stop], total[start:stop]
+        merged = (ln * z[..., start:stop] + (tn - ln) * sz) / tn
+        z[..., start:stop] = np.where(has, merged, z[..., start:stop])
+    y = z.copy()
+    for start, stop in bounds[1:]:
+        p = tree.parent[start:stop]
+        y[..., start:stop] = z[..., start:stop] + (y[..., p] - cz[..., p]) / tree.child_count[p]
+    return y
+
+
+def generation_matrix(tree: Tree, variances: npt.ArrayLike | None = None) -> sp.csr_matrix:
+    """The generation matrix ``G`` (internal x internal) with ``G^T G = C Sigma C^T``.
+
+    Seed 000 eq. 16-17 for ``Sigma = I``: pivots ``theta`` accumulated bottom-up, diagonal
+    ``sqrt(theta_i)``, entry ``(i, parent) = -sigma_i^2 / sqrt(theta_i)`` (the paper writes
+    ``theta + 1`` for our ``theta`` and ``1`` for ``sigma_i^2``). Rows/columns follow
+    ``tree.internal``.
+    """
+    theta = _gmc_pivots(tree, _variances(variances, tree))
+    s2 = _variances(variances, tree)
+    internal = tree.internal
+    row_of = -np.ones(tree.size, dtype=np.int64)
+    row_of[internal] = np.arange(internal.size)
+    root_free = internal[internal > 0]
+    rows = np.concatenate([np.arange(internal.size), row_of[root_free]])
+    cols = np.concatenate([np.arange(internal.size), row_of[tree.parent[root_free]]])
+    vals = np.concatenate([np.sqrt(theta[internal]), -s2[root_free] / np.sqrt(theta[root_free])])
+    return sp.csr_matrix((vals, (rows, cols)), shape=(internal.size, internal.size))
+
+
+def _gmc_pivots(tree: Tree, s2: FloatArray) -> FloatArray:
+    """Pivots of the tree-ordered Cholesky of ``C Sigma C^T`` (leaves-first elimination)."""
+    has = tree.child_count > 0
+    theta = np.where(has, s2, np.inf)
+    for start, stop in reversed(tree.level_bounds[:-1]):
+        kid_var = _child_sums(s2, tree, start, stop)
+        internal_kids = np.where(
+            np.isfinite(theta), s2 * s2 / np.where(np.isfinite(theta), theta, 1.0), 0.0
+        )
+        fill = _child_sums(internal_kids, tree, start, stop)
+        theta[start:stop] = np.where(has[start:stop], s2[start:stop] + kid_var - fill, np.inf)
+    return theta
+
+
+def gmc_projection(
+    values: npt.ArrayLike, tree: Tree, variances: npt.ArrayLike | None = None
+) -> FloatArray:
+    """Generation-matrix consistent release (seed 000 eq. 14, GMC), weighted, O(nodes).
+
+    ``y = x - Sigma C^T mu`` with ``(C Sigma C^T) mu = C x``, solved through the generation
+    matrix by upward then downward propagation (seed 000 properties 2 and 3).
+
+    Args:
+        values: noisy node values, shape (..., nodes).
+        tree: the tree.
+        variances: per-node noise variances, shape (nodes,); equal when omitted.
+
+    Returns:
+        Consistent node values, shape (..., nodes).
+    """
+    x = _check(values, tree)
+    s2 = _variances(variances, tree)
+    theta = _gmc_pivots(tree, s2)
+    has = tree.child_count > 0
+    bounds = tree.level_bounds
+    # d = C x on internal nodes (zero elsewhere)
+    d = np.zeros_like(x)
+    for start, stop in bounds[:-1]:
+        d[..., start:stop] = np.where(
+            has[start:stop], x[..., start:stop] - _child_sums(x, tree, start, stop), 0.0
+        )
+    # upward (forward) elimination: d'_q = d_q + sum_{internal kids c} sigma_c^2/theta_c d'_c
+    gain = np.where(has, s2 / np.where(has, theta, 1.0), 0.0)
+    for start, stop in reversed(bounds[:-1]):
+        d[..., start:stop] += _child_sums(d * gain, tree, start, stop)
+    # downward back-substitution: mu_c = (d'_c + sigma_c^2 mu_parent) / theta_c
+    mu = np.zeros_like(x)
+    inv_theta = np.where(has, 1.0 / np.where(has, theta, 1.0), 0.0)
+    mu[..., 0] = d[..., 0] * inv_theta[0]
+    for start, stop in bounds[1:]:
+        p = tree.parent[start:stop]
+        mu[..., start:stop] = (d[..., start:stop] + s2[start:stop] * mu[..., p]) * inv_theta[
+            start:stop
+        ]
+    # correction Sigma C^T mu: node v gets sigma_v^2 (mu_v - mu_parent(v))
+    corr = mu.copy()
+    corr[..., 1:] -= mu[..., tree.parent[1:]]
+    out: FloatArray = x - s2 * corr
+    return out
