@@ -1,0 +1,428 @@
+"""The release engine: a plain object (no Kafka) that a Faust agent, a file replay and the
+tests all drive the same way (DESIGN §2, §5).
+
+    engine = Engine(spec, sampler=production_sampler(), ledger_backend=JsonLinesLedgerBackend(p))
+    result = engine.ingest(raw_bytes, source_topic="orders", partition=0, offset=42)
+    publish(result.dead_letters); publish(result.outputs)          # control records only
+    if result.event_time is not None:
+        publish(engine.advance_watermark(result.event_time, source=result.source))
+    state = engine.snapshot();  Engine(spec, sampler=...).restore(state)
+
+Every output record has ``.key`` and ``.to_json()`` (see :mod:`streamdp.engine.records`).
+Raw counts live only in the streams' protected state (and in :meth:`Engine.snapshot`); no
+release, dead letter, exception message or statistic carries them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from streamdp.engine.events import Reason, RejectedError, decode, event_id_of
+from streamdp.engine.ledger import BudgetLedger, LedgerBackend
+from streamdp.engine.periods import parse_instant
+from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.spec import EngineSpec, SourceSpec
+from streamdp.engine.stream import StreamRuntime
+from streamdp.errors import StateError
+from streamdp.noise.sampler import NoiseSampler
+
+ENGINE_STATE_KIND = "streamdp.engine"
+ENGINE_STATE_VERSION = 1
+
+OutputRecord = ReleaseRecord | ConsistentRecord
+RawRecord = bytes | bytearray | str | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """Why one stream (or the whole record, ``stream is None``) refused a record."""
+
+    reason: Reason
+    message: str
+    stream: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    """What :meth:`Engine.ingest` did with one record.
+
+    ``accepted``: streams that counted the event. ``rejections``/``dead_letters``: one per
+    refusing stream (or one for the record). ``outputs``: records a control record produced.
+    ``event_time``/``source``: set when at least one stream accepted the event, so the caller
+    can advance that source's watermark. ``skipped``: the (topic, partition, offset) was already
+    applied (a replay after a crash); nothing was done.
+    """
+
+    accepted: tuple[str, ...] = ()
+    rejections: tuple[Rejection, ...] = ()
+    dead_letters: tuple[DeadLetterRecord, ...] = ()
+    outputs: tuple[OutputRecord, ...] = ()
+    event_time: float | None = None
+    source: str | None = None
+    skipped: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing was rejected."""
+        return not self.rejections
+
+
+@dataclass
+class EngineStats:
+    """Counts of records processed (not of protected data): safe to log and export."""
+
+    events_accepted: int = 0
+    events_rejected: int = 0
+    controls: int = 0
+    skipped: int = 0
+    rejected_by_reason: Counter[str] = field(default_factory=Counter)
+    periods_released: Counter[str] = field(default_factory=Counter)
+    revisions: Counter[str] = field(default_factory=Counter)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "events_accepted": self.events_accepted,
+            "events_rejected": self.events_rejected,
+            "controls": self.controls,
+            "skipped": self.skipped,
+            "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
+            "periods_released": dict(self.periods_released),
+            "revisions": dict(self.revisions),
+        }
+
+
+class Engine:
+    """Ingest events, close periods on the watermark, release, revise, account budget."""
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        *,
+        sampler: NoiseSampler,
+        ledger_backend: LedgerBackend | None = None,
+    ) -> None:
+        self.spec = spec
+        self.sampler = sampler
+        self.ledger = BudgetLedger(
+            {name: s.epsilon_cap for name, s in spec.sources.items()}, ledger_backend
+        )
+        self.streams: dict[str, StreamRuntime] = {
+            name: StreamRuntime(s, sampler, self._spend) for name, s in spec.streams.items()
+        }
+        self._by_source: dict[str, list[StreamRuntime]] = {name: [] for name in spec.sources}
+        for runtime in self.streams.values():
+            self._by_source[runtime.spec.source].append(runtime)
+        self._topics: dict[str, SourceSpec] = {}
+        for source in spec.sources.values():
+            self._topics[source.topic] = source
+            self._topics[source.name] = source
+        self._single_source = next(iter(spec.sources.values())) if len(spec.sources) == 1 else None
+        self.watermarks: dict[str, float] = {}
+        self._deadline: dict[str, float] = {}
+        self._offsets: dict[tuple[str, int], int] = {}
+        self.stats = EngineStats()
+        self._refresh_deadlines()
+
+    # ------------------------------------------------------------------ budget
+    def _spend(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> object:
+        return self.ledger.record_epoch(source, stream, epoch, epsilon)
+
+    def epsilon_spent(self) -> dict[str, Decimal]:
+        """Event-level epsilon spent per source, from the durable ledger."""
+        return {name: self.ledger.spent(name) for name in self.spec.sources}
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(
+        self,
+        record: RawRecord,
+        *,
+        source_topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> IngestResult:
+        """Validate and count one input record (event or control). Never raises on bad input.
+
+        ``source_topic``: the topic it was read from (else the record's ``source`` field, else
+        the only configured source). ``partition``/``offset``: its position; an offset at or
+        below the last applied one of that (topic, partition) is skipped (at-least-once input,
+        exactly-once effect). Raises only :class:`~streamdp.errors.BudgetError` (a control
+        record whose release would exceed a cap; nothing is released then).
+        """
+        if source_topic is not None and partition is not None and offset is not None:
+            position = (source_topic, partition)
+            last = self._offsets.get(position)
+            if last is not None and offset <= last:
+                self.stats.skipped += 1
+                return IngestResult(skipped=True)
+            self._offsets[position] = offset
+        try:
+            event = decode(record)
+            if event.get("type") == "control":
+                return self._control(event)
+            source = self._resolve_source(event, source_topic)
+            event_id = event_id_of(event)
+            if "event_time" not in event:
+                raise RejectedError("schema_violation", "field 'event_time' is missing")
+            ts = parse_instant(event["event_time"])
+            if ts is None:
+                raise RejectedError(
+                    "bad_timestamp",
+                    "field 'event_time' must be RFC 3339 text with a UTC offset "
+                    "(e.g. 2024-05-01T12:00:00Z) or seconds since the Unix epoch",
+                )
+        except RejectedError as rejected:
+            return self._reject_record(rejected, record, source_topic, offset)
+        accepted: list[str] = []
+        rejections: list[Rejection] = []
+        for runtime in self._by_source[source.name]:
+            try:
+                runtime.ingest(event, event_id, ts)
+                accepted.append(runtime.spec.name)
+            except RejectedError as rejected:
+                rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
+        if not rejections:
+            self.stats.events_accepted += 1
+            return IngestResult(accepted=tuple(accepted), event_time=ts, source=source.name)
+        if accepted:
+            self.stats.events_accepted += 1
+        else:
+            self.stats.events_rejected += 1
+        letters = []
+        raw, encoding = _raw_text(record)
+        for r in rejections:
+            self.stats.rejected_by_reason[r.reason] += 1
+            letters.append(
+                DeadLetterRecord(
+                    reason=r.reason,
+                    message=r.message,
+                    raw=raw,
+                    raw_encoding=encoding,
+                    stream=r.stream,
+                    source=source.name,
+                    topic=source_topic,
+                    offset=offset,
+                    event_id=event_id,
+                )
+            )
+        return IngestResult(
+            accepted=tuple(accepted),
+            rejections=tuple(rejections),
+            dead_letters=tuple(letters),
+            event_time=ts if accepted else None,
+            source=source.name if accepted else None,
+        )
+
+    def _resolve_source(self, event: Mapping[str, Any], topic: str | None) -> SourceSpec:
+        name = topic if topic is not None else event.get("source")
+        if name is None:
+            if self._single_source is not None:
+                return self._single_source
+            raise RejectedError(
+                "unknown_source",
+                "record names no 'source' and several sources are configured: "
+                + ", ".join(self.spec.sources),
+            )
+        source = self._topics.get(name) if isinstance(name, str) else None
+        if source is None:
+            raise RejectedError(
+                "unknown_source",
+                f"source {name!r} is not configured; configured: {', '.join(self.spec.sources)}",
+            )
+        return source
+
+    def _reject_record(
+        self, rejected: RejectedError, record: RawRecord, topic: str | None, offset: int | None
+    ) -> IngestResult:
+        self.stats.events_rejected += 1
+        self.stats.rejected_by_reason[rejected.reason] += 1
+        raw, encoding = _raw_text(record)
+        event_id = None
+        source = None
+        if isinstance(record, Mapping) or rejected.reason != "malformed":
+            try:
+                event = decode(record)
+                candidate = event.get("event_id")
+                event_id = candidate if isinstance(candidate, str) and candidate else None
+                src = event.get("source")
+                source = src if isinstance(src, str) and src in self._topics else None
+            except RejectedError:
+                pass
+        letter = DeadLetterRecord(
+            reason=rejected.reason,
+            message=rejected.message,
+            raw=raw,
+            raw_encoding=encoding,
+            source=source,
+            topic=topic,
+            offset=offset,
+            event_id=event_id,
+        )
+        return IngestResult(
+            rejections=(Rejection(rejected.reason, rejected.message),), dead_letters=(letter,)
+        )
+
+    # ------------------------------------------------------------------ control
+    def _control(self, event: Mapping[str, Any]) -> IngestResult:
+        action = event.get("action")
+        if action == "close":
+            stream = event.get("stream")
+            if not isinstance(stream, str) or stream not in self.streams:
+                raise RejectedError(
+                    "unknown_stream",
+                    f"control record names stream {stream!r}; configured: "
+                    + ", ".join(self.streams),
+                )
+            through = parse_instant(event.get("through"))
+            if through is None:
+                raise RejectedError(
+                    "bad_control",
+                    "close control record needs 'through': RFC 3339 text with offset or seconds",
+                )
+            self.stats.controls += 1
+            return IngestResult(outputs=tuple(self.close(stream, through)))
+        if action == "watermark":
+            ts = parse_instant(event.get("time"))
+            if ts is None:
+                raise RejectedError(
+                    "bad_control", "watermark control record needs 'time' (RFC 3339 or seconds)"
+                )
+            src = event.get("source")
+            if src is not None and src not in self._topics:
+                raise RejectedError(
+                    "unknown_source", f"control record names unknown source {src!r}"
+                )
+            self.stats.controls += 1
+            source = self._topics[src].name if isinstance(src, str) else None
+            return IngestResult(outputs=tuple(self.advance_watermark(ts, source=source)))
+        raise RejectedError("bad_control", "control 'action' must be 'close' or 'watermark'")
+
+    # ------------------------------------------------------------------ time
+    def _refresh_deadlines(self) -> None:
+        for name, runtimes in self._by_source.items():
+            self._deadline[name] = min((r.next_deadline for r in runtimes), default=float("inf"))
+
+    def advance_watermark(self, ts: float, *, source: str | None = None) -> list[OutputRecord]:
+        """Move the event-time watermark of ``source`` (all sources if None) to ``ts``.
+
+        Closes (and releases) every period whose end plus allowed lateness is at or before the
+        watermark, oldest first; consistent revisions follow their schedule. O(1) when nothing
+        closes. The watermark never moves back.
+        """
+        names = list(self._by_source) if source is None else [source]
+        out: list[OutputRecord] = []
+        for name in names:
+            if ts > self.watermarks.get(name, float("-inf")):
+                self.watermarks[name] = ts
+            if self.watermarks[name] < self._deadline[name]:
+                continue
+            for runtime in self._by_source[name]:
+                if runtime.next_deadline <= ts:
+                    out.extend(self._count(runtime.close_until(ts)))
+            self._deadline[name] = min(
+                (r.next_deadline for r in self._by_source[name]), default=float("inf")
+            )
+        return out
+
+    def close(self, stream: str, through: float) -> list[OutputRecord]:
+        """Close every period of ``stream`` ending at or before ``through`` (lateness ignored)."""
+        runtime = self.streams[stream]
+        out = self._count(runtime.close_until(through, ignore_lateness=True))
+        self._refresh_deadlines()
+        return out
+
+    def revise(self, stream: str) -> list[ConsistentRecord]:
+        """Publish a consistent revision of ``stream`` now (outside its schedule)."""
+        records = self.streams[stream].revise()
+        self.stats.revisions[stream] += 1 if records else 0
+        return records
+
+    def _count(self, records: list[OutputRecord]) -> list[OutputRecord]:
+        for record in records:
+            if isinstance(record, ReleaseRecord):
+                if record.counter == self.streams[record.stream].names[0]:
+                    self.stats.periods_released[record.stream] += 1
+            elif record.period == 1 and record.epoch == 0:
+                self.stats.revisions[record.stream] += 1
+        return records
+
+    # ------------------------------------------------------------------ persistence
+    def snapshot(self) -> dict[str, Any]:
+        """The complete state as plain JSON-able data (protect it like the input topic)."""
+        return {
+            "kind": ENGINE_STATE_KIND,
+            "version": ENGINE_STATE_VERSION,
+            "spec_fingerprint": self.spec.fingerprint(),
+            "noise": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "watermarks": dict(self.watermarks),
+            "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],
+            "ledger": self.ledger.state(),
+            "stats": self.stats.to_dict(),
+            "streams": {name: r.state() for name, r in self.streams.items()},
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`snapshot` output into this engine (same spec); draws no noise."""
+        if state.get("kind") != ENGINE_STATE_KIND or state.get("version") != ENGINE_STATE_VERSION:
+            raise StateError(
+                f"not an engine snapshot of version {ENGINE_STATE_VERSION} "
+                f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
+            )
+        if state.get("spec_fingerprint") != self.spec.fingerprint():
+            raise StateError(
+                "snapshot was taken under a different configuration; restore it with the "
+                "configuration it was taken with"
+            )
+        try:
+            streams = dict(state["streams"])
+            for name, runtime in self.streams.items():
+                if name not in streams:
+                    raise StateError(f"snapshot has no state for stream {name!r}")
+                runtime.restore(streams[name])
+            self.ledger.merge(list(state["ledger"]))
+            self.watermarks = {str(k): float(v) for k, v in dict(state["watermarks"]).items()}
+            self._offsets = {(str(t), int(p)): int(o) for t, p, o in state["offsets"]}
+            stats = dict(state["stats"])
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateError(f"engine snapshot is malformed ({type(error).__name__})") from None
+        self.stats = EngineStats(
+            events_accepted=int(stats.get("events_accepted", 0)),
+            events_rejected=int(stats.get("events_rejected", 0)),
+            controls=int(stats.get("controls", 0)),
+            skipped=int(stats.get("skipped", 0)),
+            rejected_by_reason=Counter(dict(stats.get("rejected_by_reason", {}))),
+            periods_released=Counter(dict(stats.get("periods_released", {}))),
+            revisions=Counter(dict(stats.get("revisions", {}))),
+        )
+        self._refresh_deadlines()
+
+    def stream_state(self, stream: str) -> dict[str, Any]:
+        """One stream's state alone (the unit the daemon partitions by)."""
+        return self.streams[stream].state()
+
+    def restore_stream(self, stream: str, state: Mapping[str, Any]) -> None:
+        """Restore one stream's state (see :meth:`stream_state`)."""
+        self.streams[stream].restore(state)
+        self._refresh_deadlines()
+
+
+def _raw_text(record: RawRecord) -> tuple[str, str]:
+    """The raw record as text for a dead letter: UTF-8, else base64 of the bytes."""
+    if isinstance(record, Mapping):
+        try:
+            return json.dumps(record, sort_keys=True, default=str), "utf-8"
+        except (TypeError, ValueError):
+            return repr(dict(record)), "utf-8"
+    if isinstance(record, str):
+        return record, "utf-8"
+    try:
+        return bytes(record).decode("utf-8"), "utf-8"
+    except UnicodeDecodeError:
+        return base64.b64encode(bytes(record)).decode("ascii"), "base64"

@@ -1,0 +1,218 @@
+"""The privacy budget ledger: every epsilon spend, recorded durably before it is used.
+
+Accounting (DESIGN §2). A stream spends its epsilon once per epoch: the epoch's whole tree is
+eps-DP for one event over its horizon. Under event-level DP the epochs of a stream hold disjoint
+events, so they compose in parallel: a stream's spend on its source is the largest epsilon of its
+epochs. Streams reading the same source compose sequentially: their spends add. The per-source
+*event-level* spend is therefore ``sum over streams of max over epochs``; it may never exceed
+the source's cap. (User-level protection, where one person contributes events in many epochs,
+would need the sequential sum over epochs too: :meth:`BudgetLedger.sequential_spent` reports it.)
+
+The ledger is a plain object with a pluggable durable backend: :class:`JsonLinesLedgerBackend`
+(append + fsync, for replay) or, in the daemon, a Faust-table backend. ``record_epoch`` returns
+only after the backend has made the entry durable; the engine calls it before drawing any noise
+or publishing anything of that epoch. Amounts are exact decimals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+from streamdp.errors import BudgetError, StateError
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One spend: ``epsilon`` of ``source`` by ``stream`` for its ``epoch``."""
+
+    seq: int
+    source: str
+    stream: str
+    epoch: int
+    epsilon: Decimal
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (epsilon as exact decimal text)."""
+        return {
+            "seq": self.seq,
+            "source": self.source,
+            "stream": self.stream,
+            "epoch": self.epoch,
+            "epsilon": str(self.epsilon),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
+        try:
+            return cls(
+                seq=int(data["seq"]),
+                source=str(data["source"]),
+                stream=str(data["stream"]),
+                epoch=int(data["epoch"]),
+                epsilon=Decimal(str(data["epsilon"])),
+            )
+        except (KeyError, TypeError, ValueError, ArithmeticError) as error:
+            raise StateError(f"ledger entry {dict(data)!r} is malformed: {error!r}") from None
+
+
+class LedgerBackend(Protocol):
+    """Durable storage of ledger entries (JSON-able dicts) in append order."""
+
+    def load(self) -> list[dict[str, Any]]:
+        """Every entry stored so far."""
+        ...
+
+    def append(self, entry: dict[str, Any]) -> None:
+        """Store ``entry``; it must be durable when this returns."""
+        ...
+
+
+class MemoryLedgerBackend:
+    """In-memory backend (tests; not durable)."""
+
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
+
+    def load(self) -> list[dict[str, Any]]:
+        return list(self.entries)
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.entries.append(dict(entry))
+
+
+class JsonLinesLedgerBackend:
+    """One JSON object per line; every append is flushed and fsync'ed before returning."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def load(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        entries: list[dict[str, Any]] = []
+        with self.path.open(encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    entries.append(json.loads(line))
+                except json.JSONDecodeError:
+                    raise StateError(
+                        f"ledger {str(self.path)!r} line {number} is not JSON; the ledger is "
+                        "corrupt: restore it from a backup before releasing anything"
+                    ) from None
+        return entries
+
+    def append(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+
+class BudgetLedger:
+    """Spends per (source, stream, epoch); caps enforced per source at event level."""
+
+    def __init__(self, caps: Mapping[str, Decimal], backend: LedgerBackend | None = None) -> None:
+        self.caps = dict(caps)
+        self.backend: LedgerBackend = backend if backend is not None else MemoryLedgerBackend()
+        self._entries: list[LedgerEntry] = []
+        self._index: dict[tuple[str, int], LedgerEntry] = {}
+        for raw in self.backend.load():
+            self._add(LedgerEntry.from_dict(raw))
+
+    def _add(self, entry: LedgerEntry) -> None:
+        key = (entry.stream, entry.epoch)
+        known = self._index.get(key)
+        if known is not None:
+            if known.epsilon != entry.epsilon or known.source != entry.source:
+                raise StateError(
+                    f"ledger has two different spends for stream {entry.stream!r} epoch "
+                    f"{entry.epoch}: {known.epsilon} and {entry.epsilon}"
+                )
+            return
+        self._entries.append(entry)
+        self._index[key] = entry
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        return tuple(self._entries)
+
+    def has(self, stream: str, epoch: int) -> bool:
+        return (stream, epoch) in self._index
+
+    def spent(self, source: str) -> Decimal:
+        """Event-level epsilon spent on ``source``: sum over streams of max over epochs."""
+        per_stream: dict[str, Decimal] = {}
+        for entry in self._entries:
+            if entry.source == source:
+                per_stream[entry.stream] = max(
+                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
+                )
+        return sum(per_stream.values(), Decimal(0))
+
+    def sequential_spent(self, source: str) -> Decimal:
+        """Sum of every epoch's epsilon on ``source`` (what user-level DP would charge)."""
+        return sum((e.epsilon for e in self._entries if e.source == source), Decimal(0))
+
+    def record_epoch(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> bool:
+        """Durably record that ``stream`` spends ``epsilon`` of ``source`` in ``epoch``.
+
+        Idempotent: returns False when already recorded (same amount). Raises
+        :class:`BudgetError` when the source's cap would be exceeded; nothing is written then.
+        """
+        known = self._index.get((stream, epoch))
+        if known is not None:
+            if known.epsilon != epsilon:
+                raise BudgetError(
+                    f"stream {stream!r} epoch {epoch} was recorded with epsilon {known.epsilon}, "
+                    f"now asked for {epsilon}; an epoch's epsilon cannot change"
+                )
+            return False
+        cap = self.caps.get(source)
+        if cap is None:
+            raise BudgetError(f"source {source!r} has no epsilon cap configured")
+        previous = max(
+            (e.epsilon for e in self._entries if e.stream == stream and e.source == source),
+            default=Decimal(0),
+        )
+        after = self.spent(source) - previous + max(previous, epsilon)
+        if after > cap:
+            raise BudgetError(
+                f"stream {stream!r} epoch {epoch} would bring source {source!r} to epsilon "
+                f"{after}, over its cap {cap}; nothing was released"
+            )
+        entry = LedgerEntry(
+            seq=len(self._entries) + 1, source=source, stream=stream, epoch=epoch, epsilon=epsilon
+        )
+        self.backend.append(entry.to_dict())  # durable before anything depends on it
+        self._add(entry)
+        return True
+
+    def state(self) -> list[dict[str, Any]]:
+        """Every entry as JSON-able data."""
+        return [e.to_dict() for e in self._entries]
+
+    def merge(self, entries: list[dict[str, Any]]) -> None:
+        """Add entries from a snapshot that the backend lacks (appending them durably)."""
+        for raw in entries:
+            entry = LedgerEntry.from_dict(raw)
+            if self.has(entry.stream, entry.epoch):
+                self._add(entry)  # checks that the amounts agree
+                continue
+            fresh = LedgerEntry(
+                seq=len(self._entries) + 1,
+                source=entry.source,
+                stream=entry.stream,
+                epoch=entry.epoch,
+                epsilon=entry.epsilon,
+            )
+            self.backend.append(fresh.to_dict())
+            self._add(fresh)

@@ -1,0 +1,121 @@
+"""Consistent revisions from stored noisy nodes (DESIGN §4 "in the daemon"; seeds 004, 000).
+
+Released values are noisy Fenwick nodes ``c~_i`` (shape (n, width) per epoch) with noise
+variance ``v_i`` shared by every counter of the stream (one strategy for all counters). The
+public constraints act on the counter axis: every period's vector lies in a subspace ``S``
+(span of the combos; the census hierarchy total = sum of marginals = sum of cells). Because
+the nodes 1..n of an epoch are an invertible transform of its periods 1..n, "every period in S"
+is the same as "every node in S", and the weighted least-squares problem
+
+    min sum_i (1/v_i) ||y_i - c~_i||^2   s.t.  y_i in S for every node i
+
+separates per node into the *unweighted* orthogonal projection of ``c~_i`` onto ``S``: exact,
+one pass, no iteration. Consistent running totals are the Fenwick read-path sums of projected
+nodes (plus the consistent final totals of earlier epochs); period counts are their differences.
+Inputs are noisy values only: this is post-processing and spends no budget.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.consistency.combos import project_onto_combo_span
+from streamdp.engine.spec import StreamSpec
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def project_nodes(spec: StreamSpec, values: npt.ArrayLike) -> FloatArray:
+    """Project every node's counter vector onto the stream's constraint subspace.
+
+    Args:
+        spec: the stream (its counter layout and constraint kind).
+        values: noisy node values, shape (n, width) in :attr:`CounterSpec.names` order.
+
+    Returns:
+        shape (n, width), float64; every row satisfies the constraints.
+    """
+    y = np.asarray(values, dtype=np.float64)
+    kind = spec.constraints.kind
+    if kind == "none" or y.shape[0] == 0:
+        return y.copy()
+    if kind == "combos":
+        combos = np.array([vector for _, vector in spec.constraints.combos], dtype=np.float64)
+        return project_onto_combo_span(y, combos)
+    return _project_hierarchy(spec, y)
+
+
+def _project_hierarchy(spec: StreamSpec, y: FloatArray) -> FloatArray:
+    from streamdp.consistency import census_release
+
+    sizes = [len(a.categories) for a in spec.counters.attributes]
+    n = y.shape[0]
+    total = y[:, 0]
+    marginals = []
+    offset = 1
+    for size in sizes:
+        marginals.append(y[:, offset : offset + size])
+        offset += size
+    cells = y[:, offset:].reshape((n, *sizes))
+    t_hat, m_hat, c_hat = census_release(total, marginals, cells, method="exact")
+    out = np.empty_like(y)
+    out[:, 0] = t_hat
+    offset = 1
+    for size, m in zip(sizes, m_hat, strict=True):
+        out[:, offset : offset + size] = m
+        offset += size
+    out[:, offset:] = np.asarray(c_hat).reshape(n, -1)
+    return out
+
+
+def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:
+    """Running totals ``s_t`` (t = 1..n) from node values, shape (n, width) -> (n, width).
+
+    Tree strategies (fda, binary): ``s_t = y_t + s_{t & (t-1)}`` (Fenwick read path), computed
+    level by level of popcount(t), vectorised; naive: the cumulative sum.
+    """
+    y = np.asarray(nodes, dtype=np.float64)
+    n = y.shape[0]
+    if mechanism == "naive":
+        out: FloatArray = np.cumsum(y, axis=0)
+        return out
+    s = np.zeros((n + 1, *y.shape[1:]), dtype=np.float64)
+    t = np.arange(1, n + 1, dtype=np.int64)
+    popcount = np.zeros(n, dtype=np.int64)
+    rest = t.copy()
+    while np.any(rest):
+        popcount += rest & 1
+        rest >>= 1
+    for level in range(1, int(popcount.max(initial=0)) + 1):
+        idx = t[popcount == level]
+        s[idx] = y[idx - 1] + s[idx & (idx - 1)]
+    result: FloatArray = s[1:]
+    return result
+
+
+def consistent_epochs(
+    spec: StreamSpec, epochs: list[npt.NDArray[np.int64]]
+) -> list[tuple[FloatArray, FloatArray]]:
+    """Consistent (period counts, running totals) for every epoch, each shape (n_e, width).
+
+    Args:
+        spec: the stream.
+        epochs: noisy node values of each epoch in order, shape (n_e, width) (node i at row
+            i-1; n_e = periods closed in that epoch).
+
+    Returns:
+        per epoch ``(counts, totals)``; totals include the consistent final totals of earlier
+        epochs (the same carry the releases use, made consistent).
+    """
+    results: list[tuple[FloatArray, FloatArray]] = []
+    carry = np.zeros(spec.counters.width, dtype=np.float64)
+    for values in epochs:
+        projected = project_nodes(spec, values)
+        prefix = prefix_sums(spec.mechanism, projected)
+        counts = np.diff(prefix, axis=0, prepend=np.zeros((1, prefix.shape[1])))
+        totals = prefix + carry
+        if prefix.shape[0]:
+            carry = totals[-1].copy()
+        results.append((counts, totals))
+    return results

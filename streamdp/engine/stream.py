@@ -1,0 +1,277 @@
+"""One stream's runtime: open periods, the continual counter, epochs, revisions.
+
+Streams are the unit the daemon partitions by, so everything a stream needs lives here and
+:meth:`StreamRuntime.state` / :meth:`StreamRuntime.restore` move one stream on its own.
+
+Protected state: ``_open`` (true counts of periods not yet closed, Python ints) and the counter's
+pending raw node sums. They never leave this object except through :meth:`state`, which must be
+stored like the input topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.continual.counter import ContinualCounter
+from streamdp.continual.strategy import build_strategy
+from streamdp.engine.events import Contribution, RejectedError, extractor_for
+from streamdp.engine.periods import PeriodClock
+from streamdp.engine.records import ConsistentRecord, ReleaseRecord
+from streamdp.engine.revision import consistent_epochs
+from streamdp.engine.spec import StreamSpec
+from streamdp.errors import StateError
+from streamdp.noise.sampler import NoiseSampler
+
+STREAM_STATE_VERSION = 1
+
+# (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
+SpendHook = Callable[[str, str, int, Any], object]
+
+
+class StreamRuntime:
+    """Turns accepted events into period counts and closes periods into releases."""
+
+    def __init__(self, spec: StreamSpec, sampler: NoiseSampler, spend: SpendHook) -> None:
+        self.spec = spec
+        self.sampler = sampler
+        self._spend = spend
+        self.clock = PeriodClock(spec.period)
+        self.extractor = extractor_for(spec)
+        self.names = spec.counters.names
+        self.width = len(self.names)
+        self.horizon = spec.horizon
+        self.strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
+        self.counter = self._fresh_counter()
+        self.closed = 0  # absolute periods closed (over all epochs)
+        self._open: dict[int, list[int]] = {}
+        self._seen: dict[int, set[str]] = {}
+        self._past_nodes: list[npt.NDArray[np.int64]] = []
+        self.revision = 0
+        self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
+        self._lateness = spec.allowed_lateness_seconds
+        self._stop = spec.on_epoch_end == "stop"
+        self._max_future = spec.max_future_periods
+        self.next_deadline = self._deadline()
+
+    def _fresh_counter(self) -> ContinualCounter:
+        return ContinualCounter(
+            self.strategy,
+            float(self.spec.epsilon),
+            float(self.spec.delta),
+            self.width,
+            self.sampler,
+        )
+
+    @property
+    def finished(self) -> bool:
+        """True when the stream stops at the end of its first epoch and has released it all."""
+        return self._stop and self.closed >= self.horizon
+
+    def _deadline(self) -> float:
+        if self.finished:
+            return float("inf")
+        return self.clock.bounds(self.closed)[1] + self._lateness
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, event: Mapping[str, Any], event_id: str, ts: float) -> None:
+        """Count one decoded event at instant ``ts``; raises :class:`RejectedError`."""
+        contribution: Contribution = self.extractor.contribution(event)
+        lo, hi, j = self._cache
+        if not lo <= ts < hi:
+            j = self.clock.index_of(ts)
+            if j >= 0:
+                lo, hi = self.clock.bounds(j)
+                self._cache = (lo, hi, j)
+        if j < 0:
+            raise RejectedError("before_start", "event_time is before the stream's first period")
+        if j < self.closed:
+            raise RejectedError(
+                "late", "event_time falls in a period that is already closed and released"
+            )
+        if self._stop and j >= self.horizon:
+            raise RejectedError(
+                "after_horizon",
+                f"the stream released all {self.horizon} periods of its horizon and stops "
+                "(on_epoch_end = 'stop')",
+            )
+        if self._max_future and j > self.closed + self._max_future:
+            raise RejectedError(
+                "too_far_in_future",
+                f"event_time is more than max_future_periods = {self._max_future} periods "
+                "after the oldest open period",
+            )
+        ids = self._seen.get(j)
+        if ids is None:
+            ids = self._seen[j] = set()
+            row = self._open[j] = [0] * self.width
+        else:
+            if event_id in ids:
+                raise RejectedError(
+                    "duplicate_event", "event_id was already counted in this period"
+                )
+            row = self._open[j]
+        ids.add(event_id)
+        for i, q in contribution:
+            row[i] += q
+
+    # ------------------------------------------------------------------ closing
+    def close_until(
+        self, ts: float, *, ignore_lateness: bool = False
+    ) -> list[ReleaseRecord | ConsistentRecord]:
+        """Close, in order, every period whose end (+ lateness unless ignored) is <= ``ts``."""
+        out: list[ReleaseRecord | ConsistentRecord] = []
+        lateness = 0.0 if ignore_lateness else self._lateness
+        while not self.finished and self.clock.bounds(self.closed)[1] + lateness <= ts:
+            out.extend(self.close_next())
+        self.next_deadline = self._deadline()
+        return out
+
+    def close_next(self) -> list[ReleaseRecord | ConsistentRecord]:
+        """Close the oldest open period: spend (durably), draw its node, release every counter."""
+        j = self.closed
+        epoch, index = divmod(j, self.horizon)
+        period = index + 1
+        counter = self.counter
+        if counter.periods_closed == self.horizon:
+            self._past_nodes.append(counter.noisy_nodes()[1])
+            counter = counter.next_epoch()
+        # the spend is durable before the noise is drawn and anything is released
+        self._spend(self.spec.source, self.spec.name, epoch, self.spec.epsilon)
+        row = self._open.get(j)
+        counts = np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
+        release = counter.close_period(counts)
+        self.counter = counter
+        self._open.pop(j, None)
+        self._seen.pop(j, None)
+        self.closed = j + 1
+        start, end = self.clock.bounds(j)
+        start_text, end_text = self.clock.iso(start), self.clock.iso(end)
+        spec = self.spec
+        eps = float(spec.epsilon)
+        cstd, tstd = float(release.count_std), float(release.total_std)
+        name, secure = self.sampler.name, bool(self.sampler.secure)
+        noisy_counts = release.noisy_count.tolist()
+        noisy_totals = release.noisy_total.tolist()
+        out: list[ReleaseRecord | ConsistentRecord] = [
+            ReleaseRecord(
+                stream=spec.name,
+                counter=counter_name,
+                epoch=epoch,
+                period=period,
+                period_start=start_text,
+                period_end=end_text,
+                noisy_count=int(noisy_counts[c]),
+                noisy_total=int(noisy_totals[c]),
+                count_std=cstd,
+                total_std=tstd,
+                epsilon=eps,
+                delta=spec.delta,
+                horizon=spec.horizon,
+                mechanism=spec.mechanism,
+                objective=spec.objective,
+                noise=name,
+                noise_secure=secure,
+            )
+            for c, counter_name in enumerate(self.names)
+        ]
+        every = spec.consistency.every_periods
+        if (every and self.closed % every == 0) or (
+            spec.consistency.at_epoch_end and period == self.horizon
+        ):
+            out.extend(self.revise())
+        self.next_deadline = self._deadline()
+        return out
+
+    # ------------------------------------------------------------------ consistency
+    def node_values(self) -> list[npt.NDArray[np.int64]]:
+        """Stored noisy nodes of every epoch so far, each shape (n_e, width)."""
+        current = self.counter.noisy_nodes()[1]
+        return [*self._past_nodes, current]
+
+    def revise(self) -> list[ConsistentRecord]:
+        """A new numbered consistent revision over every period released so far."""
+        if self.closed == 0:
+            return []
+        self.revision += 1
+        epochs = self.node_values()
+        results = consistent_epochs(self.spec, epochs)
+        first_epoch = self.counter.epoch - len(self._past_nodes)
+        out: list[ConsistentRecord] = []
+        constraint = self.spec.constraints.kind
+        for e, (counts, totals) in enumerate(results):
+            epoch = first_epoch + e
+            count_rows = counts.tolist()
+            total_rows = totals.tolist()
+            for p in range(counts.shape[0]):
+                start, end = self.clock.bounds(epoch * self.horizon + p)
+                out.append(
+                    ConsistentRecord(
+                        stream=self.spec.name,
+                        revision=self.revision,
+                        periods_covered=self.closed,
+                        epoch=epoch,
+                        period=p + 1,
+                        period_start=self.clock.iso(start),
+                        period_end=self.clock.iso(end),
+                        counts=dict(zip(self.names, count_rows[p], strict=True)),
+                        totals=dict(zip(self.names, total_rows[p], strict=True)),
+                        constraint=constraint,
+                    )
+                )
+        return out
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> dict[str, Any]:
+        """Plain JSON-able state. Holds raw counts: protect it like the input topic."""
+        return {
+            "version": STREAM_STATE_VERSION,
+            "stream": self.spec.name,
+            "closed": self.closed,
+            "revision": self.revision,
+            "open": [[j, list(row)] for j, row in sorted(self._open.items())],
+            "seen": [[j, sorted(ids)] for j, ids in sorted(self._seen.items())],
+            "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
+            "counter": self.counter.state(),
+        }
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state` output (no noise is drawn)."""
+        try:
+            if (
+                state.get("version") != STREAM_STATE_VERSION
+                or state.get("stream") != self.spec.name
+            ):
+                raise StateError(
+                    f"state is for stream {state.get('stream')!r} version "
+                    f"{state.get('version')!r}; expected {self.spec.name!r} version "
+                    f"{STREAM_STATE_VERSION}"
+                )
+            counter = ContinualCounter.from_state(dict(state["counter"]), self.sampler)
+            open_ = {int(j): [int(v) for v in row] for j, row in state["open"]}
+            seen = {int(j): {str(i) for i in ids} for j, ids in state["seen"]}
+            past = [
+                np.asarray(n, dtype=np.int64).reshape(-1, self.width) for n in state["past_nodes"]
+            ]
+            closed = int(state["closed"])
+            revision = int(state["revision"])
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError) as error:
+            raise StateError(
+                f"stream {self.spec.name!r}: snapshot state is malformed ({type(error).__name__})"
+            ) from None
+        if any(len(row) != self.width for row in open_.values()) or set(open_) != set(seen):
+            raise StateError(f"stream {self.spec.name!r}: open-period state has the wrong shape")
+        if counter.width != self.width or counter.horizon != self.horizon:
+            raise StateError(f"stream {self.spec.name!r}: counter state does not match the spec")
+        if counter.epoch * self.horizon + counter.periods_closed != closed:
+            raise StateError(f"stream {self.spec.name!r}: closed-period count is inconsistent")
+        self.counter = counter
+        self._open, self._seen, self._past_nodes = open_, seen, past
+        self.closed, self.revision = closed, revision
+        self._cache = (1.0, 0.0, -1)
+        self.next_deadline = self._deadline()

@@ -1,0 +1,214 @@
+"""Synthetic event streams shaped like the seeds' data (test and demo input, never real data).
+
+Scenarios, each matching its example spec in ``streamdp/examples``:
+
+- ``restaurant`` (seed 004): orders of the three combos over cola, burger, wings, fries,
+  nuggets; daily periods in Europe/London.
+- ``hospital`` (seeds 000/001): admission records with sex, age and ward plus an
+  ``hiv_positive`` flag; read by a daily census-style stream and a monthly HIV+ stream.
+- ``census`` (seed 000): person records with sex (2) x race (7) x age (23); monthly.
+- ``hiv`` (seed 001): monthly admissions with the ``hiv_positive`` flag.
+
+Each generated line comes with the rejection reason it is meant to trigger (None for good
+events), so tests can check that every bad record lands in the dead-letter output with that
+reason while every good event is counted. Randomness: numpy's seeded generator (allowed here:
+this is synthetic input, not noise).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from streamdp.engine.periods import PeriodClock, format_instant
+from streamdp.engine.spec import EngineSpec, StreamSpec, parse_spec
+
+SCENARIOS = ("restaurant", "hospital", "census", "hiv")
+_FILES = {
+    "restaurant": "restaurant.toml",
+    "hospital": "hospital.toml",
+    "census": "census.toml",
+    "hiv": "hiv.toml",
+}
+# Bad-record kinds every scenario can produce, plus the order-only ones.
+COMMON_BAD = (
+    "malformed",
+    "schema_violation",
+    "bad_timestamp",
+    "unknown_source",
+    "duplicate_event",
+    "late",
+    "before_start",
+    "too_far_in_future",
+    "unknown_stream",
+    "bad_control",
+)
+ORDER_BAD = ("unknown_item", "invalid_quantity", "not_a_combo", "contribution_over_delta")
+PERSON_BAD = ("unknown_category",)
+
+
+def example_spec(scenario: str) -> EngineSpec:
+    """The packaged example spec of ``scenario``."""
+    text = resources.files("streamdp").joinpath("examples", _FILES[scenario]).read_text("utf-8")
+    return parse_spec(text, origin=f"streamdp/examples/{_FILES[scenario]}")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One input line and the rejection reason it should get (None: a good event)."""
+
+    text: str
+    expect: str | None
+
+
+def generate(
+    scenario: str,
+    periods: int,
+    rate: float,
+    *,
+    seed: int = 0,
+    bad_fraction: float = 0.0,
+    spec: EngineSpec | None = None,
+) -> Iterator[Line]:
+    """Yield ``periods`` periods of events (Poisson(``rate``) per period), time ordered.
+
+    Bad records are mixed in with probability ``bad_fraction`` per good event, cycling through
+    every rejection kind the scenario supports. The last lines are close control records for
+    every stream, through the end of the last generated period.
+    """
+    spec = spec if spec is not None else example_spec(scenario)
+    rng = np.random.default_rng(seed)
+    grid_stream = next(iter(spec.streams.values()))
+    clock = PeriodClock(grid_stream.period)
+    source = spec.sources[grid_stream.source]
+    maker = _maker(scenario, spec, rng)
+    has_attributes = any(s.counters.kind == "attributes" for s in spec.streams.values())
+    bad_kinds = COMMON_BAD + (
+        ORDER_BAD if source.kind == "order" else PERSON_BAD if has_attributes else ()
+    )
+    bad_index = 0
+    number = 0
+    # a "late" record goes to the very first period, once every stream has closed it
+    late_after = (
+        max(
+            PeriodClock(s.period).bounds(0)[1] + s.allowed_lateness_seconds
+            for s in spec.streams.values()
+        )
+        + 86400.0
+    )
+    for j in range(periods):
+        lo, hi = clock.bounds(j)
+        n = int(rng.poisson(rate))
+        times = np.sort(rng.uniform(lo, hi, size=n))
+        for ts in times:
+            number += 1
+            event = {
+                "event_id": f"{scenario}-{number}",
+                "event_time": format_instant(float(ts)),
+                "source": source.topic,
+                **maker(),
+            }
+            yield Line(json.dumps(event), None)
+            if bad_fraction > 0 and rng.uniform() < bad_fraction:
+                kind = bad_kinds[bad_index % len(bad_kinds)]
+                if kind == "late" and lo < late_after:
+                    continue
+                bad_index += 1
+                expect = kind
+                if kind == "too_far_in_future" and any(
+                    s.on_epoch_end == "stop" for s in spec.streams.values()
+                ):
+                    expect = "after_horizon"  # beyond a stopping stream's horizon first
+                yield Line(_bad(kind, event, clock, j, grid_stream, number), expect)
+    end = clock.bounds(periods - 1)[1] if periods else clock.bounds(0)[0]
+    for name in spec.streams:
+        control = {"type": "control", "action": "close", "stream": name, "through": end}
+        yield Line(json.dumps(control), None)
+
+
+def _maker(scenario: str, spec: EngineSpec, rng: np.random.Generator) -> Any:
+    stream = next(iter(spec.streams.values()))
+    if scenario == "restaurant":
+        combos = [
+            dict(zip(stream.counters.items, v, strict=True)) for _, v in stream.constraints.combos
+        ]
+        orders = [{k: q for k, q in c.items() if q} for c in combos]
+        weights = np.array([0.5, 0.3, 0.2])[: len(orders)]
+        weights = weights / weights.sum()
+
+        def order() -> dict[str, Any]:
+            return {"items": dict(orders[int(rng.choice(len(orders), p=weights))])}
+
+        return order
+    attributes = [a for s in spec.streams.values() for a in s.counters.attributes]
+    if scenario == "hiv":
+        attributes = []
+    # skewed category distributions so cells differ
+    dists = []
+    for a in attributes:
+        w = rng.dirichlet(np.full(len(a.categories), 2.0))
+        dists.append((a.name, a.categories, w))
+
+    def person() -> dict[str, Any]:
+        attrs: dict[str, Any] = {
+            name: cats[int(rng.choice(len(cats), p=w))] for name, cats, w in dists
+        }
+        attrs["hiv_positive"] = bool(rng.uniform() < 0.03)
+        return {"attributes": attrs}
+
+    return person
+
+
+def _bad(  # noqa: PLR0917
+    kind: str,
+    good: dict[str, Any],
+    clock: PeriodClock,
+    j: int,
+    stream: StreamSpec,
+    number: int,
+) -> str:
+    bad = dict(good)
+    bad["event_id"] = f"bad-{number}-{kind}"
+    hi = clock.bounds(j)[1]
+    if kind == "malformed":
+        return '{"event_id": "broken", "items": {' if "items" in good else "\x00not json"
+    if kind == "schema_violation":
+        del bad["event_id"]
+    elif kind == "bad_timestamp":
+        bad["event_time"] = "2024-13-45 25:61"
+    elif kind == "unknown_source":
+        bad["source"] = "no-such-source"
+    elif kind == "duplicate_event":
+        return json.dumps(good)
+    elif kind == "late":
+        bad["event_time"] = format_instant(clock.bounds(0)[0] + 1.0)
+    elif kind == "before_start":
+        bad["event_time"] = format_instant(clock.bounds(0)[0] - 86400.0 * 40)
+    elif kind == "too_far_in_future":
+        bad["event_time"] = format_instant(clock.bounds(j + 200)[0] + 1.0)
+    elif kind == "unknown_stream":
+        return json.dumps(
+            {"type": "control", "action": "close", "stream": "no-such-stream", "through": hi}
+        )
+    elif kind == "bad_control":
+        return json.dumps({"type": "control", "action": "close", "stream": stream.name})
+    elif kind == "unknown_item":
+        bad["items"] = {"pizza": 1}
+    elif kind == "invalid_quantity":
+        bad["items"] = {stream.counters.items[0]: -1}
+    elif kind == "not_a_combo":
+        bad["items"] = {stream.counters.items[0]: 1}
+    elif kind == "contribution_over_delta":
+        bad["items"] = {k: 3 * q for k, q in good["items"].items()}
+    elif kind == "unknown_category":
+        attrs = dict(good["attributes"])
+        first = next(iter(a.name for a in stream.counters.attributes), None)
+        attrs[first or "sex"] = "unknown-category"
+        attrs["hiv_positive"] = "unknown-category"  # flag streams reject it too
+        bad["attributes"] = attrs
+    return json.dumps(bad)
