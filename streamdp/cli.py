@@ -21,6 +21,8 @@ from streamdp.errors import StreamdpError
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("streamdp.planner_cli", "accuracy planner: expected error before spending budget"),
     "demo": ("streamdp.demo_cli", "run the main job on its embedded default"),
+    "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
+    "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
 }
 
 
