@@ -121,7 +121,9 @@ def replay(
     engine = Engine(spec, sampler=sampler, ledger_backend=JsonLinesLedgerBackend(ledger_path))
     bar = _Progress(source.stat().st_size, progress if progress is not None else sys.stderr)
     started = time.perf_counter()
-    handles = {name: (out / name).open("w", encoding="utf-8") for name in OUTPUT_FILES}
+    handles: dict[str, IO[str]] = {
+        name: (out / name).open("w", encoding="utf-8") for name in OUTPUT_FILES
+    }
     try:
         with source.open("rb") as lines:
             summary = _drive(engine, lines, handles, bar)
