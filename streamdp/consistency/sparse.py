@@ -64,7 +64,8 @@ def sparse_projection(
     MW = M.multiply(inv_w[None, :]).tocsr()
     S = (MW @ M.T).tocsc()
     diag = S.diagonal()
-    delta = 1e-9 * float(diag.max() if diag.size else 1.0)
+    top = float(diag.max()) if diag.size else 0.0
+    delta = 1e-9 * top if top > 0 else 1.0
     lu = spla.splu((S + delta * sp.identity(m, format="csc")).tocsc())
     r = (M @ X.T) - rhs_b[:, None]  # (m, R)
     lam = np.zeros_like(r)

@@ -1,0 +1,166 @@
+"""The two large consistency runs: 10^6 days x 5 items (seed 004 Fig. 4) and 449,814 regions x
+322 cells (seed 000's Census2010 size, synthetic data). One case per process so that the peak
+RSS (resource.getrusage) belongs to that case alone.
+
+    .venv/bin/python benchmarks/consistency_large.py restaurant-exact
+    .venv/bin/python benchmarks/consistency_large.py restaurant-approx
+    .venv/bin/python benchmarks/consistency_large.py census-exact
+    .venv/bin/python benchmarks/consistency_large.py census-fgmc
+
+Each writes benchmarks/results/consistency_large_<case>.json. Timings: shared 2-core machine.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from streamdp.consistency import (
+    SEED004_COMBOS,
+    census_approximation,
+    census_exact,
+    census_residuals,
+    dyadic_tree,
+    restaurant_approximation,
+    restaurant_release,
+)
+
+RESULTS = Path(__file__).parent / "results"
+EPS = 1.0
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def restaurant_data(days: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, object]:
+    tree = dyadic_tree(days, 2)
+    q = rng.poisson(10.0, size=(days, SEED004_COMBOS.shape[0])).astype(np.float64)
+    day_items = q @ SEED004_COMBOS  # (days, items)
+    truth = (tree.aggregation_matrix() @ day_items).T  # (items, nodes)
+    height = len(tree.level_bounds)
+    scale = SEED004_COMBOS.shape[1] * height / EPS  # seed 004: Delta = c h
+    noisy = truth + rng.laplace(0.0, scale, size=truth.shape)
+    return truth, noisy, tree
+
+
+def run_restaurant(approx: bool) -> dict[str, object]:
+    rng = np.random.default_rng(2021)
+    days = 1_000_000
+    truth, noisy, tree = restaurant_data(days, rng)
+    base_rss = peak_rss_mb()
+    start = time.perf_counter()
+    if approx:
+        result = restaurant_approximation(noisy, SEED004_COMBOS, tree=tree, max_iter=2000)  # type: ignore[arg-type]
+        values = result.values
+        extra = {
+            "iterations": result.iterations,
+            "converged": result.converged,
+            "final_deviation": result.deviations[-1],
+            "residual": result.residual,
+        }
+    else:
+        values = restaurant_release(noisy, SEED004_COMBOS, tree=tree)  # type: ignore[arg-type]
+        extra = {}
+    seconds = time.perf_counter() - start
+    leaves = tree.leaves  # type: ignore[attr-defined]
+    return {
+        "case": "restaurant-approx" if approx else "restaurant-exact",
+        "days": days,
+        "items": 5,
+        "nodes": int(noisy.shape[1]),
+        "seconds": seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_before_solve_mb": base_rss,
+        "rmse_days_noisy": float(np.sqrt(np.mean((noisy[:, leaves] - truth[:, leaves]) ** 2))),
+        "rmse_days_consistent": float(
+            np.sqrt(np.mean((values[:, leaves] - truth[:, leaves]) ** 2))
+        ),
+        **extra,
+    }
+
+
+def census_data(
+    rng: np.random.Generator, regions: int = 449_814, sizes: tuple[int, ...] = (2, 7, 23)
+):
+    cells = np.empty((regions, *sizes))
+    step = 50_000
+    for lo in range(0, regions, step):
+        hi = min(regions, lo + step)
+        mx = rng.integers(1, 501, size=hi - lo)  # seed 000 SynData recipe: uniform 0..max
+        cells[lo:hi] = np.floor(rng.random((hi - lo, *sizes)) * (mx.reshape(-1, 1, 1, 1) + 1))
+    k = len(sizes)
+    axes = tuple(range(1, k + 1))
+    marg = [cells.sum(axis=tuple(a for a in axes if a != i + 1)) for i in range(k)]
+    total = cells.sum(axis=axes)
+    b = (k + 2) / EPS
+    noisy_cells = cells + rng.laplace(0.0, b, size=cells.shape)
+    noisy_marg = [m + rng.laplace(0.0, b, size=m.shape) for m in marg]
+    noisy_total = total + rng.laplace(0.0, b, size=total.shape)
+    return (total, marg, cells), (noisy_total, noisy_marg, noisy_cells)
+
+
+def rmse(a, b) -> float:
+    sq = (
+        np.sum((a[0] - b[0]) ** 2)
+        + sum(np.sum((x - y) ** 2) for x, y in zip(a[1], b[1], strict=True))
+        + np.sum((a[2] - b[2]) ** 2)
+    )
+    count = a[0].size + sum(x.size for x in a[1]) + a[2].size
+    return float(np.sqrt(sq / count))
+
+
+def run_census(fgmc: bool) -> dict[str, object]:
+    rng = np.random.default_rng(2024)
+    truth, noisy = census_data(rng)
+    base_rss = peak_rss_mb()
+    start = time.perf_counter()
+    extra: dict[str, object] = {}
+    if fgmc:
+        res = census_approximation(*noisy)
+        out = (res.total, res.marginals, res.cells)
+        extra = {
+            "mean_iterations": float(res.iterations.mean()),
+            "max_iterations": int(res.iterations.max()),
+        }
+    else:
+        out = census_exact(*noisy)
+    seconds = time.perf_counter() - start
+    resid = float(np.max(np.abs(census_residuals(*out))))
+    return {
+        "case": "census-fgmc" if fgmc else "census-exact",
+        "regions": int(noisy[0].shape[0]),
+        "cells": 322,
+        "values_per_region": 1 + 2 + 7 + 23 + 322,
+        "seconds": seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_before_solve_mb": base_rss,
+        "max_residual": resid,
+        "rmse_noisy": rmse(noisy, truth),
+        "rmse_consistent": rmse(out, truth),
+        **extra,
+    }
+
+
+def main() -> int:
+    case = sys.argv[1]
+    runners = {
+        "restaurant-exact": lambda: run_restaurant(False),
+        "restaurant-approx": lambda: run_restaurant(True),
+        "census-exact": lambda: run_census(False),
+        "census-fgmc": lambda: run_census(True),
+    }
+    result = runners[case]()
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"consistency_large_{case}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
