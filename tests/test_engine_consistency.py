@@ -145,7 +145,7 @@ def _census_lines(periods: int, seed: int) -> list[str]:
     lines = []
     for j in range(periods):
         for k in range(int(rng.poisson(30))):
-            lines.append(
+            lines.append(  # noqa: PERF401
                 json.dumps(
                     {
                         "event_id": f"{j}-{k}",
