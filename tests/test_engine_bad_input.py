@@ -1,0 +1,208 @@
+"""Bad input lands in the dead letters with its reason while every good event is counted; no
+raw (un-noised) count appears in any output, summary, log line or error message."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+from test_engine_support import releases
+
+from streamdp.cli import main
+from streamdp.engine import REASONS, Engine
+from streamdp.engine.periods import PeriodClock, parse_instant
+from streamdp.engine.replay import read_jsonl, replay
+from streamdp.synth import example_spec, generate
+
+
+class ZeroSampler:
+    """No noise at all (test only): releases then equal the engine's true counts."""
+
+    name = "test-zero"
+    secure = False
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        return np.zeros(size, dtype=np.int64)
+
+
+class FarSampler:
+    """Noise M * (call number): never zero and never cancelling, so a released value equal to
+    a raw count can only be a leak."""
+
+    name = "test-far"
+    secure = False
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+        self.calls += 1
+        return np.full(size, 10_000_019 * self.calls, dtype=np.int64)
+
+
+@pytest.mark.parametrize(("scenario", "periods"), [("restaurant", 40), ("hospital", 75)])
+def test_bad_records_dead_lettered_with_reason_and_good_events_all_counted(
+    scenario, periods
+) -> None:
+    spec = example_spec(scenario)
+    lines = list(generate(scenario, periods, 20, seed=2, bad_fraction=0.15))
+    engine = Engine(spec, sampler=ZeroSampler())
+    outputs = []
+    by_line: list[list] = []
+    for line in lines:
+        result = engine.ingest(line.text)
+        by_line.append([d.reason for d in result.dead_letters])
+        outputs.extend(result.outputs)
+        if result.event_time is not None:
+            outputs.extend(engine.advance_watermark(result.event_time, source=result.source))
+    kinds = set()
+    for line, reasons in zip(lines, by_line, strict=True):
+        if line.expect is None:
+            assert reasons == [], line.text
+        else:
+            assert line.expect in reasons, (line.expect, reasons, line.text)
+            kinds.add(line.expect)
+    assert len(kinds) >= 10
+    assert kinds <= set(REASONS)
+
+    # every good event counted: zero noise, so the final running totals are the true totals
+    good = [json.loads(line.text) for line in lines if line.expect is None]
+    good = [g for g in good if g.get("type") != "control"]
+    for name, stream in spec.streams.items():
+        clock = PeriodClock(stream.period)
+        released = [r for r in releases(outputs) if r.stream == name]
+        last_period = max(r.period for r in released)
+        closed_end = clock.bounds(last_period - 1)[1]
+        truth: Counter[str] = Counter()
+        for g in good:
+            if parse_instant(g["event_time"]) >= closed_end:
+                continue
+            if "items" in g:
+                truth.update(g["items"])
+            elif stream.counters.kind == "flag":
+                truth[stream.counters.flag_counter] += int(g["attributes"]["hiv_positive"])
+            else:
+                truth["total"] += 1
+        finals = {r.counter: r.noisy_total for r in released if r.period == last_period}
+        for counter, value in truth.items():
+            assert finals[counter] == value, (name, counter)
+        assert sum(truth.values()) > 0
+
+
+def test_no_raw_count_in_outputs_summary_logs_or_messages(tmp_path, caplog, capsys) -> None:
+    """True monthly HIV+ counts are distinctive (4817, 2311; running total 7128)."""
+    spec_path = tmp_path / "hiv.toml"
+    spec_text = (
+        __import__("importlib.resources", fromlist=["files"])
+        .files("streamdp")
+        .joinpath("examples", "hiv.toml")
+        .read_text("utf-8")
+    )
+    spec_path.write_text(spec_text)
+    rng = np.random.default_rng(0)
+    rows = []
+    for month, (positives, negatives) in enumerate([(4817, 301), (2311, 95)], start=1):
+        for k in range(positives + negatives):
+            rows.append(  # noqa: PERF401
+                {
+                    "event_id": f"{month}-{k}",
+                    "event_time": f"2024-0{month}-{int(rng.integers(1, 28)):02d}T10:00:00Z",
+                    "attributes": {"hiv_positive": k < positives},
+                }
+            )
+    rows.append({"event_id": "x", "event_time": "2024-01-03T00:00:00Z", "attributes": {}})
+    rows.append(
+        {
+            "event_id": "2-5",
+            "event_time": "2024-02-04T00:00:00Z",
+            "attributes": {"hiv_positive": True},
+        }
+    )  # duplicate of a counted id
+    lines = [json.dumps(r) for r in rows]
+    lines.append("not json at all")
+    lines.append(
+        json.dumps(
+            {
+                "type": "control",
+                "action": "close",
+                "stream": "hiv-monthly",
+                "through": "2024-03-01T00:00:00Z",
+            }
+        )
+    )
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(lines) + "\n")
+    secrets = {4817, 2311, 7128}
+
+    caplog.set_level(logging.DEBUG)
+    sampler = FarSampler()
+    out = tmp_path / "out"
+    summary = replay(
+        __import__("streamdp.engine", fromlist=["load_spec"]).load_spec(spec_path),
+        events,
+        out,
+        sampler=sampler,
+    )
+    assert sampler.calls == 2
+    texts = [summary.render(), caplog.text]
+    texts += [
+        (out / name).read_text()
+        for name in ("releases.jsonl", "consistent.jsonl", "dead_letter.jsonl", "ledger.jsonl")
+    ]
+    released = read_jsonl(out / "releases.jsonl")
+    assert len(released) == 2
+    for record in released:  # the engine did count them (noise is known here) ...
+        assert record["noisy_total"] % 10_000_019 in {7128 % 10_000_019, 4817}
+        # ... but no released number is a raw count
+        assert record["noisy_count"] not in secrets
+        assert record["noisy_total"] not in secrets
+    dead = read_jsonl(out / "dead_letter.jsonl")
+    assert {d["reason"] for d in dead} == {"schema_violation", "duplicate_event", "malformed"}
+    texts += [d["message"] for d in dead]
+
+    # the CLI path: summary on stdout, warnings on stderr
+    code = main(
+        [
+            "replay",
+            "--config",
+            str(spec_path),
+            "--input",
+            str(events),
+            "--output-dir",
+            str(tmp_path / "cli"),
+            "--insecure-seed",
+            "5",
+        ]
+    )
+    assert code == 0
+    captured = capsys.readouterr()
+    texts += [captured.out, captured.err]
+    assert "events accepted" in captured.out
+    # error path: replaying into the same directory is refused, message without counts
+    code = main(
+        [
+            "replay",
+            "--config",
+            str(spec_path),
+            "--input",
+            str(events),
+            "--output-dir",
+            str(tmp_path / "cli"),
+            "--insecure-seed",
+            "5",
+        ]
+    )
+    assert code == 2
+    captured = capsys.readouterr()
+    assert "spend the budget" in captured.err
+    texts += [captured.out, captured.err]
+    numbers = defaultdict(int)
+    for text in texts:
+        for token in re.findall(r"(?<![\d.])\d+(?![\d.])", text):
+            numbers[int(token)] += 1
+    leaked = secrets & set(numbers)
+    assert not leaked, leaked
