@@ -37,6 +37,7 @@ ENGINE_STATE_VERSION = 1
 
 OutputRecord = ReleaseRecord | ConsistentRecord
 RawRecord = bytes | bytearray | str | Mapping[str, Any]
+_TIME_VALID = frozenset({"after_horizon", "duplicate_event", "late"})
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,10 @@ class IngestResult:
 
     ``accepted``: streams that counted the event. ``rejections``/``dead_letters``: one per
     refusing stream (or one for the record). ``outputs``: records a control record produced.
-    ``event_time``/``source``: set when at least one stream accepted the event, so the caller
-    can advance that source's watermark. ``skipped``: the (topic, partition, offset) was already
-    applied (a replay after a crash); nothing was done.
+    ``event_time``/``source``: set when at least one stream accepted the event (or refused it
+    only as late, duplicate or after its horizon), so the caller can advance that source's
+    watermark; None for junk, so a bad record cannot move time. ``skipped``: the
+    (topic, partition, offset) was already applied (a replay after a crash); nothing was done.
     """
 
     accepted: tuple[str, ...] = ()
@@ -210,12 +212,15 @@ class Engine:
                     event_id=event_id,
                 )
             )
+        # the event's time is evidence of the clock when some stream took it, or refused it
+        # only for timing reasons (never for junk content or an implausible time)
+        timely = bool(accepted) or all(r.reason in _TIME_VALID for r in rejections)
         return IngestResult(
             accepted=tuple(accepted),
             rejections=tuple(rejections),
             dead_letters=tuple(letters),
-            event_time=ts if accepted else None,
-            source=source.name if accepted else None,
+            event_time=ts if timely else None,
+            source=source.name if timely else None,
         )
 
     def _resolve_source(self, event: Mapping[str, Any], topic: str | None) -> SourceSpec:

@@ -1,0 +1,165 @@
+"""Stream specs: the examples load, errors name stream/field/problem/allowed values, the
+per-source epsilon cap is enforced with exact decimal arithmetic."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from streamdp.engine import parse_spec
+from streamdp.engine.periods import PeriodClock
+from streamdp.engine.spec import PeriodSpec
+from streamdp.errors import ConfigError
+from streamdp.synth import SCENARIOS, example_spec
+
+GOOD = """
+[sources.s]
+topic = "t"
+kind = "person"
+epsilon_cap = {cap}
+
+[streams.a]
+source = "s"
+epsilon = {ea}
+delta = 1
+horizon = 12
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "hiv_positive" }}
+
+[streams.b]
+source = "s"
+epsilon = {eb}
+delta = 1
+horizon = 12
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "other" }}
+"""
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_examples_load(scenario) -> None:
+    spec = example_spec(scenario)
+    assert spec.streams
+    for stream in spec.streams.values():
+        assert stream.source in spec.sources
+
+
+def test_seed_shapes() -> None:
+    restaurant = example_spec("restaurant").streams["restaurant-items"]
+    assert restaurant.delta == 5
+    assert [v for _, v in restaurant.constraints.combos] == [
+        (2, 1, 1, 0, 1),
+        (0, 2, 2, 1, 0),
+        (1, 1, 0, 1, 1),
+    ]
+    census = example_spec("census").streams["census"]
+    assert census.delta == len(census.counters.attributes) + 2
+    assert census.counters.width == 1 + (2 + 7 + 23) + 2 * 7 * 23
+
+
+def test_exact_decimal_cap_accepts_point_one_plus_point_two() -> None:
+    spec = parse_spec(GOOD.format(cap="0.3", ea="0.1", eb="0.2"))
+    assert sum(s.epsilon for s in spec.streams.values()) == Decimal("0.3")
+    assert 0.1 + 0.2 > 0.3  # what float arithmetic would have refused
+
+
+def test_cap_exceeded_names_streams_and_sum() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_spec(GOOD.format(cap="0.3", ea="0.1", eb="0.25"))
+    message = str(info.value)
+    assert "source 's'" in message
+    assert "a (0.1) + b (0.25) = 0.35" in message
+    assert "cap 0.3" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        (("epsilon = 0.1", "epsilon = -1"), "stream 'a': field 'epsilon': must be a positive"),
+        (
+            (
+                'delta = 1\nhorizon = 12\nperiod = { unit = "month", timezone = "UTC"',
+                'delta = 1\nhorizon = 0\nperiod = { unit = "month", timezone = "UTC"',
+            ),
+            "field 'horizon': must be between 1 and",
+        ),
+        (
+            ('timezone = "UTC"', 'timezone = "Mars/Olympus"'),
+            "field 'period.timezone': must be an IANA",
+        ),
+        (
+            (
+                'start = "2024-01-01" }\ncounters = { kind = "flag", field = "hiv',
+                'start = "2024-01-15" }\ncounters = { kind = "flag", field = "hiv',
+            ),
+            "monthly periods start on the 1st",
+        ),
+        (
+            ("epsilon = 0.1", 'epsilon = 0.1\nstrategy = "fancy"'),
+            "field 'strategy': must be one of fda, binary, naive; got 'fancy'",
+        ),
+        (("epsilon = 0.1", "epsilon = 0.1\nepsilom = 1"), "field 'epsilom': unknown key"),
+        (
+            ('source = "s"\nepsilon = 0.1', 'source = "nope"\nepsilon = 0.1'),
+            "field 'source': unknown source 'nope'; configured: s",
+        ),
+        (('kind = "person"', 'kind = "order"'), "'flag' counters need a source of person events"),
+        (("epsilon = 0.1\ndelta = 1\n", "epsilon = 0.1\n"), "field 'delta': missing"),
+    ],
+)
+def test_errors_say_where_what_and_what_is_allowed(change, expected) -> None:
+    text = GOOD.format(cap="1", ea="0.1", eb="0.2")
+    old, new = change
+    assert old in text
+    with pytest.raises(ConfigError, match=r"^<string>: ") as info:
+        parse_spec(text.replace(old, new, 1))
+    assert expected in str(info.value)
+
+
+def test_census_delta_must_cover_k_plus_two_and_combos_the_largest_combo() -> None:
+    census = example_spec("census").raw
+    text = (
+        __import__("importlib.resources", fromlist=["files"])
+        .files("streamdp")
+        .joinpath("examples", "census.toml")
+        .read_text("utf-8")
+    )
+    assert census
+    with pytest.raises(ConfigError, match=r"k \+ 2.*set delta = 5"):
+        parse_spec(text.replace("delta = 5", "delta = 4"))
+    restaurant = (
+        __import__("importlib.resources", fromlist=["files"])
+        .files("streamdp")
+        .joinpath("examples", "restaurant.toml")
+        .read_text("utf-8")
+    )
+    with pytest.raises(ConfigError, match="largest combo holds 5 units"):
+        parse_spec(restaurant.replace("delta = 5", "delta = 4"))
+    with pytest.raises(ConfigError, match="unknown item; the stream counts cola"):
+        parse_spec(restaurant.replace("combo2 = { burger", "combo2 = { pizza = 1, burger"))
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        parse_spec(restaurant + "\n[[[")
+
+
+def test_daylight_saving_days_and_month_bounds() -> None:
+    clock = PeriodClock(PeriodSpec(unit="day", start="2024-03-01", timezone="Europe/London"))
+    tz = ZoneInfo("Europe/London")
+    # 2024-03-31 (index 30) lasts 23 hours, 2024-10-27 (index 240) 25 hours
+    lo, hi = clock.bounds(30)
+    assert hi - lo == 23 * 3600
+    lo, hi = clock.bounds(240)
+    assert hi - lo == 25 * 3600
+    for j in (0, 29, 30, 31, 239, 240, 241):
+        lo, hi = clock.bounds(j)
+        assert clock.index_of(lo) == j
+        assert clock.index_of(hi - 1e-3) == j
+        assert dt.datetime.fromtimestamp(lo, tz).time() == dt.time(0, 0)
+    months = PeriodClock(PeriodSpec(unit="month", start="2023-11-01", timezone="UTC"))
+    lo, hi = months.bounds(3)  # February 2024, a leap year
+    assert (hi - lo) == 29 * 86400
+    assert months.index_of(lo) == 3
+    assert months.index_of(lo - 1) == 2
+    assert months.index_of(months.bounds(0)[0] - 1) < 0
