@@ -145,3 +145,22 @@ def test_roll_carries_the_noisy_total_and_stop_rejects_after_the_horizon() -> No
     assert len(releases(outputs)) == 4
     assert {d.reason for d in letters} == {"after_horizon"}
     assert len(letters) == 3 * 3  # periods 5..7, three events each
+
+
+def test_a_failed_spend_at_epoch_roll_changes_nothing_and_can_be_retried() -> None:
+    spec = parse_spec(SPEC.format(end="roll"))
+    journal: list[str] = []
+    backend = Recorder(journal)
+    engine = Engine(spec, sampler=JournalSampler(journal), ledger_backend=backend)
+    lines = _events(6)
+    drive(engine, lines[: 3 * 4])  # periods 1..4 get events; 1..3 closed by the watermark
+    engine.close("flags", 1704067200 + 60 * 4)  # epoch 0 complete
+    before = json.dumps(engine.snapshot(), sort_keys=True)
+    backend.fail = True
+    with pytest.raises(OSError, match="disk full"):
+        engine.close("flags", 1704067200 + 60 * 5)  # needs epoch 1's spend
+    assert json.dumps(engine.snapshot(), sort_keys=True) == before
+    backend.fail = False
+    outputs = engine.close("flags", 1704067200 + 60 * 5)
+    assert [(r.epoch, r.period) for r in releases(outputs)] == [(1, 1)]
+    assert len(engine.streams["flags"].node_values()) == 2  # epoch 0 kept once, epoch 1

@@ -135,15 +135,18 @@ class StreamRuntime:
         j = self.closed
         epoch, index = divmod(j, self.horizon)
         period = index + 1
-        counter = self.counter
-        if counter.periods_closed == self.horizon:
-            self._past_nodes.append(counter.noisy_nodes()[1])
-            counter = counter.next_epoch()
-        # the spend is durable before the noise is drawn and anything is released
+        # the spend is durable before the noise is drawn and anything is released; if it
+        # raises (cap, backend failure) nothing has changed
         self._spend(self.spec.source, self.spec.name, epoch, self.spec.epsilon)
+        counter = self.counter
+        rolled = counter.periods_closed == self.horizon
+        if rolled:
+            counter = counter.next_epoch()
         row = self._open.get(j)
         counts = np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
         release = counter.close_period(counts)
+        if rolled:
+            self._past_nodes.append(self.counter.noisy_nodes()[1])
         self.counter = counter
         self._open.pop(j, None)
         self._seen.pop(j, None)
