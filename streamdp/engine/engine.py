@@ -49,7 +49,7 @@ class Rejection:
     stream: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class IngestResult:
     """What :meth:`Engine.ingest` did with one record.
 
@@ -59,6 +59,7 @@ class IngestResult:
     only as late, duplicate or after its horizon), so the caller can advance that source's
     watermark; None for junk, so a bad record cannot move time. ``skipped``: the
     (topic, partition, offset) was already applied (a replay after a crash); nothing was done.
+    Treat it as read-only (not frozen: a frozen dataclass costs a microsecond per event).
     """
 
     accepted: tuple[str, ...] = ()

@@ -64,7 +64,10 @@ def decode(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any
     if isinstance(record, Mapping):
         return dict(record)
     try:
-        data = json.loads(record)
+        # UTF-8 is the only encoding we accept; decoding first skips json's encoding sniffing
+        data = json.loads(
+            record.decode("utf-8") if isinstance(record, bytes | bytearray) else record
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise RejectedError("malformed", "record is not UTF-8 JSON") from None
     if not isinstance(data, dict):
