@@ -1,0 +1,255 @@
+"""Release-engine throughput and period-close time (issue 4).
+
+Measures, in one run (medians of repeated runs, ratios against baselines measured in the same run):
+
+1. events/s per scenario: the engine's ingest (+ watermark check) over in-memory JSON lines,
+   against a bare ``json.loads`` loop over the same lines (the floor any Python consumer pays).
+2. period-close time against horizon N (10^2 .. 10^6): median time of one close (noise for one
+   node, release records) for a 1-counter and a 5-counter (restaurant) stream.
+3. consistent-revision time against periods released T (10^2 .. 10^6): the per-node projection
+   and Fenwick prefix sums (restaurant combos, 5 counters), and with the records built (<= 10^5).
+
+Writes benchmarks/results/engine.md and benchmarks/results/engine.png. Timings come from a
+shared 2-core machine; compare ratios, not absolute numbers.
+
+    .venv/bin/python benchmarks/engine_throughput.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from streamdp.engine import Engine, parse_spec
+from streamdp.engine.revision import consistent_epochs
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth import example_spec, generate
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def throughput(scenario: str, periods: int, rate: float, repeats: int) -> tuple[int, float, float]:
+    lines = [line.text.encode() for line in generate(scenario, periods, rate, seed=1)]
+    spec = example_spec(scenario)
+    engine_times, parse_times = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for line in lines:
+            json.loads(line)
+        parse_times.append(time.perf_counter() - t0)
+        engine = Engine(spec, sampler=InsecureSeededSampler(0))
+        t0 = time.perf_counter()
+        for line in lines:
+            result = engine.ingest(line)
+            if result.event_time is not None:
+                engine.advance_watermark(result.event_time, source=result.source)
+        engine_times.append(time.perf_counter() - t0)
+    n = len(lines)
+    return n, n / statistics.median(engine_times), n / statistics.median(parse_times)
+
+
+CLOSE_SPEC = """
+[sources.s]
+topic = "s"
+kind = "{kind}"
+epsilon_cap = 1
+[streams.x]
+source = "s"
+epsilon = 1
+delta = {delta}
+horizon = {horizon}
+period = {{ unit = "fixed", start = "2024-01-01T00:00:00Z", length = 60 }}
+counters = {counters}
+consistency = {{ every_periods = 0, at_epoch_end = false }}
+"""
+
+
+def close_time(horizon: int, width: int, closes: int) -> float:
+    counters = (
+        '{ kind = "flag", field = "f" }'
+        if width == 1
+        else '{ kind = "items", items = ["cola", "burger", "wings", "fries", "nuggets"] }'
+    )
+    spec = parse_spec(
+        CLOSE_SPEC.format(
+            kind="person" if width == 1 else "order",
+            delta=1 if width == 1 else 5,
+            horizon=horizon,
+            counters=counters,
+        )
+    )
+    engine = Engine(spec, sampler=InsecureSeededSampler(0))
+    start = 1704067200
+    times = []
+    for j in range(min(closes, horizon)):
+        t0 = time.perf_counter()
+        engine.close("x", start + 60 * (j + 1))
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[len(times) // 2 :])
+
+
+def revision_time(periods: int, repeats: int, records: bool) -> float:
+    spec = example_spec("restaurant").streams["restaurant-items"]
+    rng = np.random.default_rng(0)
+    nodes = rng.integers(-500, 500, size=(periods, 5)).astype(np.int64)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        ((counts, totals),) = consistent_epochs(spec, [nodes])
+        if records:
+            names = spec.counters.names
+            rows_c, rows_t = counts.tolist(), totals.tolist()
+            _ = [
+                (dict(zip(names, rows_c[p], strict=True)), dict(zip(names, rows_t[p], strict=True)))
+                for p in range(periods)
+            ]
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    args = parser.parse_args()
+    repeats = 3
+    scale = 0.1 if args.quick else 1.0
+    rows = []
+    for scenario, periods, rate in [
+        ("restaurant", 120, 500),
+        ("hospital", 120, 500),
+        ("census", 12, 5000),
+        ("hiv", 12, 5000),
+    ]:
+        n, eps, parse = throughput(scenario, max(2, int(periods * scale)), rate, repeats)
+        rows.append((scenario, n, eps, parse))
+        print(
+            f"{scenario:11s} {n:8d} events  engine {eps:10.0f}/s  json.loads {parse:10.0f}/s  "
+            f"ratio {eps / parse:.2f}",
+            file=sys.stderr,
+        )
+
+    horizons = [10**2, 10**3, 10**4, 10**5, 10**6]
+    closes = 300 if args.quick else 2000
+    close_rows = []
+    for n in horizons:
+        t1 = close_time(n, 1, closes)
+        t5 = close_time(n, 5, closes)
+        close_rows.append((n, t1, t5))
+        print(
+            f"N={n:8d} close 1 counter {t1 * 1e6:8.1f} us, 5 counters {t5 * 1e6:8.1f} us",
+            file=sys.stderr,
+        )
+
+    sizes = [10**2, 10**3, 10**4, 10**5] + ([] if args.quick else [10**6])
+    rev_rows = []
+    for T in sizes:
+        math_t = revision_time(T, repeats, records=False)
+        rec_t = revision_time(T, repeats, records=True) if T <= 10**5 else float("nan")
+        rev_rows.append((T, math_t, rec_t))
+        print(
+            f"T={T:8d} revision maths {math_t * 1e3:9.2f} ms, with records {rec_t * 1e3:9.2f} ms",
+            file=sys.stderr,
+        )
+
+    RESULTS.mkdir(exist_ok=True)
+    lines = [
+        "# Release engine: throughput and period-close time",
+        "",
+        "Command: `.venv/bin/python benchmarks/engine_throughput.py"
+        + (" --quick`" if args.quick else "`"),
+        "",
+        (
+            "Shared 2-core machine (other engineers running at the same time): medians of "
+            f"{repeats} runs; compare ratios, not absolute numbers. Insecure seeded sampler "
+            "(OpenDP's secure sampler costs more per draw, but draws happen once per period close, "
+            "not per event)."
+        ),
+        "",
+        "## Ingest throughput (one worker, in-memory lines, no Kafka)",
+        "",
+        "| scenario | events | engine events/s | json.loads events/s (floor) | engine / floor |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines += [f"| {s} | {n} | {e:,.0f} | {p:,.0f} | {e / p:.2f} |" for s, n, e, p in rows]
+    lines += [
+        "",
+        (
+            "Target: >= 50,000 events/s per worker. Census has 355 counters but one event touches "
+            "k + 2 = 5 of them, so its per-event cost stays O(counters touched)."
+        ),
+        "",
+        "## Period-close time against horizon N (median of one close)",
+        "",
+        "| N | 1 counter (us) | 5 counters (us) |",
+        "|---:|---:|---:|",
+    ]
+    lines += [f"| {n:,} | {a * 1e6:.1f} | {b * 1e6:.1f} |" for n, a, b in close_rows]
+    lines += [
+        "",
+        (
+            "A close costs O(log N + counters): one node's noise, the read path, one record per "
+            "counter. It does not grow with N."
+        ),
+        "",
+        "## Consistent revision against periods released T (restaurant combos, 5 counters)",
+        "",
+        "| T | projection + prefix sums (ms) | with records built (ms) |",
+        "|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {t:,} | {a * 1e3:.2f} | {'-' if b != b else f'{b * 1e3:.2f}'} |" for t, a, b in rev_rows
+    ]
+    lines += [
+        "",
+        (
+            "A revision is O(T counters): per-node projection onto span(combos) and Fenwick prefix "
+            "sums by popcount level, vectorised. Schedule revisions (every_periods) so that their "
+            "O(T) cost is amortised over the periods between them."
+        ),
+        "",
+        "![engine](engine.png)",
+        "",
+    ]
+    (RESULTS / "engine.md").write_text("\n".join(lines))
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    axes[0].bar([r[0] for r in rows], [r[2] for r in rows], label="engine")
+    axes[0].bar([r[0] for r in rows], [r[3] for r in rows], alpha=0.35, label="json.loads floor")
+    axes[0].axhline(50_000, color="red", linestyle="--", label="target 50k/s")
+    axes[0].set_ylabel("events/s")
+    axes[0].set_title("ingest throughput")
+    axes[0].legend()
+    axes[1].loglog(
+        [r[0] for r in close_rows], [r[1] * 1e6 for r in close_rows], "o-", label="1 counter"
+    )
+    axes[1].loglog(
+        [r[0] for r in close_rows], [r[2] * 1e6 for r in close_rows], "s-", label="5 counters"
+    )
+    axes[1].set_xlabel("horizon N")
+    axes[1].set_ylabel("one period close (us)")
+    axes[1].set_title("period-close time vs horizon")
+    axes[1].legend()
+    axes[2].loglog([r[0] for r in rev_rows], [r[1] * 1e3 for r in rev_rows], "o-", label="maths")
+    axes[2].set_xlabel("periods released T")
+    axes[2].set_ylabel("revision (ms)")
+    axes[2].set_title("consistent revision vs T")
+    axes[2].legend()
+    fig.tight_layout()
+    fig.savefig(RESULTS / "engine.png", dpi=110)
+    print((RESULTS / "engine.md").read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
