@@ -1,0 +1,122 @@
+"""streamdp plan: JSON contract for every mechanism/objective, exact 95% bounds, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from streamdp.cli import main
+from streamdp.continual import build_strategy
+from streamdp.continual.variance import variance_profile
+from streamdp.planner import error_bound, plan
+
+KEYS = {
+    "mechanism",
+    "objective",
+    "horizon",
+    "epsilon",
+    "sensitivity",
+    "noise",
+    "mean_variance",
+    "max_variance",
+}
+
+
+@pytest.mark.parametrize("mechanism", ["fda", "binary", "naive"])
+@pytest.mark.parametrize("objective", ["total", "minimax"])
+@pytest.mark.parametrize("noise", ["laplace", "discrete-laplace"])
+def test_json_output(mechanism: str, objective: str, noise: str, capsys) -> None:
+    code = main(
+        [
+            "plan",
+            "--mechanism",
+            mechanism,
+            "--objective",
+            objective,
+            "--horizon",
+            "100",
+            "--epsilon",
+            "0.5",
+            "--sensitivity",
+            "5",
+            "--noise",
+            noise,
+            "--format",
+            "json",
+        ]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data.keys() >= KEYS
+    assert (data["mechanism"], data["objective"], data["noise"]) == (mechanism, objective, noise)
+    assert (data["horizon"], data["epsilon"], data["sensitivity"]) == (100, 0.5, 5.0)
+    prof = variance_profile(build_strategy(mechanism, objective, 100), 0.5, 5.0, noise)
+    assert data["mean_variance"] == pytest.approx(float(prof.total.mean()), rel=1e-12)
+    assert data["max_variance"] == pytest.approx(float(prof.total.max()), rel=1e-12)
+
+
+def test_table_output_shows_error_bounds(capsys) -> None:
+    assert main(["plan", "--horizon", "365", "--epsilon", "1", "--sensitivity", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "95% error bound" in out
+    assert "365" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--horizon", "0", "--epsilon", "1"],
+        ["plan", "--horizon", "10", "--epsilon", "-1"],
+        ["plan", "--horizon", "10", "--epsilon", "1", "--sensitivity", "0"],
+        ["plan", "--horizon", "10", "--epsilon", "nan"],
+    ],
+)
+def test_bad_values_exit_2_with_a_message(argv: list[str], capsys) -> None:
+    assert main(argv) == 2
+    assert "error" in capsys.readouterr().err
+
+
+def test_bad_choice_is_a_usage_error(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["plan", "--mechanism", "gauss", "--horizon", "10", "--epsilon", "1"])
+    assert info.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("scale", [0.8, 3.0, 12.0])
+def test_single_node_discrete_bound_is_exact(scale: float) -> None:
+    # P(|X| <= k) = 1 - 2 q^(k+1) / (1 + q) for the discrete Laplace
+    q = math.exp(-1 / scale)
+    k = next(k for k in range(10_000) if 1 - 2 * q ** (k + 1) / (1 + q) >= 0.95)
+    assert error_bound(np.array([scale]), "discrete-laplace") == k
+
+
+def test_two_node_discrete_bound_against_direct_convolution() -> None:
+    s1, s2 = 1.5, 4.0
+    K = 400
+    k = np.arange(-K, K + 1)
+
+    def pmf(s: float) -> np.ndarray:
+        q = math.exp(-1 / s)
+        return (1 - q) / (1 + q) * q ** np.abs(k)
+
+    dist = np.convolve(pmf(s1), pmf(s2))
+    centre = dist.size // 2
+    cum = [dist[centre - j : centre + j + 1].sum() for j in range(200)]
+    want = next(j for j, c in enumerate(cum) if c >= 0.95)
+    assert error_bound(np.array([s1, s2]), "discrete-laplace") == want
+
+
+def test_continuous_single_node_bound() -> None:
+    b = 10.0  # P(|X| <= q) = 1 - exp(-q/b) -> q = b ln 20
+    got = error_bound(np.array([b]), "laplace")
+    assert abs(got - b * math.log(20)) <= 2 * math.sqrt(2) * b / 400
+
+
+def test_plan_reports_release_errors() -> None:
+    p = plan("fda", "total", 100, 1.0, 1.0)
+    assert [r.t for r in p.releases] == [1, 25, 50, 75, 100]
+    assert all(r.error95 > r.total_std for r in p.releases)
