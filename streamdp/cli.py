@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _load(args.command).run(args)
     except StreamdpError as error:
-        print(f"streamdp {args.command}: error: {error}", file=sys.stderr)
+        print(f"streamdp {args.command}: error: {error}", file=sys.stderr)  # noqa: T201
         return 2
     except KeyboardInterrupt:
         return 130

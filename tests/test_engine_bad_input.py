@@ -25,7 +25,7 @@ class ZeroSampler:
     name = "test-zero"
     secure = False
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         return np.zeros(size, dtype=np.int64)
 
 
@@ -39,7 +39,7 @@ class FarSampler:
     def __init__(self) -> None:
         self.calls = 0
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         self.calls += 1
         return np.full(size, 10_000_019 * self.calls, dtype=np.int64)
 

@@ -70,7 +70,7 @@ class JournalSampler:
     def __init__(self, journal: list[str]) -> None:
         self.journal = journal
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         self.journal.append("draw")
         return np.zeros(size, dtype=np.int64)
 

@@ -25,7 +25,7 @@ class IndexedSampler:
         self.seed = seed
         self.calls = start
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         rng = np.random.default_rng([self.seed, self.calls])
         self.calls += 1
         p = -np.expm1(-1.0 / scale)

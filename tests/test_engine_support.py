@@ -20,10 +20,10 @@ class CountingSampler:
         self.calls = 0
         self.values = 0
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         self.calls += 1
         self.values += size
-        return self.inner.discrete_laplace(scale, size)
+        return self.inner.discrete_laplace(scale, size, label=label)
 
 
 class ConstantSampler:
@@ -35,7 +35,7 @@ class ConstantSampler:
     def __init__(self, offset: int) -> None:
         self.offset = offset
 
-    def discrete_laplace(self, scale: float, size: int) -> np.ndarray:
+    def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
         return np.full(size, self.offset, dtype=np.int64)
 
 

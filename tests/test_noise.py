@@ -79,3 +79,26 @@ def test_bad_scale_is_refused(bad: float) -> None:
 
 def test_zero_size() -> None:
     assert production_sampler().discrete_laplace(1.0, 0).shape == (0,)
+
+
+def test_labelled_insecure_draws_depend_only_on_seed_and_label() -> None:
+    """A labelled draw is reproducible whatever was drawn before (restart safety in tests),
+    and different labels or seeds give different draws."""
+    first = InsecureSeededSampler(11)
+    second = InsecureSeededSampler(11)
+    second.discrete_laplace(3.0, 50)  # advance the unlabelled sequence: must not matter
+    a = first.discrete_laplace(3.0, 1000, label="s|e0|n5")
+    b = second.discrete_laplace(3.0, 1000, label="s|e0|n5")
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, first.discrete_laplace(3.0, 1000, label="s|e0|n6"))
+    assert not np.array_equal(
+        a, InsecureSeededSampler(12).discrete_laplace(3.0, 1000, label="s|e0|n5")
+    )
+
+
+def test_secure_sampler_ignores_labels() -> None:
+    """The label never makes secure noise reproducible: two labelled draws differ."""
+    sampler = production_sampler()
+    a = sampler.discrete_laplace(50.0, 200, label="x")
+    b = sampler.discrete_laplace(50.0, 200, label="x")
+    assert not np.array_equal(a, b)

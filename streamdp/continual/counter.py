@@ -77,6 +77,7 @@ class ContinualCounter:
         epoch: int = 0,
         carry: Int64Array | None = None,
         carry_variance: float = 0.0,
+        noise_label: str = "",
     ) -> None:
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
         if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
@@ -90,6 +91,7 @@ class ContinualCounter:
         self.strategy = strategy
         self.width = int(width)
         self.sampler = sampler
+        self.noise_label = str(noise_label)
         self.epoch = int(epoch)
         self.carry: Int64Array = (
             np.zeros(self.width, dtype=np.int64)
@@ -157,7 +159,12 @@ class ContinualCounter:
         raw = a.copy()
         for j in kids:
             raw += self._pending[j]
-        noise = np.asarray(self.sampler.discrete_laplace(float(self._scales[t - 1]), self.width))
+        scale = float(self._scales[t - 1])
+        if self.noise_label:
+            label = f"{self.noise_label}|e{self.epoch}|n{t}"
+            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width, label=label))
+        else:
+            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width))
         if noise.shape != (self.width,):
             raise StateError(
                 f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
@@ -215,6 +222,7 @@ class ContinualCounter:
             epoch=self.epoch + 1,
             carry=self._last_total + self.carry,
             carry_variance=self.total_variance(self._closed) + self.carry_variance,
+            noise_label=self.noise_label,
         )
 
     # ------------------------------------------------------------------ persistence
@@ -234,6 +242,7 @@ class ContinualCounter:
             "width": self.width,
             "epoch": self.epoch,
             "sampler": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "noise_label": self.noise_label,
             "periods_closed": self._closed,
             "carry": self.carry.tolist(),
             "carry_variance": self.carry_variance,
@@ -271,6 +280,7 @@ class ContinualCounter:
                 epoch=state["epoch"],
                 carry=np.asarray(state["carry"], dtype=np.int64),
                 carry_variance=state["carry_variance"],
+                noise_label=state.get("noise_label", ""),
             )
             closed = state["periods_closed"]
             if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:

@@ -64,6 +64,7 @@ class StreamRuntime:
             float(self.spec.delta),
             self.width,
             self.sampler,
+            noise_label=self.spec.name,
         )
 
     @property

@@ -7,6 +7,7 @@ class identifies itself with ``secure = False`` and a name that says "insecure".
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -30,14 +31,26 @@ class InsecureSeededSampler:
         self.seed = seed
         self._rng = np.random.default_rng(seed)
 
-    def discrete_laplace(self, scale: float, size: int) -> npt.NDArray[np.int64]:
-        """``size`` i.i.d. draws with ``P(k) ~ exp(-|k|/scale)``; shape ``(size,)``, int64."""
+    def discrete_laplace(
+        self, scale: float, size: int, *, label: str = ""
+    ) -> npt.NDArray[np.int64]:
+        """``size`` i.i.d. draws with ``P(k) ~ exp(-|k|/scale)``; shape ``(size,)``, int64.
+
+        Unlabelled draws continue one seeded sequence. A labelled draw uses a generator keyed
+        by ``(seed, label)`` only, so it is reproducible across restarts and processes.
+        """
         b = check_scale(scale)
         n = check_size(size)
+        rng = self._rng if not label else self._keyed(label)
         p = -math.expm1(-1.0 / b)  # success probability 1 - q
-        a = self._rng.geometric(p, size=n)
-        c = self._rng.geometric(p, size=n)
+        a = rng.geometric(p, size=n)
+        c = rng.geometric(p, size=n)
         return (a - c).astype(np.int64)
+
+    def _keyed(self, label: str) -> np.random.Generator:
+        digest = hashlib.sha256(label.encode("utf-8")).digest()
+        words = [int.from_bytes(digest[i : i + 4], "little") for i in range(0, 32, 4)]
+        return np.random.default_rng(np.random.SeedSequence([self.seed & 0xFFFFFFFF, *words]))
 
     def __repr__(self) -> str:
         return f"InsecureSeededSampler(seed={self.seed})"

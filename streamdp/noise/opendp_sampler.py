@@ -33,8 +33,14 @@ class OpenDPDiscreteLaplace:
     name = "opendp-discrete-laplace"
     secure = True
 
-    def discrete_laplace(self, scale: float, size: int) -> npt.NDArray[np.int64]:
-        """``size`` i.i.d. draws with ``P(k) ~ exp(-|k|/scale)``; shape ``(size,)``, int64."""
+    def discrete_laplace(
+        self, scale: float, size: int, *, label: str = ""
+    ) -> npt.NDArray[np.int64]:
+        """``size`` i.i.d. draws with ``P(k) ~ exp(-|k|/scale)``; shape ``(size,)``, int64.
+
+        ``label`` is ignored: every draw is fresh OS entropy.
+        """
+        del label
         b = check_scale(scale)
         n = check_size(size)
         if n == 0:

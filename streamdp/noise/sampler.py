@@ -25,12 +25,19 @@ class NoiseSampler(Protocol):
     ``P(k) = (1 - q) / (1 + q) * q**|k|``, ``q = exp(-1/scale)``, i.e. proportional to
     ``exp(-|k| / scale)`` (the two-sided geometric distribution; Ghosh, Roughgarden and
     Sundararajan 2009). Shape ``(size,)``, dtype int64.
+
+    ``label`` names the draw (e.g. ``"restaurant|e0|n12"``: stream, epoch, node). A secure sampler
+    ignores it. The insecure seeded sampler derives a labelled draw from ``(seed, label)`` alone,
+    so a test run that restarts from a snapshot reproduces exactly the draws an uninterrupted run
+    makes, whatever order streams close in.
     """
 
     name: str
     secure: bool
 
-    def discrete_laplace(self, scale: float, size: int) -> npt.NDArray[np.int64]: ...
+    def discrete_laplace(
+        self, scale: float, size: int, *, label: str = ""
+    ) -> npt.NDArray[np.int64]: ...
 
 
 def check_scale(scale: float) -> float:
