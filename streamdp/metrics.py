@@ -33,15 +33,15 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from streamdp.engine.events import REASONS
+
 PREFIX = "streamdp_"
 
 MetricKind = Literal["gauge", "counter", "histogram"]
 
-#: Reasons an input record is not counted. ``duplicate`` records are dropped silently (a replay
-#: after a crash produces them); every other reason sends the record to ``streamdp.dead-letter``.
-REJECTION_REASONS: frozenset[str] = frozenset(
-    {"not_json", "schema", "unknown_stream", "over_delta", "late", "duplicate"}
-)
+#: Reasons an input record is not counted: the engine's fixed set (every one sends the record
+#: to ``streamdp.dead-letter``). Re-deliveries after a crash are skipped, not rejected.
+REJECTION_REASONS: frozenset[str] = frozenset(REASONS)
 
 #: Buckets of the consistency-run duration histogram, seconds (1 ms .. 2 min).
 CONSISTENCY_BUCKETS: tuple[float, ...] = (

@@ -218,7 +218,7 @@ def test_unknown_rejection_reason_is_refused_and_registries_are_independent() ->
     metrics = StreamdpMetrics()
     with pytest.raises(ValueError, match="unknown rejection reason"):
         metrics.record_rejected("orders", "period_17")
-    assert "duplicate" in REJECTION_REASONS
+    assert "duplicate_event" in REJECTION_REASONS
     # two instances never collide (fresh registry each), an explicit registry is honoured
     registry = CollectorRegistry()
     StreamdpMetrics(registry)

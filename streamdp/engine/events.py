@@ -41,6 +41,7 @@ Reason = Literal[
     "after_horizon",
     "too_far_in_future",
     "bad_control",
+    "wrong_partition_key",
 ]
 REASONS: Final[tuple[str, ...]] = get_args(Reason)
 
