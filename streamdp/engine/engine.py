@@ -197,7 +197,7 @@ class Engine:
         else:
             self.stats.events_rejected += 1
         letters = []
-        raw, encoding = _raw_text(record)
+        raw, encoding = raw_text(record)
         for r in rejections:
             self.stats.rejected_by_reason[r.reason] += 1
             letters.append(
@@ -247,7 +247,7 @@ class Engine:
     ) -> IngestResult:
         self.stats.events_rejected += 1
         self.stats.rejected_by_reason[rejected.reason] += 1
-        raw, encoding = _raw_text(record)
+        raw, encoding = raw_text(record)
         event_id = None
         source = None
         if isinstance(record, Mapping) or rejected.reason != "malformed":
@@ -419,7 +419,7 @@ class Engine:
         self._refresh_deadlines()
 
 
-def _raw_text(record: RawRecord) -> tuple[str, str]:
+def raw_text(record: RawRecord) -> tuple[str, str]:
     """The raw record as text for a dead letter: UTF-8, else base64 of the bytes."""
     if isinstance(record, Mapping):
         try:

@@ -1,0 +1,123 @@
+"""How one source's engine state is laid out in the daemon's keyed state table.
+
+An engine snapshot holds every noisy node released so far; rewriting all of them at every
+checkpoint would grow without bound (and past Kafka's message size). So a source's state is
+split into keys of the changelog-backed table:
+
+``<source>``                              the *hot* state: the engine snapshot with the noisy
+                                          nodes replaced by how many there are per stream and
+                                          epoch, plus the daemon's own fields (home partition,
+                                          outbox sequence numbers)
+``<source>|node|<stream>|<epoch>|<t>``    one noisy node (a list of ``width`` ints), written
+                                          once, when it is drawn, and never changed
+``<source>|out|<seq>``                    one output record waiting to be (re)published: the
+                                          outbox, deleted after its publication is acknowledged
+
+Everything here is plain data and pure functions; the Faust adapter only moves the pairs.
+The table holds raw partial sums and raw input (dead letters in the outbox), so its changelog
+topic must be protected like the input topics.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from streamdp.errors import StateError
+
+NodeKey = tuple[str, int, int]  # (stream, epoch, t) with t the 1-based node index
+SEPARATOR = "|"
+
+
+def hot_key(source: str) -> str:
+    """Table key of a source's hot state."""
+    return source
+
+
+def node_key(source: str, stream: str, epoch: int, t: int) -> str:
+    """Table key of one noisy node."""
+    return f"{source}{SEPARATOR}node{SEPARATOR}{stream}{SEPARATOR}{epoch}{SEPARATOR}{t}"
+
+
+def outbox_key(source: str, seq: int) -> str:
+    """Table key of one pending output record (zero-padded so keys sort by sequence)."""
+    return f"{source}{SEPARATOR}out{SEPARATOR}{seq:012d}"
+
+
+def outbox_prefix(source: str) -> str:
+    """Prefix of every outbox key of ``source``."""
+    return f"{source}{SEPARATOR}out{SEPARATOR}"
+
+
+def split_snapshot(snapshot: Mapping[str, Any]) -> tuple[dict[str, Any], dict[NodeKey, list[int]]]:
+    """Split an engine snapshot into its hot part and its noisy nodes.
+
+    Returns ``(hot, nodes)``: ``hot`` is a deep copy of the snapshot in which every stream's
+    ``past_nodes`` and ``counter.noisy_nodes`` are replaced by ``node_counts`` (a list of
+    ``[epoch, n]``); ``nodes`` maps ``(stream, epoch, t)`` to the node's values.
+    """
+    hot = copy.deepcopy(dict(snapshot))
+    nodes: dict[NodeKey, list[int]] = {}
+    try:
+        for name, state in hot["streams"].items():
+            counter = state["counter"]
+            current_epoch = int(counter["epoch"])
+            past = state.pop("past_nodes")
+            first_epoch = current_epoch - len(past)
+            counts: list[list[int]] = []
+            for offset, epoch_nodes in enumerate(past):
+                epoch = first_epoch + offset
+                for t, values in enumerate(epoch_nodes, start=1):
+                    nodes[(name, epoch, t)] = list(values)
+                counts.append([epoch, len(epoch_nodes)])
+            current = counter.pop("noisy_nodes")
+            for t, values in enumerate(current, start=1):
+                nodes[(name, current_epoch, t)] = list(values)
+            counts.append([current_epoch, len(current)])
+            state["node_counts"] = counts
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise StateError(
+            f"engine snapshot has an unexpected layout ({type(error).__name__})"
+        ) from None
+    return hot, nodes
+
+
+def join_snapshot(
+    hot: Mapping[str, Any], node: Callable[[str, int, int], list[int] | None]
+) -> dict[str, Any]:
+    """Inverse of :func:`split_snapshot`: rebuild the engine snapshot from the hot part and a
+    lookup of stored nodes. Raises :class:`StateError` if a node is missing (never redraws)."""
+    snapshot = copy.deepcopy(dict(hot))
+    try:
+        for name, state in snapshot["streams"].items():
+            counts = [(int(e), int(n)) for e, n in state.pop("node_counts")]
+            *past_counts, (current_epoch, current_n) = counts
+            past: list[list[list[int]]] = []
+            for epoch, n in past_counts:
+                past.append([_need(node, name, epoch, t) for t in range(1, n + 1)])
+            state["past_nodes"] = past
+            if int(state["counter"]["epoch"]) != current_epoch:
+                raise StateError(f"stream {name!r}: node counts disagree with the counter epoch")
+            state["counter"]["noisy_nodes"] = [
+                _need(node, name, current_epoch, t) for t in range(1, current_n + 1)
+            ]
+    except StateError:
+        raise
+    except (KeyError, TypeError, ValueError) as error:
+        raise StateError(
+            f"stored hot state has an unexpected layout ({type(error).__name__})"
+        ) from None
+    return snapshot
+
+
+def _need(
+    node: Callable[[str, int, int], list[int] | None], stream: str, epoch: int, t: int
+) -> list[int]:
+    values = node(stream, epoch, t)
+    if values is None:
+        raise StateError(
+            f"stored noisy node {t} of stream {stream!r} epoch {epoch} is missing; refusing to "
+            "restore (a node is never drawn twice): restore the state topic from a backup"
+        )
+    return list(values)

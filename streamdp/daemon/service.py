@@ -1,0 +1,363 @@
+"""The daemon's release service: the engine driven batch by batch, with no Kafka in it.
+
+The Faust agent hands :meth:`ReleaseService.process` a batch of input records (topic,
+partition, offset, key, value). The service routes each record to the engine of its source
+(one :class:`~streamdp.engine.Engine` per source, so a source's state moves between workers as
+one unit), and returns a :class:`BatchOutcome`:
+
+1. ``writes``: table entries (hot state, new noisy nodes, outbox records) the adapter must make
+   durable (changelog delivery acknowledged) FIRST;
+2. ``publications``: output records to send, only after step 1;
+3. ``cleanup``: outbox deletions to write once the publications are acknowledged.
+
+Only then may the adapter acknowledge the input records (so their offsets get committed).
+A crash anywhere in between is safe: input re-delivered after the last durable checkpoint is
+skipped by the engine's applied offsets (stored in the checkpoint), and a pending outbox is
+published again when the source is next loaded (same keys, same values). Noise is drawn in
+memory and published only after it is stored; noise lost in a crash was never published.
+
+Records of one source must all arrive on one partition: producers key them by the source name
+(or the topic has a single partition). Others go to the dead-letter topic as
+``wrong_partition_key`` before touching any state.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamdp.daemon.checkpoint import (
+    hot_key,
+    join_snapshot,
+    node_key,
+    outbox_key,
+    outbox_prefix,
+    split_snapshot,
+)
+from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, EngineSpec, ReleaseRecord
+from streamdp.engine.engine import raw_text
+from streamdp.engine.events import Reason
+from streamdp.engine.ledger import MemoryLedgerBackend
+from streamdp.engine.spec import SourceSpec
+from streamdp.noise.sampler import NoiseSampler
+
+DAEMON_STATE_KEY = "daemon"
+OutputRecord = ReleaseRecord | ConsistentRecord | DeadLetterRecord
+
+
+@dataclass(frozen=True)
+class OutputTopics:
+    """Names of the topics the daemon writes."""
+
+    releases: str = "streamdp.releases"
+    consistent: str = "streamdp.consistent"
+    dead_letter: str = "streamdp.dead-letter"
+    control: str = "streamdp.control"
+
+    def for_record(self, record: OutputRecord) -> str:
+        if isinstance(record, ReleaseRecord):
+            return self.releases
+        if isinstance(record, ConsistentRecord):
+            return self.consistent
+        return self.dead_letter
+
+
+@dataclass(frozen=True)
+class InputRecord:
+    """One record as read from Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    """Set (``value`` not None) or delete one key of the state table, on ``partition``."""
+
+    partition: int
+    key: str
+    value: Any | None
+
+
+@dataclass(frozen=True)
+class Publication:
+    """One output record to send: ``topic``, ``key`` and JSON ``value`` (UTF-8 text)."""
+
+    topic: str
+    key: str
+    value: str
+
+
+@dataclass
+class BatchOutcome:
+    """What a batch produced; see the module docstring for the order the adapter must follow."""
+
+    writes: list[StateWrite] = field(default_factory=list)
+    publications: list[Publication] = field(default_factory=list)
+    cleanup: list[StateWrite] = field(default_factory=list)
+    releases: list[ReleaseRecord] = field(default_factory=list)
+    revisions: list[ConsistentRecord] = field(default_factory=list)
+    dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    skipped: int = 0
+    accepted: int = 0
+    close_latency: list[tuple[str, float]] = field(default_factory=list)
+
+    def extend(self, other: BatchOutcome) -> None:
+        self.writes += other.writes
+        self.publications += other.publications
+        self.cleanup += other.cleanup
+        self.releases += other.releases
+        self.revisions += other.revisions
+        self.dead_letters += other.dead_letters
+        self.skipped += other.skipped
+        self.accepted += other.accepted
+        self.close_latency += other.close_latency
+
+
+def source_spec(spec: EngineSpec, source: str) -> EngineSpec:
+    """The configuration restricted to one source and the streams reading it."""
+    streams = {n: s for n, s in spec.streams.items() if s.source == source}
+    return EngineSpec(
+        sources={source: spec.sources[source]},
+        streams=streams,
+        raw={"configuration": dict(spec.raw), "source": source},
+    )
+
+
+class _SourceSlot:
+    """A loaded source: its engine and what of its state is already stored."""
+
+    def __init__(self, engine: Engine, home: int) -> None:
+        self.engine = engine
+        self.home = home
+        self.stored_nodes: set[tuple[str, int, int]] = set()
+        self.next_outbox = 0
+        self.last_event = time.monotonic()
+
+
+class ReleaseService:
+    """Per-source engines over a keyed state store (a Faust table's local data in the daemon,
+    a dict in tests); see the module docstring for the checkpoint protocol."""
+
+    def __init__(
+        self,
+        spec: EngineSpec,
+        *,
+        sampler: NoiseSampler,
+        state: MutableMapping[str, Any],
+        topics: OutputTopics | None = None,
+        topic_partitions: Mapping[str, int] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.sampler = sampler
+        self.state = state
+        self.topics = topics or OutputTopics()
+        self.topic_partitions = dict(topic_partitions or {})
+        self.slots: dict[str, _SourceSlot] = {}
+        self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
+
+    # ------------------------------------------------------------------ loading
+    def _load(self, source: str, home: int, outcome: BatchOutcome) -> _SourceSlot:
+        slot = self.slots.get(source)
+        if slot is not None:
+            return slot
+        engine = Engine(
+            source_spec(self.spec, source),
+            sampler=self.sampler,
+            ledger_backend=MemoryLedgerBackend(),
+        )
+        hot = self.state.get(hot_key(source))
+        slot = _SourceSlot(engine, home)
+        if hot is not None:
+            hot = dict(hot)
+            daemon = dict(hot.pop(DAEMON_STATE_KEY))
+            slot.home = int(daemon["home"])
+            slot.next_outbox = int(daemon["next_outbox"])
+
+            def node(stream: str, epoch: int, t: int) -> list[int] | None:
+                value = self.state.get(node_key(source, stream, epoch, t))
+                return None if value is None else list(value)
+
+            engine.restore(join_snapshot(hot, node))
+            _, nodes = split_snapshot(engine.snapshot())
+            slot.stored_nodes = set(nodes)
+            # re-publish whatever a crash left in the outbox (same key, same value)
+            prefix = outbox_prefix(source)
+            for key in sorted(k for k in list(self.state.keys()) if str(k).startswith(prefix)):
+                pending = self.state.get(key)
+                if pending is None:
+                    continue
+                outcome.publications.append(
+                    Publication(pending["topic"], pending["key"], pending["value"])
+                )
+                outcome.cleanup.append(StateWrite(slot.home, str(key), None))
+        self.slots[source] = slot
+        return slot
+
+    def drop(self, partitions: Iterable[int]) -> list[str]:
+        """Forget the sources whose home partition was revoked (their state stays in the table
+        and is reloaded by whichever worker gets the partition). Returns the dropped sources."""
+        gone = set(partitions)
+        dropped = [name for name, slot in self.slots.items() if slot.home in gone]
+        for name in dropped:
+            del self.slots[name]
+        return dropped
+
+    # ------------------------------------------------------------------ processing
+    def process(self, batch: Sequence[InputRecord]) -> BatchOutcome:
+        """Ingest a batch; returns the checkpoint writes, publications and cleanup to perform."""
+        outcome = BatchOutcome()
+        touched: dict[str, _SourceSlot] = {}
+        outputs: dict[str, list[OutputRecord]] = {}
+        for record in batch:
+            source = self._source_of(record)
+            if source is None:
+                letter = self._dead_letter(record, "unknown_source", "the topic is not configured")
+                self._emit_unrouted(letter, outcome)
+                continue
+            slot = self._load(source.name, record.partition, outcome)
+            if not self._keyed_correctly(record, source):
+                letter = self._dead_letter(
+                    record,
+                    "wrong_partition_key",
+                    f"records of source {source.name!r} must be keyed by {source.name!r} so that "
+                    "they all land on one partition (or use a single-partition topic)",
+                    source=source.name,
+                )
+                outputs.setdefault(source.name, []).append(letter)
+                touched[source.name] = slot
+                continue
+            engine = slot.engine
+            result = engine.ingest(
+                record.value,
+                source_topic=record.topic,
+                partition=record.partition,
+                offset=record.offset,
+            )
+            touched[source.name] = slot
+            if result.skipped:
+                outcome.skipped += 1
+                continue
+            produced: list[OutputRecord] = [*result.dead_letters, *result.outputs]
+            if result.accepted:
+                outcome.accepted += 1
+                slot.last_event = time.monotonic()
+            if result.event_time is not None:
+                produced += engine.advance_watermark(result.event_time, source=result.source)
+            if produced:
+                outputs.setdefault(source.name, []).extend(produced)
+        for name, slot in touched.items():
+            self._checkpoint(name, slot, outputs.get(name, []), outcome)
+        return outcome
+
+    def close_idle(self, now: float, idle_seconds: float) -> BatchOutcome:
+        """Advance to wall-clock ``now`` the watermark of every loaded source that has seen no
+        event for ``idle_seconds`` (closes periods when input stops); checkpoints what changed."""
+        outcome = BatchOutcome()
+        mono = time.monotonic()
+        for name, slot in self.slots.items():
+            if mono - slot.last_event < idle_seconds:
+                continue
+            produced: list[OutputRecord] = list(slot.engine.advance_watermark(now, source=name))
+            if produced:
+                self._checkpoint(name, slot, produced, outcome)
+        return outcome
+
+    def _checkpoint(
+        self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
+    ) -> None:
+        hot, nodes = split_snapshot(slot.engine.snapshot())
+        for new in sorted(set(nodes) - slot.stored_nodes):
+            stream, epoch, t = new
+            outcome.writes.append(
+                StateWrite(slot.home, node_key(source, stream, epoch, t), nodes[new])
+            )
+            slot.stored_nodes.add(new)
+        first = slot.next_outbox
+        for record in produced:
+            publication = Publication(self.topics.for_record(record), record.key, record.to_json())
+            key = outbox_key(source, slot.next_outbox)
+            slot.next_outbox += 1
+            outcome.writes.append(
+                StateWrite(
+                    slot.home,
+                    key,
+                    {
+                        "topic": publication.topic,
+                        "key": publication.key,
+                        "value": publication.value,
+                    },
+                )
+            )
+            outcome.publications.append(publication)
+            outcome.cleanup.append(StateWrite(slot.home, key, None))
+            if isinstance(record, ReleaseRecord):
+                outcome.releases.append(record)
+            elif isinstance(record, ConsistentRecord):
+                outcome.revisions.append(record)
+            else:
+                outcome.dead_letters.append(record)
+        hot[DAEMON_STATE_KEY] = {"home": slot.home, "next_outbox": slot.next_outbox, "first": first}
+        # the hot state goes last: on recovery it only refers to nodes already written
+        outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
+
+    # ------------------------------------------------------------------ routing helpers
+    def _source_of(self, record: InputRecord) -> SourceSpec | None:
+        by_topic = self._by_topic.get(record.topic)
+        if record.topic != self.topics.control and b'"control"' not in record.value:
+            return by_topic
+        # a control record goes to the source of the stream it names
+        try:
+            data = json.loads(record.value)
+        except (ValueError, UnicodeDecodeError):
+            return by_topic
+        if not isinstance(data, dict) or data.get("type") != "control":
+            return by_topic
+        stream = data.get("stream")
+        if isinstance(stream, str) and stream in self.spec.streams:
+            return self.spec.sources[self.spec.streams[stream].source]
+        source = data.get("source")
+        if isinstance(source, str):
+            if source in self.spec.sources:
+                return self.spec.sources[source]
+            return self._by_topic.get(source, by_topic)
+        return by_topic
+
+    def _keyed_correctly(self, record: InputRecord, source: SourceSpec) -> bool:
+        if self.topic_partitions.get(record.topic, 0) == 1:
+            return True
+        return record.key is not None and record.key == source.name.encode()
+
+    def _dead_letter(
+        self, record: InputRecord, reason: Reason, message: str, *, source: str | None = None
+    ) -> DeadLetterRecord:
+        raw, encoding = raw_text(record.value)
+        return DeadLetterRecord(
+            reason=reason,
+            message=message,
+            raw=raw,
+            raw_encoding=encoding,
+            source=source,
+            topic=record.topic,
+            offset=record.offset,
+            event_id=None,
+        )
+
+    def _emit_unrouted(self, letter: DeadLetterRecord, outcome: BatchOutcome) -> None:
+        # no source state to checkpoint with: publish directly (the record's offset is
+        # acknowledged only after this publication is, so nothing is lost)
+        outcome.publications.append(
+            Publication(self.topics.dead_letter, letter.key, letter.to_json())
+        )
+        outcome.dead_letters.append(letter)
+
+    # ------------------------------------------------------------------ views
+    def engines(self) -> dict[str, Engine]:
+        """Loaded engines by source (read-only use: status and metrics)."""
+        return {name: slot.engine for name, slot in self.slots.items()}
