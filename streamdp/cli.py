@@ -20,6 +20,7 @@ from streamdp.errors import StreamdpError
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("streamdp.planner_cli", "accuracy planner: expected error before spending budget"),
+    "worker": ("streamdp.worker_cli", "run a release daemon worker (faust-streaming on Kafka)"),
     "demo": ("streamdp.demo_cli", "run the main job on its embedded default"),
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
     "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),

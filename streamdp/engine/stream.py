@@ -10,7 +10,9 @@ stored like the input topic.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +23,7 @@ from streamdp.continual.strategy import build_strategy
 from streamdp.engine.events import Contribution, RejectedError, extractor_for
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
-from streamdp.engine.revision import consistent_epochs
+from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
@@ -30,6 +32,15 @@ STREAM_STATE_VERSION = 1
 
 # (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
 SpendHook = Callable[[str, str, int, Any], object]
+
+
+@dataclass(frozen=True)
+class RevisionStats:
+    """Diagnostics of the latest consistent revision (post-processing of noisy values only)."""
+
+    iterations: int
+    residual: float
+    seconds: float
 
 
 class StreamRuntime:
@@ -51,6 +62,7 @@ class StreamRuntime:
         self._seen: dict[int, set[str]] = {}
         self._past_nodes: list[npt.NDArray[np.int64]] = []
         self.revision = 0
+        self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
         self._lateness = spec.allowed_lateness_seconds
         self._stop = spec.on_epoch_end == "stop"
@@ -201,8 +213,21 @@ class StreamRuntime:
         if self.closed == 0:
             return []
         self.revision += 1
+        started = time.perf_counter()
         epochs = self.node_values()
         results = consistent_epochs(self.spec, epochs)
+        # diagnostics (noisy-derived only): the exact per-node projection is one pass; the
+        # residual is how far the published period counts are from the constraint subspace
+        residual = max(
+            (
+                float(np.max(np.abs(project_nodes(self.spec, c) - c), initial=0.0))
+                for c, _ in results
+            ),
+            default=0.0,
+        )
+        self.last_revision = RevisionStats(
+            iterations=1, residual=residual, seconds=time.perf_counter() - started
+        )
         first_epoch = self.counter.epoch - len(self._past_nodes)
         out: list[ConsistentRecord] = []
         constraint = self.spec.constraints.kind

@@ -1,0 +1,386 @@
+"""The Faust adapter: topics, the state table, the ingest agent, timers, ``/metrics``, ``/status``.
+
+Thin on purpose: all decisions are in :class:`~streamdp.daemon.service.ReleaseService`. The agent
+takes batches of input records and, for each batch, follows the service's protocol:
+
+1. write the checkpoint (noisy nodes, outbox, hot state) to the ``state`` table's changelog and
+   wait until the broker acknowledged every write;
+2. publish the outputs and wait for their acknowledgements;
+3. delete the outbox entries;
+4. return, after which Faust acknowledges the batch's input records (their offsets get committed).
+
+The table's keys are source names (plus node/outbox keys); its changelog partition is the
+partition of the source's input records, so it is co-partitioned with the input topics and moves
+with them on a rebalance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import faust
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from streamdp import __version__
+from streamdp.daemon.service import BatchOutcome, InputRecord, ReleaseService
+from streamdp.daemon.settings import DaemonSettings
+from streamdp.engine import EngineSpec, load_spec
+from streamdp.engine.periods import PeriodClock
+from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
+from streamdp.noise import InsecureSeededSampler, production_sampler
+from streamdp.noise.sampler import NoiseSampler
+
+log = logging.getLogger("streamdp.daemon")
+STATE_TABLE = "state"
+
+
+def required_topics(spec: EngineSpec, settings: DaemonSettings) -> dict[str, int]:
+    """Every topic the worker reads or writes, with its partition count (create them first).
+
+    Input topics, the control topic and the state changelog are co-partitioned (same count).
+    """
+    n = settings.partitions
+    topics = {source.topic: n for source in spec.sources.values()}
+    topics[settings.topics.control] = n
+    topics[f"{settings.app_id}-{STATE_TABLE}-changelog"] = n
+    topics[settings.topics.releases] = n
+    topics[settings.topics.consistent] = n
+    topics[settings.topics.dead_letter] = n
+    return topics
+
+
+@dataclass
+class WorkerRuntime:
+    """What one worker process holds besides Faust's own objects."""
+
+    settings: DaemonSettings
+    spec: EngineSpec
+    sampler: NoiseSampler
+    metrics: StreamdpMetrics
+    service: ReleaseService | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    started_at: float = field(default_factory=time.time)
+    batches: int = 0
+    records: int = 0
+
+    def budget_view(self) -> BudgetView:
+        """The budget gauges, read from the ledgers of the sources this worker holds."""
+        service = self.service
+        if service is None:
+            return BudgetView()
+        streams: list[StreamBudget] = []
+        sources: list[SourceBudget] = []
+        for name, engine in service.engines().items():
+            spent = engine.ledger.spent(name)
+            cap = self.spec.sources[name].epsilon_cap
+            sources.append(SourceBudget(name, float(cap), float(spent)))
+            per_stream: dict[str, Decimal] = {}
+            for entry in engine.ledger.entries:
+                per_stream[entry.stream] = max(
+                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
+                )
+            for stream, stream_spec in self.spec.streams.items():
+                if stream_spec.source == name:
+                    streams.append(
+                        StreamBudget(
+                            stream,
+                            name,
+                            float(stream_spec.epsilon),
+                            float(per_stream.get(stream, Decimal(0))),
+                        )
+                    )
+        return BudgetView(tuple(streams), tuple(sources))
+
+    def status(self) -> dict[str, Any]:
+        """The JSON status view: configuration, ownership and progress; never any count."""
+        service = self.service
+        owned = service.engines() if service is not None else {}
+        streams: dict[str, Any] = {}
+        for name, stream_spec in self.spec.streams.items():
+            engine = owned.get(stream_spec.source)
+            entry: dict[str, Any] = {
+                "source": stream_spec.source,
+                "owned_here": engine is not None,
+                "epsilon_per_epoch": str(stream_spec.epsilon),
+                "horizon": stream_spec.horizon,
+                "mechanism": stream_spec.mechanism,
+                "objective": stream_spec.objective,
+            }
+            if engine is not None:
+                runtime = engine.streams[name]
+                entry["periods_released"] = runtime.closed
+                entry["epoch"] = runtime.counter.epoch
+                entry["periods_released_this_epoch"] = runtime.counter.periods_closed
+                entry["revision"] = runtime.revision
+                entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
+            streams[name] = entry
+        return {
+            "service": "streamdp",
+            "version": __version__,
+            "app_id": self.settings.app_id,
+            "ready": service is not None,
+            "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "sources_owned": sorted(owned),
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "batches_processed": self.batches,
+            "streams": streams,
+        }
+
+
+def _sampler(settings: DaemonSettings) -> NoiseSampler:
+    if settings.insecure_seed is None:
+        return production_sampler()
+    log.warning(
+        "INSECURE seeded noise (--insecure-seed): for tests and demos only; releases are not "
+        "private"
+    )
+    return InsecureSeededSampler(settings.insecure_seed)
+
+
+def _broker_credentials(settings: DaemonSettings) -> Any:
+    if settings.security_protocol == "PLAINTEXT":
+        return None
+    import ssl
+
+    context = None
+    if settings.security_protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=settings.ssl_cafile)
+        if settings.ssl_certfile:
+            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
+    if settings.security_protocol.startswith("SASL"):
+        if settings.sasl_mechanism == "PLAIN":
+            return faust.SASLCredentials(
+                username=settings.sasl_username,
+                password=settings.sasl_password,
+                ssl_context=context,
+            )
+        from faust.auth import SASLCredentials as _Sasl
+
+        return _Sasl(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            mechanism=settings.sasl_mechanism,
+            ssl_context=context,
+        )
+    return faust.SSLCredentials(context)
+
+
+def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
+    """Build the Faust app of one worker (does not start it)."""
+    settings.validate()
+    spec = load_spec(settings.config)
+    metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
+    runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
+    metrics.bind_ledger(runtime.budget_view)
+    for name, stream_spec in spec.streams.items():
+        clock = PeriodClock(stream_spec.period)
+        start, end = clock.bounds(0)
+        metrics.configure_stream(
+            name,
+            horizon_periods=stream_spec.horizon,
+            allowed_lateness_seconds=stream_spec.allowed_lateness_seconds,
+            consistency_tolerance=1e-9,
+            period_seconds=end - start,
+        )
+
+    app = faust.App(
+        settings.app_id,
+        broker=[f"kafka://{b.strip()}" for b in settings.bootstrap.split(",")],
+        broker_credentials=_broker_credentials(settings),
+        store="memory://",
+        processing_guarantee="at_least_once",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        topic_partitions=settings.partitions,
+        table_standby_replicas=settings.standby_replicas,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=settings.heartbeat_interval,
+        broker_rebalance_timeout=max(10.0, 2 * settings.session_timeout),
+        broker_commit_interval=settings.commit_interval,
+        consumer_auto_offset_reset="earliest",
+        producer_max_batch_size=1 if settings.single_record_batches else 16384,
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        datadir=str(settings.data_dir),
+        version=1,
+    )
+    input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
+    inputs = app.topic(
+        *input_names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
+    outputs = {
+        name: app.topic(
+            name, key_type=str, value_type=str, key_serializer="raw", value_serializer="raw"
+        )
+        for name in (
+            settings.topics.releases,
+            settings.topics.consistent,
+            settings.topics.dead_letter,
+        )
+    }
+    state = app.Table(
+        STATE_TABLE,
+        default=None,
+        partitions=settings.partitions,
+        schema=faust.Schema(key_serializer="json", value_serializer="json"),
+    )
+    runtime_ready = asyncio.Event()
+
+    def ensure_service() -> ReleaseService:
+        if runtime.service is None:
+            runtime.service = ReleaseService(
+                spec,
+                sampler=runtime.sampler,
+                state=state.data,
+                topics=settings.topics,
+                topic_partitions=dict.fromkeys(input_names, settings.partitions),
+            )
+        return runtime.service
+
+    async def commit(outcome: BatchOutcome) -> None:
+        # 1. checkpoint durable before anything derived from it leaves the process
+        pending = []
+        for write in outcome.writes:
+            if write.value is None:
+                state.data.pop(write.key, None)
+                pending.append(
+                    state.send_changelog(write.partition, write.key, None, value_serializer="raw")
+                )
+            else:
+                state.data[write.key] = write.value
+                pending.append(state.send_changelog(write.partition, write.key, write.value))
+        if pending:
+            await asyncio.gather(*pending)
+        # 2. publish
+        sent = [
+            await outputs[p.topic].send(key=p.key.encode(), value=p.value.encode())
+            for p in outcome.publications
+        ]
+        if sent:
+            await asyncio.gather(*sent)
+        # 3. clear the outbox (a lost deletion only re-publishes identical records later)
+        for write in outcome.cleanup:
+            state.data.pop(write.key, None)
+            state.send_changelog(write.partition, write.key, None, value_serializer="raw")
+        _observe(outcome)
+
+    def _observe(outcome: BatchOutcome) -> None:
+        now = time.time()
+        for letter in outcome.dead_letters:
+            metrics.record_rejected(letter.topic or "-", letter.reason)
+        by_stream: dict[str, dict[str, float]] = {}
+        last: dict[str, Any] = {}
+        for release in outcome.releases:
+            by_stream.setdefault(release.stream, {})[release.counter] = float(release.noisy_total)
+            last[release.stream] = release
+        service = runtime.service
+        for stream, totals in by_stream.items():
+            release = last[stream]
+            runtime_stream = None
+            if service is not None:
+                engine = service.engines().get(spec.streams[stream].source)
+                runtime_stream = engine.streams[stream] if engine is not None else None
+            clock = PeriodClock(spec.streams[stream].period)
+            start, end = clock.bounds(runtime_stream.closed if runtime_stream else 0)
+            metrics.record_release(
+                stream,
+                epoch=release.epoch,
+                periods_released=release.period,
+                period_seconds=end - start,
+                stddev=release.total_std,
+                noisy_running_totals=totals,
+                published_at=now,
+            )
+        latest_revision: dict[str, Any] = {}
+        for revision in outcome.revisions:
+            latest_revision[revision.stream] = revision
+        for stream, revision in latest_revision.items():
+            stats = None
+            if service is not None:
+                engine = service.engines().get(spec.streams[stream].source)
+                if engine is not None:
+                    stats = engine.streams[stream].last_revision
+            metrics.record_consistency(
+                stream,
+                iterations=stats.iterations if stats else 1,
+                residual=stats.residual if stats else 0.0,
+                duration_seconds=stats.seconds if stats else 0.0,
+                consistent_running_totals={k: float(v) for k, v in revision.totals.items()},
+            )
+
+    @app.agent(inputs, name="streamdp-ingest")
+    async def ingest(stream: Any) -> None:
+        service = ensure_service()
+        runtime_ready.set()
+        async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
+            batch = [
+                InputRecord(
+                    e.message.topic,
+                    e.message.partition,
+                    e.message.offset,
+                    e.message.key,
+                    e.message.value if e.message.value is not None else b"",
+                )
+                for e in events
+            ]
+            async with runtime.lock:
+                outcome = service.process(batch)
+                await commit(outcome)
+                runtime.batches += 1
+                runtime.records += len(batch)
+            for name in input_names:
+                count = sum(1 for r in batch if r.topic == name)
+                if count:
+                    metrics.record_input(name, count)
+
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]
+    async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001
+        service = runtime.service
+        if service is None:
+            return
+        async with runtime.lock:
+            dropped = service.drop({tp.partition for tp in revoked})
+        if dropped:
+            log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
+
+    if settings.idle_close_seconds is not None:
+        idle = settings.idle_close_seconds
+
+        @app.timer(interval=max(0.5, idle / 4))  # type: ignore[untyped-decorator]
+        async def close_idle_periods() -> None:
+            service = runtime.service
+            if service is None:
+                return
+            async with runtime.lock:
+                outcome = service.close_idle(time.time(), idle)
+                if outcome.writes or outcome.publications:
+                    await commit(outcome)
+
+    @app.page("/metrics")
+    async def metrics_view(web: Any, request: Any) -> Any:  # noqa: ARG001
+        body = metrics.exposition().decode("utf-8")
+        return web.text(body, content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/status")
+    async def status_view(web: Any, request: Any) -> Any:  # noqa: ARG001
+        return web.json(runtime.status())
+
+    return app, runtime
+
+
+def status_json(runtime: WorkerRuntime) -> str:
+    """The status view as JSON text (for logs and tests)."""
+    return json.dumps(runtime.status(), sort_keys=True)

@@ -1,0 +1,132 @@
+"""Worker settings: from command-line flags, falling back to ``STREAMDP_*`` environment variables.
+
+Secrets (the SASL password) are read from the environment only, never from a flag, so they do not
+show in process listings.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from streamdp.daemon.service import OutputTopics
+from streamdp.errors import ConfigError
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """Everything a worker needs besides the stream specification itself."""
+
+    config: Path
+    bootstrap: str = "127.0.0.1:9092"
+    app_id: str = "streamdp"
+    partitions: int = 12
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    data_dir: Path = Path(".streamdp-data")
+    standby_replicas: int = 0
+    insecure_seed: int | None = None
+    idle_close_seconds: float | None = None
+    session_timeout: float = 10.0
+    heartbeat_interval: float = 1.0
+    commit_interval: float = 1.0
+    max_batch: int = 5000
+    batch_seconds: float = 0.2
+    # Tansu (the embedded broker) answers ListOffsets with the base offset of the last record
+    # batch + 1; one record per produce batch keeps changelog recovery exact on it.
+    single_record_batches: bool = False
+    security_protocol: str = "PLAINTEXT"
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    metrics_input_volume: bool = True
+    log_level: str = "info"
+    topics: OutputTopics = field(default_factory=OutputTopics)
+
+    def validate(self) -> DaemonSettings:
+        """Raise :class:`ConfigError` naming the setting that is wrong."""
+        if not self.config.is_file():
+            raise ConfigError(f"--config {str(self.config)!r} is not a readable file")
+        host, _, port = self.bootstrap.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(
+                f"--bootstrap / STREAMDP_BOOTSTRAP must be HOST:PORT[,HOST:PORT], got "
+                f"{self.bootstrap!r}"
+            )
+        if self.partitions < 1:
+            raise ConfigError(f"--partitions must be >= 1, got {self.partitions}")
+        if not 0 < self.web_port < 65536:
+            raise ConfigError(f"--web-port must be a TCP port, got {self.web_port}")
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                f"STREAMDP_SECURITY_PROTOCOL {self.security_protocol!r} is not one of "
+                f"{', '.join(SECURITY_PROTOCOLS)}"
+            )
+        if self.security_protocol.startswith("SASL"):
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    f"STREAMDP_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)} with "
+                    f"{self.security_protocol}, got {self.sasl_mechanism!r}"
+                )
+            if not self.sasl_username or not self.sasl_password:
+                raise ConfigError(
+                    "SASL needs STREAMDP_SASL_USERNAME and STREAMDP_SASL_PASSWORD "
+                    "in the environment"
+                )
+        if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
+            raise ConfigError(f"--idle-close must be > 0 seconds, got {self.idle_close_seconds}")
+        return self
+
+
+def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> dict[str, object]:
+    """Settings found in the environment (``STREAMDP_*``), as keyword arguments."""
+    e = os.environ if env is None else env
+    out: dict[str, object] = {}
+    path = config or e.get("STREAMDP_CONFIG")
+    if not path:
+        raise ConfigError("no stream specification: pass --config SPEC or set STREAMDP_CONFIG")
+    out["config"] = Path(path)
+    text_keys = {
+        "STREAMDP_BOOTSTRAP": "bootstrap",
+        "STREAMDP_APP_ID": "app_id",
+        "STREAMDP_WEB_HOST": "web_host",
+        "STREAMDP_SECURITY_PROTOCOL": "security_protocol",
+        "STREAMDP_SASL_MECHANISM": "sasl_mechanism",
+        "STREAMDP_SASL_USERNAME": "sasl_username",
+        "STREAMDP_SASL_PASSWORD": "sasl_password",
+        "STREAMDP_SSL_CAFILE": "ssl_cafile",
+        "STREAMDP_SSL_CERTFILE": "ssl_certfile",
+        "STREAMDP_SSL_KEYFILE": "ssl_keyfile",
+        "STREAMDP_LOG_LEVEL": "log_level",
+    }
+    for name, key in text_keys.items():
+        if e.get(name):
+            out[key] = e[name]
+    int_keys = {
+        "STREAMDP_WEB_PORT": "web_port",
+        "STREAMDP_PARTITIONS": "partitions",
+        "STREAMDP_STANDBY_REPLICAS": "standby_replicas",
+    }
+    for name, key in int_keys.items():
+        if e.get(name):
+            try:
+                out[key] = int(e[name])
+            except ValueError:
+                raise ConfigError(f"{name} must be an integer, got {e[name]!r}") from None
+    if e.get("STREAMDP_DATA_DIR"):
+        out["data_dir"] = Path(e["STREAMDP_DATA_DIR"])
+    if e.get("STREAMDP_METRICS_INPUT_VOLUME"):
+        out["metrics_input_volume"] = e["STREAMDP_METRICS_INPUT_VOLUME"].lower() not in (
+            "0",
+            "false",
+            "no",
+        )
+    return out

@@ -1,0 +1,85 @@
+"""``streamdp worker``: run one Faust worker of the release daemon.
+
+Flags override ``STREAMDP_*`` environment variables (see :mod:`streamdp.daemon.settings`).
+The same app is available to Faust's own CLI: ``STREAMDP_CONFIG=spec.toml faust -A
+streamdp.daemon.faust_app worker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from streamdp.daemon.settings import DaemonSettings, env_settings
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="stream specification (TOML); or STREAMDP_CONFIG")
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap HOST:PORT[,...]; or STREAMDP_BOOTSTRAP"
+    )
+    parser.add_argument("--app-id", help="Faust app id = consumer group (default streamdp)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help="partitions of the input, control and state topics (all equal; default 12)",
+    )
+    parser.add_argument("--web-host", help="address of /metrics and /status (default 127.0.0.1)")
+    parser.add_argument("--web-port", type=int, help="port of /metrics and /status (default 6066)")
+    parser.add_argument("--data-dir", type=Path, help="Faust data directory")
+    parser.add_argument("--standby-replicas", type=int, help="Faust table standby replicas")
+    parser.add_argument(
+        "--idle-close",
+        type=float,
+        metavar="SECONDS",
+        help="when a source has had no event for SECONDS, move its watermark to the wall clock",
+    )
+    parser.add_argument(
+        "--session-timeout", type=float, help="consumer group session timeout, seconds"
+    )
+    parser.add_argument(
+        "--single-record-batches",
+        action="store_true",
+        help="one record per produce batch (needed on the embedded Tansu broker)",
+    )
+    parser.add_argument(
+        "--insecure-seed",
+        type=int,
+        metavar="N",
+        help="INSECURE seeded noise for tests and demos; never for real releases",
+    )
+    parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
+
+
+def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
+    values = env_settings(args.config)
+    flags = {
+        "bootstrap": args.bootstrap,
+        "app_id": args.app_id,
+        "partitions": args.partitions,
+        "web_host": args.web_host,
+        "web_port": args.web_port,
+        "data_dir": args.data_dir,
+        "standby_replicas": args.standby_replicas,
+        "idle_close_seconds": args.idle_close,
+        "session_timeout": args.session_timeout,
+        "insecure_seed": args.insecure_seed,
+        "log_level": args.log_level,
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    if args.single_record_batches:
+        values["single_record_batches"] = True
+    known = {f.name for f in dataclasses.fields(DaemonSettings)}
+    return DaemonSettings(**{k: v for k, v in values.items() if k in known}).validate()  # type: ignore[arg-type]
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    from streamdp.daemon.app import create_app
+
+    app, _ = create_app(settings)
+    import faust
+
+    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    return worker.execute_from_commandline()  # runs until SIGTERM/SIGINT, then exits
