@@ -1,75 +1,110 @@
-"""``streamdp demo`` (temporary): an accuracy demo until the live Kafka demo replaces it.
+"""``streamdp demo``: the whole daemon live on this machine, with nothing else installed.
 
-Prints the planner for the three seed scenarios and runs a small simulated FDA counter with the
-INSECURE seeded sampler (labelled as such), comparing its releases with the true totals.
+Starts the embedded Kafka-protocol broker (Tansu) on 127.0.0.1, creates the topics, starts one
+``streamdp worker`` subprocess on ``streamdp/examples/demo.toml``, and runs synthetic producers for
+the restaurant and hospital scenarios at a visible pace (one simulated day every ``--pace``
+seconds; a few bad records mixed in). It consumes ``streamdp.releases``, ``streamdp.consistent``
+and ``streamdp.dead-letter`` and shows the releases live: a redrawn table on a terminal, plain
+log lines otherwise. Ctrl-C or SIGTERM (or ``--duration``) stops producers, worker (SIGTERM, then
+wait) and broker, and exits 0.
+
+Noise comes from the production OpenDP sampler unless ``--seed N`` asks for the INSECURE seeded
+sampler (reproducible demo noise; the demo labels it as such on every screen).
+
+Process layout: this command runs the session (:mod:`streamdp.demo.session`) as a child process
+in a new session, because a terminal's Ctrl-C goes to the whole foreground process group and the
+broker would die on it before the worker had stopped. Here Ctrl-C reaches only this front process,
+which forwards it to the session as SIGTERM and waits; the session stops everything in order. The
+child also dies with this process (``PR_SET_PDEATHSIG``), so nothing is ever orphaned.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
+import subprocess
 import sys
+from types import FrameType
 
-import numpy as np
-
-from streamdp.continual import ContinualCounter, build_strategy
-from streamdp.noise.insecure import InsecureSeededSampler
-from streamdp.planner import plan
-
-SCENARIOS = (
-    ("restaurant orders, daily", 365, 5.0),
-    ("census-style records, daily", 365, 5.0),
-    ("HIV admissions, monthly", 120, 1.0),
-)
+from streamdp.errors import ConfigError
 
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Add the demo's arguments."""
-    parser.add_argument("--epsilon", type=float, default=1.0, help="budget per epoch")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the INSECURE demo sampler")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        metavar="SECONDS",
+        help="stop cleanly after SECONDS of producing (default: run until Ctrl-C)",
+    )
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=1.5,
+        metavar="SECONDS",
+        help="wall-clock seconds per simulated day (default 1.5)",
+    )
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        help="port of the worker's /metrics and /status (default 6066, or a free port if that one "
+        "is taken)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help="reproducible INSECURE seeded noise (demo only; default: the secure OpenDP sampler)",
+    )
+    parser.add_argument(
+        "--partitions", type=int, default=2, help="partitions of every topic (default 2)"
+    )
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` naming the first argument that is out of range."""
+    if args.pace <= 0:
+        raise ConfigError(f"--pace must be > 0 seconds per simulated day, got {args.pace}")
+    if args.duration is not None and args.duration <= 0:
+        raise ConfigError(f"--duration must be > 0 seconds, got {args.duration}")
+    if args.partitions < 1:
+        raise ConfigError(f"--partitions must be >= 1, got {args.partitions}")
+    if args.web_port is not None and not 0 < args.web_port < 65536:
+        raise ConfigError(f"--web-port must be a TCP port (1-65535), got {args.web_port}")
+
+
+def session_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of the session child for ``args``."""
+    argv = [sys.executable, "-m", "streamdp.demo.session", "--pace", repr(args.pace)]
+    argv += ["--partitions", str(args.partitions)]
+    if args.duration is not None:
+        argv += ["--duration", repr(args.duration)]
+    if args.web_port is not None:
+        argv += ["--web-port", str(args.web_port)]
+    if args.seed is not None:
+        argv += ["--seed", str(args.seed)]
+    return argv
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the planner table and a short simulated run."""
-    out = sys.stdout.write
-    out(
-        "streamdp accuracy demo (the live Kafka demo will replace this command)\n\n"
-        f"Expected error of the running total, epsilon = {args.epsilon:g} per epoch:\n"
-        f"{'scenario':<30}{'N':>6}{'Delta':>7}{'fda std':>10}{'binary std':>12}"
-        f"{'naive std':>11}{'fda 95% @N':>12}\n"
-    )
-    for name, horizon, delta in SCENARIOS:
-        stds = {}
-        for mechanism in ("fda", "binary", "naive"):
-            p = plan(mechanism, "total", horizon, args.epsilon, delta)
-            stds[mechanism] = p.mean_variance**0.5
-        fda = plan("fda", "total", horizon, args.epsilon, delta, points=[horizon])
-        out(
-            f"{name:<30}{horizon:>6}{delta:>7g}{stds['fda']:>10.1f}{stds['binary']:>12.1f}"
-            f"{stds['naive']:>11.1f}{fda.releases[0].error95:>12.0f}\n"
-        )
-    out("(std = root of the running-total variance averaged over t = 1..N; counts)\n\n")
+    """Run the demo session as a child and wait; returns its exit code (0 after a clean stop)."""
+    from streamdp.demo.worker import die_with_parent
 
-    horizon, width = 12, 3
-    out(
-        f"Simulated FDA counter, {width} counters, N = {horizon}, Delta = 5 -- noise from the "
-        f"INSECURE seeded sampler (seed {args.seed}), for demonstration only:\n"
-        f"{'t':>3}  {'true totals':>22}  {'noisy totals':>22}  {'std':>6}\n"
+    check_args(args)
+    child = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+        session_argv(args),
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        preexec_fn=die_with_parent(),  # noqa: PLW1509 - only calls prctl
     )
-    lanes = np.arange(width, dtype=np.int64)
-    counter = ContinualCounter(
-        build_strategy("fda", "total", horizon),
-        args.epsilon,
-        5.0,
-        width,
-        InsecureSeededSampler(args.seed),
-    )
-    truth = np.zeros(width, dtype=np.int64)
-    for t in range(1, horizon + 1):
-        counts = 30 + (7 * t + 13 * lanes) % 23  # deterministic synthetic counts
-        truth += counts
-        release = counter.close_period(counts)
-        out(
-            f"{t:>3}  {' '.join(f'{v:>6d}' for v in truth):>22}  "
-            f"{' '.join(f'{v:>6d}' for v in release.noisy_total):>22}  {release.total_std:>6.1f}\n"
-        )
-    return 0
+
+    def forward(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
