@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
+from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings, env_settings
 
 
@@ -49,6 +50,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="INSECURE seeded noise for tests and demos; never for real releases",
     )
+    parser.add_argument(
+        "--topic-namespace",
+        help="output topics are NS.releases, NS.consistent, NS.dead-letter, NS.control "
+        "(default streamdp); or STREAMDP_TOPIC_NAMESPACE",
+    )
     parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
 
@@ -68,8 +74,13 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "log_level": args.log_level,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
+    if args.topic_namespace:
+        values["topic_namespace"] = args.topic_namespace
     if args.single_record_batches:
         values["single_record_batches"] = True
+    namespace = values.pop("topic_namespace", None)
+    if namespace is not None:
+        values["topics"] = OutputTopics.in_namespace(str(namespace))
     known = {f.name for f in dataclasses.fields(DaemonSettings)}
     return DaemonSettings(**{k: v for k, v in values.items() if k in known}).validate()  # type: ignore[arg-type]
 

@@ -57,6 +57,16 @@ class OutputTopics:
     dead_letter: str = "streamdp.dead-letter"
     control: str = "streamdp.control"
 
+    @classmethod
+    def in_namespace(cls, namespace: str) -> OutputTopics:
+        """``<namespace>.releases``, ``.consistent``, ``.dead-letter``, ``.control``."""
+        return cls(
+            f"{namespace}.releases",
+            f"{namespace}.consistent",
+            f"{namespace}.dead-letter",
+            f"{namespace}.control",
+        )
+
     def for_record(self, record: OutputRecord) -> str:
         if isinstance(record, ReleaseRecord):
             return self.releases

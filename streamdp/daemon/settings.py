@@ -121,6 +121,8 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
                 out[key] = int(e[name])
             except ValueError:
                 raise ConfigError(f"{name} must be an integer, got {e[name]!r}") from None
+    if e.get("STREAMDP_TOPIC_NAMESPACE"):
+        out["topics"] = OutputTopics.in_namespace(e["STREAMDP_TOPIC_NAMESPACE"])
     if e.get("STREAMDP_DATA_DIR"):
         out["data_dir"] = Path(e["STREAMDP_DATA_DIR"])
     if e.get("STREAMDP_METRICS_INPUT_VOLUME"):

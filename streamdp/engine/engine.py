@@ -225,7 +225,16 @@ class Engine:
         )
 
     def _resolve_source(self, event: Mapping[str, Any], topic: str | None) -> SourceSpec:
-        name = topic if topic is not None else event.get("source")
+        named = event.get("source")
+        if topic is not None and named is not None:
+            by_topic = self._topics.get(topic)
+            if by_topic is not None and named not in (by_topic.name, by_topic.topic):
+                raise RejectedError(
+                    "unknown_source",
+                    f"record names source {named!r} but arrived on topic {topic!r}, which "
+                    f"carries source {by_topic.name!r}; fix the producer's 'source' field",
+                )
+        name = topic if topic is not None else named
         if name is None:
             if self._single_source is not None:
                 return self._single_source

@@ -1,0 +1,266 @@
+"""Helpers for the daemon's integration tests on the real embedded broker (not a test file).
+
+Workers run as real subprocesses (``python -m streamdp worker``) so that they can be SIGKILLed.
+Every test gets its own app id, topics and data directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from streamdp.broker import EmbeddedBroker
+from streamdp.broker.tansu import free_loopback_port
+from streamdp.daemon.app import required_topics
+from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.settings import DaemonSettings
+from streamdp.engine import Engine, EngineSpec, parse_spec
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth.generators import Line, generate
+
+SEED = 41
+
+
+@dataclass
+class Scenario:
+    """Input lines per source topic (keyed by the source name) and the spec they follow."""
+
+    spec_text: str
+    lines: dict[str, list[Line]] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> EngineSpec:
+        return parse_spec(self.spec_text)
+
+
+def make_scenario(
+    periods: int = 40, rate: float = 6, bad_fraction: float = 0.0, *, suffix: str = ""
+) -> Scenario:
+    """Both seed scenarios in one spec; with ``suffix``, the input topics are renamed
+    ``orders-<suffix>`` and ``admissions-<suffix>`` (one namespace per test)."""
+    files = resources.files("streamdp").joinpath("examples")
+    texts = {}
+    for name, topic, renamed in (
+        ("restaurant", "restaurant-orders", f"orders-{suffix}"),
+        ("hospital", "hospital-admissions", f"admissions-{suffix}"),
+    ):
+        text = files.joinpath(f"{name}.toml").read_text("utf-8")
+        if suffix:
+            text = text.replace(f'topic = "{topic}"', f'topic = "{renamed}"')
+        texts[name] = text
+    scenario = Scenario(texts["restaurant"] + "\n" + texts["hospital"])
+    for name, text in texts.items():
+        sub = parse_spec(text)
+        source = next(iter(sub.sources.values()))
+        scenario.lines[source.topic] = list(
+            generate(name, periods, rate, seed=7, bad_fraction=bad_fraction, spec=sub)
+        )
+    return scenario
+
+
+def replay_outputs(
+    scenario: Scenario, topics: OutputTopics, seed: int = SEED
+) -> dict[str, dict[str, str]]:
+    """What a file replay of the same records publishes: topic -> key -> final value."""
+    engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
+    out: dict[str, dict[str, str]] = {topics.releases: {}, topics.consistent: {}}
+    for topic, lines in scenario.lines.items():
+        for offset, line in enumerate(lines):
+            result = engine.ingest(
+                line.text.encode(), source_topic=topic, partition=0, offset=offset
+            )
+            records = list(result.outputs)
+            if result.event_time is not None:
+                records += engine.advance_watermark(result.event_time, source=result.source)
+            for record in records:
+                out[topics.for_record(record)][record.key] = record.to_json()
+    return out
+
+
+def create_topics(
+    broker: EmbeddedBroker,
+    scenario: Scenario,
+    config: Path,
+    partitions: int,
+    *,
+    app_id: str,
+    topics: OutputTopics,
+) -> None:
+    settings = DaemonSettings(
+        config=config,
+        bootstrap=broker.bootstrap,
+        partitions=partitions,
+        app_id=app_id,
+        topics=topics,
+    )
+    broker.create_topics(required_topics(scenario.spec, settings))
+
+
+class Worker:
+    """One ``streamdp worker`` subprocess."""
+
+    def __init__(
+        self,
+        broker: EmbeddedBroker,
+        config: Path,
+        *,
+        app_id: str,
+        partitions: int,
+        data_dir: Path,
+        log_path: Path,
+        seed: int | None = SEED,
+        namespace: str = "streamdp",
+    ) -> None:
+        self.port = free_loopback_port()
+        self.log_path = log_path
+        args = [
+            sys.executable, "-m", "streamdp", "worker",
+            "--config", str(config),
+            "--bootstrap", broker.bootstrap,
+            "--app-id", app_id,
+            "--partitions", str(partitions),
+            "--web-port", str(self.port),
+            "--data-dir", str(data_dir),
+            "--session-timeout", "6",
+            "--single-record-batches",
+            "--topic-namespace", namespace,
+        ]  # fmt: skip
+        if seed is not None:
+            args += ["--insecure-seed", str(seed)]
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+
+    def status(self) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=2) as r:
+                return dict(json.loads(r.read()))
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited early:\n{self.log_tail()}")
+            status = self.status()
+            if status is not None and status.get("ready"):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"worker not ready after {timeout}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+        self._log.close()
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._log.close()
+        return int(self.process.returncode)
+
+    def log_tail(self, n: int = 60) -> str:
+        self._log.flush()
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(lines[-n:])
+
+
+def produce(broker: EmbeddedBroker, records: Iterable[tuple[str, bytes, bytes]]) -> None:
+    """Send (topic, key, value) records in order and wait for every acknowledgement."""
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            futures = [await producer.send(t, v, key=k) for t, k, v in records]
+            await asyncio.gather(*futures)
+        finally:
+            await producer.stop()
+
+    asyncio.run(go())
+
+
+def lines_as_records(
+    scenario: Scenario, *, start: int = 0, stop: int | None = None
+) -> list[tuple[str, bytes, bytes]]:
+    spec = scenario.spec
+    out = []
+    for topic, lines in scenario.lines.items():
+        source = spec.source_of_topic(topic)
+        assert source is not None
+        out.extend((topic, source.name.encode(), line.text.encode()) for line in lines[start:stop])
+    return out
+
+
+def collect(
+    broker: EmbeddedBroker,
+    topics: list[str],
+    done: Callable[[dict[str, dict[str, list[str]]]], bool],
+    *,
+    timeout: float = 90.0,
+) -> dict[str, dict[str, list[str]]]:
+    """Read ``topics`` from the beginning until ``done(seen)``: topic -> key -> every value."""
+
+    async def go() -> dict[str, dict[str, list[str]]]:
+        consumer = AIOKafkaConsumer(
+            *topics, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+            group_id=None, enable_auto_commit=False,
+        )  # fmt: skip
+        await consumer.start()
+        seen: dict[str, dict[str, list[str]]] = {t: {} for t in topics}
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline and not done(seen):
+                batches = await consumer.getmany(timeout_ms=500)
+                for tp, messages in batches.items():
+                    for m in messages:
+                        key = m.key.decode() if m.key else ""
+                        value = m.value.decode() if m.value is not None else ""
+                        seen[tp.topic].setdefault(key, []).append(value)
+        finally:
+            await consumer.stop()
+        return seen
+
+    return asyncio.run(go())
+
+
+def has_all(
+    expected: dict[str, dict[str, str]],
+) -> Callable[[dict[str, dict[str, list[str]]]], bool]:
+    """Done when every expected key has arrived with its final value (latest revision)."""
+
+    def done(seen: dict[str, dict[str, list[str]]]) -> bool:
+        for topic, keys in expected.items():
+            got = seen.get(topic, {})
+            for key, value in keys.items():
+                if value not in got.get(key, ()):
+                    return False
+        return True
+
+    return done
+
+
+def env_without_proxies() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}

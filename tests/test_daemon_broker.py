@@ -1,0 +1,230 @@
+"""The release daemon on the real embedded Kafka-protocol broker (Tansu), workers as processes.
+
+What these tests prove:
+- replay equality: a worker consuming the input topics publishes exactly the releases and final
+  consistent revisions that a file replay of the same records publishes (same seed);
+- crash safety: SIGKILL of a worker mid-stream and a restart give, per output key, only the
+  values of an uninterrupted run (no event lost or counted twice), and every noisy node is
+  written to the state changelog exactly once (never redrawn);
+- rebalance: two workers share the partitions; one leaves mid-stream; the releases are still
+  exactly the replay's;
+- bad input: every bad record reaches the dead-letter topic with its reason, and every good
+  event is counted (releases equal the replay's);
+- metrics: /metrics served over HTTP shows the epsilon the durable ledger recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from daemon_harness import (
+    Worker,
+    collect,
+    create_topics,
+    has_all,
+    lines_as_records,
+    make_scenario,
+    produce,
+    replay_outputs,
+)
+
+from streamdp.broker import EmbeddedBroker
+from streamdp.daemon.service import OutputTopics
+
+pytestmark = pytest.mark.broker
+PARTITIONS = 2
+
+
+@pytest.fixture
+def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name):  # type: ignore[no-untyped-def]
+    """A fresh namespace on the shared broker: own config, app id and topics."""
+    workers: list[Worker] = []
+
+    def make(bad_fraction: float = 0.0, periods: int = 40):  # type: ignore[no-untyped-def]
+        suffix = unique_name("ns")
+        scenario = make_scenario(periods=periods, bad_fraction=bad_fraction, suffix=suffix)
+        text = scenario.spec_text
+        config = tmp_path / "streams.toml"
+        config.write_text(text)
+        app_id = f"app-{suffix}"
+        topics = OutputTopics.in_namespace(f"out-{suffix}")
+        create_topics(broker, scenario, config, PARTITIONS, app_id=app_id, topics=topics)
+        return scenario, config, app_id, topics
+
+    def start(config: Path, app_id: str, topics: OutputTopics, name: str) -> Worker:
+        worker = Worker(
+            broker,
+            config,
+            app_id=app_id,
+            partitions=PARTITIONS,
+            data_dir=tmp_path / f"data-{name}",
+            log_path=tmp_path / f"{name}.log",
+            namespace=topics.releases.rsplit(".", 1)[0],
+        )
+        workers.append(worker)
+        return worker
+
+    yield make, start
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.stop()
+
+
+def _values(
+    seen: dict[str, dict[str, list[str]]], expected: dict[str, dict[str, str]], T: OutputTopics
+) -> None:
+    """Every expected key is present; releases never had any other value; the latest
+    consistent value equals the replay's final revision."""
+    for key, value in expected[T.releases].items():
+        values = set(seen[T.releases].get(key, []))
+        assert values == {value}, f"release {key}: {values} != replay"
+    for key, value in expected[T.consistent].items():
+        got = seen[T.consistent].get(key, [])
+        assert got, f"consistent {key} missing"
+        latest = max(got, key=lambda v: json.loads(v)["revision"])
+        assert latest == value, f"consistent {key} differs from replay"
+
+
+def test_worker_releases_equal_a_file_replay_of_the_same_records(broker, setup) -> None:
+    make, start = setup
+    scenario, config, app_id, T = make()
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    produce(broker, lines_as_records(scenario))
+    expected = replay_outputs(scenario, T)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    _values(seen, expected, T)
+    assert worker.stop() == 0, worker.log_tail()
+
+
+def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
+    make, start = setup
+    scenario, config, app_id, T = make()
+    expected = replay_outputs(scenario, T)
+    first = start(config, app_id, T, "w1")
+    first.wait_ready()
+    half = len(scenario.lines[next(iter(scenario.lines))]) // 2
+    produce(broker, lines_as_records(scenario, stop=half))
+    # wait until it has released something, then kill it without warning
+    collect(
+        broker,
+        [T.releases],
+        lambda seen: any(k in expected[T.releases] for k in seen[T.releases]),
+        timeout=60,
+    )
+    first.kill()
+    produce(broker, lines_as_records(scenario, start=half))
+    second = start(config, app_id, T, "w2")
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+    changelog = collect(broker, [f"{app_id}-state-changelog"], lambda s: False, timeout=8)[
+        f"{app_id}-state-changelog"
+    ]
+    node_writes = {k: v for k, v in changelog.items() if "|node|" in k}
+    assert node_writes, "no noisy node reached the state changelog"
+    rewritten = {k: len(v) for k, v in node_writes.items() if len(v) != 1}
+    assert not rewritten, f"noisy nodes written more than once (redrawn?): {rewritten}"
+    assert second.stop() == 0, second.log_tail()
+
+
+def test_two_workers_one_leaves_mid_stream(broker, setup) -> None:
+    make, start = setup
+    scenario, config, app_id, T = make()
+    expected = replay_outputs(scenario, T)
+    a = start(config, app_id, T, "a")
+    b = start(config, app_id, T, "b")
+    a.wait_ready()
+    b.wait_ready()
+    third = len(scenario.lines[next(iter(scenario.lines))]) // 3
+    produce(broker, lines_as_records(scenario, stop=third))
+    collect(
+        broker,
+        [T.releases],
+        lambda seen: sum(k in expected[T.releases] for k in seen[T.releases]) > 10,
+        timeout=90,
+    )
+    owners = {w: (w.status() or {}).get("sources_owned", []) for w in (a, b)}
+    leaving = a if owners[a] else b
+    assert leaving.stop() == 0, leaving.log_tail()
+    produce(broker, lines_as_records(scenario, start=third))
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+
+
+def test_bad_records_reach_the_dead_letter_topic_with_their_reasons(broker, setup) -> None:
+    make, start = setup
+    scenario, config, app_id, T = make(bad_fraction=0.15, periods=25)
+    expected = replay_outputs(scenario, T)
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    records = lines_as_records(scenario)
+    # plus records keyed by something other than their source: refused before counting
+    topic = next(iter(scenario.lines))
+    records.append((topic, b"not-the-source", b'{"event_id":"x"}'))
+    produce(broker, records)
+    want = Counter(
+        line.expect for lines in scenario.lines.values() for line in lines if line.expect
+    )
+    want_total = sum(want.values())
+    ours = set(scenario.lines)
+
+    def done(seen):  # type: ignore[no-untyped-def]
+        letters = [json.loads(v) for vs in seen[T.dead_letter].values() for v in vs]
+        mine = [d for d in letters if d.get("topic") in ours]
+        return has_all(expected)(seen) and len({(d["topic"], d["offset"]) for d in mine}) >= (
+            want_total + 1
+        )
+
+    seen = collect(broker, [T.releases, T.consistent, T.dead_letter], done, timeout=120)
+    _values(seen, expected, T)  # every good event counted exactly as in the replay
+    letters = {}
+    for values in seen[T.dead_letter].values():
+        for v in values:
+            d = json.loads(v)
+            if d.get("topic") in ours:
+                letters[(d["topic"], d["offset"], d.get("stream"))] = d["reason"]
+    got = Counter(letters.values())
+    assert got.pop("wrong_partition_key") == 1
+    # a record refused by both streams of the hospital source yields one letter per stream
+    by_line = {}
+    for (t, offset, _), reason in letters.items():
+        by_line.setdefault((t, offset), set()).add(reason)
+    for t, lines in scenario.lines.items():
+        for offset, line in enumerate(lines):
+            if line.expect:
+                assert line.expect in by_line.get((t, offset), set()), (t, offset, line.expect)
+    assert len(set(want)) >= 10, "fewer than ten kinds of bad input exercised"
+    assert worker.stop() == 0
+
+
+def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    make, start = setup
+    scenario, config, app_id, T = make(periods=10)
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    produce(broker, lines_as_records(scenario))
+    spec = scenario.spec
+    # a stream spends its epsilon when its first period closes (monthly HIV: not yet)
+    released = {json.loads(v)["stream"] for v in replay_outputs(scenario, T)[T.releases].values()}
+    assert released
+    want = {n: float(s.epsilon) if n in released else 0.0 for n, s in spec.streams.items()}
+    spent: dict[str, float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and spent != want:
+        spent = {}
+        for family in text_string_to_metric_families(worker.metrics()):
+            if family.name == "streamdp_epsilon_spent":
+                for sample in family.samples:
+                    spent[sample.labels["stream"]] = sample.value
+        time.sleep(0.5)
+    assert spent == want
+    status = worker.status()
+    assert status is not None
+    assert status["noise"]["secure"] is False
+    assert worker.stop() == 0
