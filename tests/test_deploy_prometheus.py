@@ -22,7 +22,6 @@ import re
 import shutil
 import socket
 import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -66,8 +65,20 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
 
 # --- PromQL metric-name extraction --------------------------------------------------------------
 _KEYWORDS = {
-    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-    "unless", "offset", "inf", "nan", "atan2",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+    "atan2",
 }
 
 
@@ -83,7 +94,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
     names = set()
     for match in re.finditer(r"(?<![\w.$])[a-zA-Z_:][\w:]*", text):
-        after = text[match.end():].lstrip()
+        after = text[match.end() :].lstrip()
         if after.startswith("(") or match.group().lower() in _KEYWORDS:
             continue
         names.add(match.group())
@@ -132,9 +143,7 @@ def dashboard_exprs() -> list[str]:
 
 
 def grafana_to_promql(expr: str) -> str:
-    return (
-        expr.replace("$__rate_interval", "1m").replace("$__range", "1h").replace("$stream", ".*")
-    )
+    return expr.replace("$__rate_interval", "1m").replace("$__range", "1h").replace("$stream", ".*")
 
 
 def test_every_named_metric_is_exported_by_streamdp() -> None:
@@ -153,9 +162,13 @@ def test_every_named_metric_is_exported_by_streamdp() -> None:
     # the dashboard covers the catalogue's main families
     dashboard_names = set().union(*(metric_names(e) for e in dashboard_exprs()))
     for family in (
-        "streamdp_epsilon_spent", "streamdp_source_epsilon_cap", "streamdp_release_cumulative",
-        "streamdp_consistent_cumulative", "streamdp_events_rejected_total",
-        "streamdp_consumer_lag_records", "streamdp_consistency_iterations",
+        "streamdp_epsilon_spent",
+        "streamdp_source_epsilon_cap",
+        "streamdp_release_cumulative",
+        "streamdp_consistent_cumulative",
+        "streamdp_events_rejected_total",
+        "streamdp_consumer_lag_records",
+        "streamdp_consistency_iterations",
         "streamdp_consistency_duration_seconds_bucket",
         "streamdp_period_close_latency_seconds_bucket",
     ):
@@ -227,47 +240,6 @@ def free_port() -> int:
         return port
 
 
-# STAND-IN for the worker: serves a StreamdpMetrics registry (ledger view fixed) with
-# prometheus_client's HTTP server. The lead switches start_streamdp_worker to the real
-# `streamdp worker` once the daemon exists (see the docstring below).
-_STAND_IN = """
-import sys, time
-from prometheus_client import start_http_server
-from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
-metrics = StreamdpMetrics()
-metrics.bind_ledger(lambda: BudgetView(
-    streams=(StreamBudget("orders_daily", "orders", 1.0, 0.75),),
-    sources=(SourceBudget("orders", 2.0, 0.75),)))
-metrics.configure_stream("orders_daily", horizon_periods=4095, allowed_lateness_seconds=7200.0,
-                         consistency_tolerance=1e-6, period_seconds=86400.0)
-start_http_server(int(sys.argv[1]), addr="127.0.0.1", registry=metrics.registry)
-print("ready", flush=True)
-while True:
-    time.sleep(3600)
-"""
-
-
-def start_streamdp_worker(port: int, workdir: Path) -> subprocess.Popen[str]:
-    """Start a streamdp worker whose web server listens on 127.0.0.1:``port``.
-
-    TODO(lead): today this runs a STAND-IN (the metrics registry behind prometheus_client's
-    HTTP server). Point it at the daemon: ``streamdp worker --config <spec>`` with
-    ``STREAMDP_WEB_PORT=port`` and ``STREAMDP_BOOTSTRAP`` at the embedded broker, and wait for
-    ``/status`` instead of the "ready" line.
-    """
-    process = subprocess.Popen(
-        [sys.executable, "-c", _STAND_IN, str(port)],
-        cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if line.strip() != "ready":
-        process.kill()
-        errors = process.stderr.read() if process.stderr else ""
-        raise RuntimeError(f"worker did not start: {line!r} {errors}")
-    return process
-
-
 def http_get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:  # loopback only
         body: bytes = response.read()
@@ -284,14 +256,36 @@ def epsilon_samples(metrics_text: str) -> dict[tuple[str, str], float]:
 
 
 @pytest.fixture
-def worker(tmp_path: Path) -> Iterator[int]:
-    port = free_port()
-    process = start_streamdp_worker(port, tmp_path)
+def worker(broker: Any, tmp_path: Path, unique_name: Any) -> Iterator[int]:
+    """A real ``streamdp worker`` on the embedded broker that has released some periods."""
+    from daemon_harness import Worker, create_topics, lines_as_records, make_scenario, produce
+
+    from streamdp.daemon.service import OutputTopics
+
+    suffix = unique_name("prom")
+    scenario = make_scenario(periods=6, rate=4, suffix=suffix)
+    config = tmp_path / "streams.toml"
+    config.write_text(scenario.spec_text)
+    topics = OutputTopics.in_namespace(f"out-{suffix}")
+    app_id = f"app-{suffix}"
+    create_topics(broker, scenario, config, 2, app_id=app_id, topics=topics)
+    process = Worker(
+        broker, config, app_id=app_id, partitions=2, data_dir=tmp_path / "data",
+        log_path=tmp_path / "worker.log", namespace=f"out-{suffix}",
+    )  # fmt: skip
     try:
-        yield port
+        process.wait_ready()
+        produce(broker, lines_as_records(scenario))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if any(v > 0 for v in epsilon_samples(process.metrics()).values()):
+                break
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the worker released nothing:\n{process.log_tail()}")
+        yield process.port
     finally:
-        process.terminate()
-        process.communicate(timeout=10)  # reaps the process and closes its pipes
+        process.stop()
 
 
 def test_prometheus_scrapes_the_worker_and_serves_epsilon_spent(
@@ -309,16 +303,22 @@ def test_prometheus_scrapes_the_worker_and_serves_epsilon_spent(
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     server = subprocess.Popen(
         [
-            prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+            prometheus,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
             f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address=127.0.0.1:{web_port}",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     base = f"http://127.0.0.1:{web_port}"
     try:
         expected = epsilon_samples(http_get(f"http://127.0.0.1:{worker}/metrics"))
         assert expected, "the worker exposes no streamdp_epsilon_spent series"
+        # the daily restaurant and census streams have spent their epsilon (ledger values)
+        assert expected[("restaurant-items", "restaurant-orders")] == 1.0
+        assert expected[("admissions-census", "hospital-admissions")] == 0.5
         query = urllib.parse.urlencode({"query": "streamdp_epsilon_spent"})
         result: list[dict[str, Any]] = []
         deadline = time.monotonic() + 60
@@ -332,9 +332,7 @@ def test_prometheus_scrapes_the_worker_and_serves_epsilon_spent(
             if not result:
                 time.sleep(0.5)
         assert result, "Prometheus never returned streamdp_epsilon_spent"
-        got = {
-            (r["metric"]["stream"], r["metric"]["source"]): float(r["value"][1]) for r in result
-        }
+        got = {(r["metric"]["stream"], r["metric"]["source"]): float(r["value"][1]) for r in result}
         assert got == expected
         assert {r["metric"]["job"] for r in result} == {"streamdp"}
         up = json.loads(http_get(f"{base}/api/v1/query?{urllib.parse.urlencode({'query': 'up'})}"))
