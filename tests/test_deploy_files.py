@@ -22,7 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 WORKER_COMMAND = ["worker", "--config", "/etc/streamdp/streams.toml"]
 CONTRACT_TOPICS = {
-    "streamdp.releases", "streamdp.consistent", "streamdp.dead-letter", "streamdp.control",
+    "streamdp.releases",
+    "streamdp.consistent",
+    "streamdp.dead-letter",
+    "streamdp.control",
 }
 
 
@@ -38,7 +41,9 @@ def topics() -> dict[str, dict[str, Any]]:
             continue
         name, partitions, replication, data, configs = line.split()
         table[name] = {
-            "partitions": int(partitions), "replication": int(replication), "data": data,
+            "partitions": int(partitions),
+            "replication": int(replication),
+            "data": data,
             "configs": dict(pair.split("=", 1) for pair in configs.split(",")),
         }
     return table
@@ -163,11 +168,21 @@ def test_topics_follow_the_retention_and_partitioning_rules() -> None:
         assert table[name]["configs"]["cleanup.policy"] == "delete", name
         assert int(table[name]["configs"]["retention.ms"]) > 0, name
     # raw partial sums are raw data too
-    assert table["streamdp-pending_nodes-changelog"]["data"] == "raw"
-    assert table["streamdp-period_counts-changelog"]["data"] == "raw"
-    # Faust co-partitioning: every changelog has the input topics' partition count
-    partitions = {table[n]["partitions"] for n in inputs | changelogs}
-    assert len(partitions) == 1, partitions
+    assert table["streamdp-state-changelog"]["data"] == "raw"
+    # exactly the topics the daemon needs for the deployed spec, and Faust co-partitioning:
+    # inputs, control and the state changelog share one partition count
+    from streamdp.daemon.app import required_topics
+    from streamdp.daemon.settings import DaemonSettings
+    from streamdp.engine import load_spec
+
+    spec = load_spec(DEPLOY / "streamdp" / "streams.toml")
+    n = table["streamdp-state-changelog"]["partitions"]
+    needed = required_topics(
+        spec, DaemonSettings(config=DEPLOY / "streamdp" / "streams.toml", partitions=n)
+    )
+    assert set(needed) <= set(table), set(needed) - set(table)
+    copartitioned = inputs | changelogs | {"streamdp.control"}
+    assert {table[t]["partitions"] for t in copartitioned} == {n}
     assert all(t["data"] in {"raw", "noisy", "control"} for t in table.values())
 
 
@@ -195,8 +210,12 @@ def test_statefulset_has_volumes_readiness_and_resources() -> None:
     assert annotations["prometheus.io/port"] == "6066"
     assert annotations["prometheus.io/path"] == "/metrics"
     readme = (DEPLOY / "k8s" / "README.md").read_text()
-    for variable in ("STREAMDP_SECURITY_PROTOCOL", "STREAMDP_SASL_MECHANISM",
-                     "STREAMDP_SASL_USERNAME", "STREAMDP_SASL_PASSWORD"):
+    for variable in (
+        "STREAMDP_SECURITY_PROTOCOL",
+        "STREAMDP_SASL_MECHANISM",
+        "STREAMDP_SASL_USERNAME",
+        "STREAMDP_SASL_PASSWORD",
+    ):
         assert variable in readme
 
 
