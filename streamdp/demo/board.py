@@ -25,6 +25,7 @@ from streamdp.engine.spec import EngineSpec
 LAPLACE_95_SD = 2.12
 #: Counters shown per stream (the census stream has 43; the rest are on /metrics).
 SHOWN_COUNTERS = 5
+_STALE_AFTER = 3  # an incomplete period is printed as is once this many newer ones arrived
 _KEEP_PERIODS = 64  # plain mode prints every period that arrived in full
 
 
@@ -58,6 +59,7 @@ class StreamView:
     periods: dict[tuple[int, int], dict[str, Cell]] = field(default_factory=dict)
     starts: dict[tuple[int, int], str] = field(default_factory=dict)
     releases: int = 0
+    pruned_through: tuple[int, int] = (-1, -1)
     revision: int | None = None
     revision_at: tuple[int, int] = (-1, -1)
     consistent: dict[str, float] = field(default_factory=dict)
@@ -127,8 +129,8 @@ class Board:
         counter = str(record["counter"])
         if counter not in view.counters:
             return
-        if at not in view.periods and view.periods and at < min(view.periods):
-            return  # older than anything kept: already shown
+        if at <= view.pruned_through:
+            return  # a duplicate of a period already dropped from the board
         view.periods.setdefault(at, {})[counter] = Cell(
             int(record["noisy_count"]),
             float(record["count_std"]),
@@ -137,6 +139,7 @@ class Board:
         )
         view.starts[at] = str(record.get("period_start", ""))
         for old in sorted(view.periods)[:-_KEEP_PERIODS]:
+            view.pruned_through = max(view.pruned_through, old)
             del view.periods[old]
             view.starts.pop(old, None)
 
@@ -237,15 +240,19 @@ class Board:
         return lines
 
     def updates(self) -> list[str]:
-        """Plain log lines for what is new since the last call: each fully received period of
-        each stream (the shown counters) and each new consistent revision."""
+        """Plain log lines for what is new since the last call: each period of each stream once
+        its shown counters have all arrived (in period order), and each new consistent revision."""
         lines: list[str] = []
         for view in self.streams.values():
-            for at in sorted(view.periods):
+            order = sorted(view.periods)
+            for i, at in enumerate(order):
                 cells = view.periods[at]
-                newest = at == view.latest
-                if at in view.printed or (newest and len(cells) < len(view.counters)):
+                if at in view.printed:
                     continue
+                # records of one period may arrive on several partitions: wait for all of them
+                # (in period order), unless newer periods show that the rest is not coming
+                if len(cells) < len(view.counters) and len(order) - 1 - i < _STALE_AFTER:
+                    break
                 view.printed.add(at)
                 values = "  ".join(
                     f"{c} {cells[c].total:,}±{half_width95(cells[c].total_std):,.0f}"

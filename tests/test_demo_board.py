@@ -1,0 +1,207 @@
+"""The demo's board and feed, against the real engine's output records.
+
+The records come from :class:`streamdp.engine.Engine` run over the demo spec and the synthetic
+generator, so the board is checked against what the worker actually publishes; the printed values
+are compared with the records' own fields, and the printed bounds with the formula of
+docs/consuming.md (2.12 sd + 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections import Counter
+from importlib import resources
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamdp.daemon.service import source_spec
+from streamdp.demo.board import Board, half_width95
+from streamdp.demo.feed import DAY_SECONDS, FeedStats, Record, paced_records, run_feed
+from streamdp.engine import Engine, EngineSpec, parse_spec
+from streamdp.engine.periods import PeriodClock, parse_instant
+from streamdp.metrics import BudgetView, SourceBudget, StreamdpMetrics
+from streamdp.noise import InsecureSeededSampler
+
+
+@pytest.fixture(scope="module")
+def spec() -> EngineSpec:
+    text = resources.files("streamdp").joinpath("examples", "demo.toml").read_text("utf-8")
+    return parse_spec(text, origin="demo.toml")
+
+
+def _run_engine(spec: EngineSpec, source: str, scenario: str, days: int) -> list[dict[str, Any]]:
+    """Output records (as published JSON) of the engine over ``days`` simulated days."""
+    engine = Engine(source_spec(spec, source), sampler=InsecureSeededSampler(11))
+    out: list[dict[str, Any]] = []
+    records = paced_records(scenario, spec, source, rate=60.0, pace=1.0, seed=3, bad_fraction=0.05)
+    for offset, record in enumerate(records):
+        if record.due >= days:
+            break
+        result = engine.ingest(record.value, source_topic=record.topic, partition=0, offset=offset)
+        produced = [*result.dead_letters, *result.outputs]
+        if result.event_time is not None:
+            produced += engine.advance_watermark(result.event_time, source=result.source)
+        out += [json.loads(r.to_json()) for r in produced]
+    return out
+
+
+def _interleave(records: list[dict[str, Any]], seed: int) -> list[dict[str, Any]]:
+    """Shuffle within windows of 12 records: what two partitions read in any order look like."""
+    rng = np.random.default_rng(seed)
+    out: list[dict[str, Any]] = []
+    for i in range(0, len(records), 12):
+        window = records[i : i + 12]
+        out += [window[j] for j in rng.permutation(len(window))]
+    return out
+
+
+LINE = re.compile(r"^release (\S+) epoch (\d+) period (\d+) \(([\d-]+)\) running total ±95%: (.*)$")
+
+
+def test_plain_lines_print_every_period_once_with_the_records_values(spec: EngineSpec) -> None:
+    records = _run_engine(spec, "restaurant-orders", "restaurant", days=40)
+    releases = [r for r in records if r["kind"] == "release"]
+    assert {r["epoch"] for r in releases} == {0, 1}, "40 days cross the 30-day horizon"
+    board = Board(spec)
+    printed: list[str] = []
+    for i, record in enumerate(_interleave(records, seed=5)):
+        board.add(record)
+        if i % 7 == 0:
+            printed += board.updates()
+    printed += board.updates()
+
+    by_key = {(r["epoch"], r["period"], r["counter"]): r for r in releases}
+    seen = []
+    for line in printed:
+        match = LINE.match(line)
+        if match is None or match[1] != "restaurant-items":
+            continue
+        epoch, period = int(match[2]), int(match[3])
+        seen.append((epoch, period))
+        values = re.findall(r"(\w+) (-?[\d,]+)±([\d,]+)", match[5])
+        assert [v[0] for v in values] == ["cola", "burger", "wings", "fries", "nuggets"]
+        for counter, total, half in values:
+            record = by_key[(epoch, period, counter)]
+            assert int(total.replace(",", "")) == record["noisy_total"]
+            assert int(half.replace(",", "")) == round(2.12 * record["total_std"] + 1)
+            assert record["period_start"].startswith(match[4])
+    expected = sorted({(r["epoch"], r["period"]) for r in releases})
+    # the newest period may still be incomplete in the last window; every other is printed once
+    assert len(seen) == len(set(seen))
+    assert sorted(seen)[: len(expected) - 1] == expected[:-1]
+
+
+def test_table_shows_the_newest_period_and_the_latest_revision(spec: EngineSpec) -> None:
+    records = _run_engine(spec, "restaurant-orders", "restaurant", days=20)
+    board = Board(spec)
+    for record in records:
+        board.add(record)
+    revisions = [r for r in records if r["kind"] == "consistent"]
+    assert revisions, "every 7 periods a revision"
+    last_revision = max(r["revision"] for r in revisions)
+    newest = max(
+        (r for r in revisions if r["revision"] == last_revision),
+        key=lambda r: (r["epoch"], r["period"]),
+    )
+    # a stale record of an older revision arriving late must not replace the newest one
+    board.add(next(r for r in revisions if r["revision"] < last_revision))
+    table = "\n".join(board.table())
+    assert f"consistent revision {last_revision} at period {newest['period']}" in table
+    cola_row = next(line for line in board.table() if line.strip().startswith("cola"))
+    assert cola_row.split()[-1] == f"{newest['totals']['cola']:,.1f}"
+
+    releases = [r for r in records if r["kind"] == "release" and r["counter"] == "cola"]
+    last = max(releases, key=lambda r: (r["epoch"], r["period"]))
+    assert f"{last['noisy_total']:,} ±{half_width95(last['total_std']):,.0f}" in cola_row
+
+
+def test_dead_letters_are_counted_by_reason(spec: EngineSpec) -> None:
+    source = "hospital-admissions"
+    engine_records = _run_engine(spec, source, "hospital", days=12)
+    board = Board(spec)
+    for record in engine_records:
+        board.add(record)
+    letters = Counter(r["reason"] for r in engine_records if r["kind"] == "dead_letter")
+    assert len(letters) >= 5
+    assert board.dead_letters == letters
+    line = board.dead_letter_line()
+    assert line.startswith(f"dead letters ({sum(letters.values())}): ")
+    for reason, n in letters.items():
+        assert f"{reason} {n}" in line
+
+
+def test_budget_comes_from_the_metrics_exposition(spec: EngineSpec) -> None:
+    metrics = StreamdpMetrics()
+    metrics.bind_ledger(lambda: BudgetView(sources=(SourceBudget("restaurant-orders", 1.0, 0.75),)))
+    board = Board(spec)
+    assert board.spent == {}
+    board.set_budget(metrics.exposition().decode("utf-8"))
+    assert board.spent == {"restaurant-orders": 0.75}
+    assert board.caps["restaurant-orders"] == 1.0
+    assert "restaurant-orders 0.75 / 1" in board.budget_line()
+
+
+def test_half_width_covers_95_percent_of_one_laplace_node() -> None:
+    # exact two-sided tail of a discrete Laplace variable with scale b (sd of the continuous
+    # approximation sqrt(2) b; the discrete one is slightly smaller)
+    for b in (0.5, 2.0, 7.0, 40.0):
+        alpha = np.exp(-1.0 / b)
+        sd = np.sqrt(2 * alpha) / (1 - alpha)  # exact sd of the discrete Laplace
+        k = int(np.floor(half_width95(float(sd))))
+        tail = 2 * alpha ** (k + 1) / (1 + alpha)  # P(|X| > k)
+        assert tail <= 0.05
+        # and not wastefully wide: 1.5 sd would not be enough
+        k_narrow = int(np.floor(1.5 * sd))
+        assert 2 * alpha ** (k_narrow + 1) / (1 + alpha) > 0.05
+
+
+def test_feed_is_keyed_by_source_and_paced_by_event_time(spec: EngineSpec) -> None:
+    pace = 0.25
+    records = []
+    for record in paced_records(
+        "restaurant", spec, "restaurant-orders", rate=50.0, pace=pace, seed=1, bad_fraction=0.1
+    ):
+        if record.due > 5 * pace:
+            break
+        records.append(record)
+    assert {r.key for r in records} == {b"restaurant-orders"}
+    assert {r.topic for r in records} == {"restaurant-orders"}
+    dues = [r.due for r in records]
+    assert dues == sorted(dues)
+    origin = PeriodClock(spec.streams["restaurant-items"].period).bounds(0)[0]
+    good = [r for r in records if not r.bad]
+    for record in good:
+        ts = parse_instant(json.loads(record.value)["event_time"])
+        assert ts is not None
+        assert record.due == pytest.approx((ts - origin) / DAY_SECONDS * pace)
+    assert 0 < sum(r.bad for r in records) < len(good)
+
+
+def test_run_feed_sends_in_order_and_stops_when_asked(spec: EngineSpec) -> None:
+    sent: list[Record] = []
+    stats = FeedStats()
+
+    async def main() -> None:
+        stop = asyncio.Event()
+
+        async def send(record: Record) -> asyncio.Future[None]:
+            sent.append(record)
+            if len(sent) == 300:
+                stop.set()
+            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+
+        records = paced_records(
+            "hospital", spec, "hospital-admissions", rate=100.0, pace=0.01, seed=2, bad_fraction=0
+        )
+        await asyncio.wait_for(run_feed(records, send, stats, pace=0.01, stop=stop), 30)
+
+    asyncio.run(main())
+    assert len(sent) == 300
+    assert stats.sent == 300
+    assert [r.due for r in sent] == sorted(r.due for r in sent)
