@@ -24,3 +24,7 @@ class HorizonError(StreamdpError):
 
 class StateError(StreamdpError):
     """Persisted state cannot be restored (wrong version, wrong shape, tampered)."""
+
+
+class BrokerError(StreamdpError):
+    """The embedded Kafka-protocol broker cannot be found, started, or asked to do something."""
