@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("streamdp.demo_cli", "run the main job on its embedded default"),
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
     "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
+    "tail": ("streamdp.tail_cli", "print a topic (releases, dead letters) one line per record"),
 }
 
 

@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import importlib.resources
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -133,10 +134,12 @@ class EmbeddedBroker:
         self._port: int | None = None
         self._start_timeout = start_timeout
         self._binary = binary
-        self._tmpdir: tempfile.TemporaryDirectory[str] | None = None
+        # A plain directory, not TemporaryDirectory: a failed start() keeps its log for the
+        # error message, and close() removes it.
+        self._tmpdir: Path | None = None
         if log_path is None:
-            self._tmpdir = tempfile.TemporaryDirectory(prefix="streamdp-tansu-")
-            log_path = Path(self._tmpdir.name) / "tansu.log"
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="streamdp-tansu-"))
+            log_path = self._tmpdir / "tansu.log"
         self.log_path = log_path
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -263,7 +266,7 @@ class EmbeddedBroker:
         """Stop the broker and delete its temporary log directory (if it made one)."""
         self.stop()
         if self._tmpdir is not None:
-            self._tmpdir.cleanup()
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
     def __enter__(self) -> Self:

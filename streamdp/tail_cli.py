@@ -1,0 +1,204 @@
+"""``streamdp tail``: print the records of any topic readably (releases, dead letters, ...).
+
+One line per record. ``--format pretty`` (default) prints ``partition@offset time key value``
+with JSON values re-serialized compactly; ``--format json`` prints one JSON object per line
+(``topic, partition, offset, timestamp_ms, key, value``) for scripts. Values that are not JSON are
+shown safely: UTF-8 text as an escaped JSON string, anything else as base64 (json) or a short hex
+preview (pretty); control characters never reach the terminal raw.
+
+Without ``--from-beginning`` only records newer than the start are shown. Tansu's ListOffsets
+can answer an offset inside the last batch (docs/dev-broker-notes.md), so the start is taken from
+the high watermark of the first Fetch response instead, which is exact on Tansu and Kafka.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from streamdp.errors import BrokerError, ConfigError
+
+ENV_BOOTSTRAP = "STREAMDP_BOOTSTRAP"
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
+_HEX_PREVIEW = 24
+
+
+@dataclass(frozen=True)
+class TailRecord:
+    """One consumed record, as bytes (no decoding yet)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+
+
+def _decode(raw: bytes | None) -> tuple[str, Any]:
+    """Classify ``raw``: ("null", None) | ("json", obj) | ("text", str) | ("binary", bytes)."""
+    if raw is None:
+        return "null", None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return "binary", raw
+    try:
+        return "json", json.loads(text)
+    except ValueError:
+        return "text", text
+
+
+def _pretty_part(raw: bytes | None) -> str:
+    kind, obj = _decode(raw)
+    if kind == "null":
+        return "null"
+    if kind == "json":
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    if kind == "text":
+        return json.dumps(obj, ensure_ascii=False)  # quoted, control characters escaped
+    data: bytes = obj
+    preview = data[:_HEX_PREVIEW].hex()
+    more = "..." if len(data) > _HEX_PREVIEW else ""
+    return f"<{len(data)} bytes 0x{preview}{more}>"
+
+
+def _json_part(raw: bytes | None) -> dict[str, Any] | None:
+    kind, obj = _decode(raw)
+    if kind == "null":
+        return None
+    if kind == "json":
+        return {"json": obj}
+    if kind == "text":
+        return {"text": obj}
+    return {"base64": base64.b64encode(obj).decode("ascii")}
+
+
+def format_pretty(record: TailRecord) -> str:
+    """``p<partition>@<offset> <UTC time> <key> <value>`` on one line."""
+    when = (
+        datetime.fromtimestamp(record.timestamp_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if record.timestamp_ms is not None and record.timestamp_ms >= 0
+        else "-"
+    )
+    return (
+        f"p{record.partition}@{record.offset} {when} "
+        f"{_pretty_part(record.key)} {_pretty_part(record.value)}"
+    )
+
+
+def format_json(record: TailRecord) -> str:
+    """One JSON object; ``key``/``value`` are ``{"json": ...}``, ``{"text": ...}``,
+    ``{"base64": ...}`` or null."""
+    return json.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp_ms": record.timestamp_ms,
+            "key": _json_part(record.key),
+            "value": _json_part(record.value),
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topic", required=True, help="topic to print")
+    parser.add_argument(
+        "--bootstrap",
+        default=None,
+        help=f"broker HOST:PORT (default: ${ENV_BOOTSTRAP})",
+    )
+    parser.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="print the records already in the topic, not only new ones",
+    )
+    parser.add_argument("--format", choices=("pretty", "json"), default="pretty")
+    parser.add_argument("--max", type=int, default=None, help="stop after N records")
+
+
+def _bootstrap(args: argparse.Namespace) -> str:
+    value = args.bootstrap or os.environ.get(ENV_BOOTSTRAP, "")
+    if not value:
+        raise ConfigError(
+            f"no broker given: pass --bootstrap HOST:PORT or set {ENV_BOOTSTRAP}"
+        )
+    if not _BOOTSTRAP.match(value):
+        raise ConfigError(f"--bootstrap must be HOST:PORT[,HOST:PORT...], got {value!r}")
+    return value
+
+
+async def _tail(
+    bootstrap: str, topic: str, from_beginning: bool, limit: int | None, fmt: str
+) -> int:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.errors import KafkaError
+
+    formatter = format_json if fmt == "json" else format_pretty
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=10_000
+    )
+    try:
+        await consumer.start()
+    except KafkaError as error:
+        raise BrokerError(f"cannot reach the broker at {bootstrap}: {error}") from error
+    try:
+        topics = await consumer.topics()
+        partitions = consumer.partitions_for_topic(topic) if topic in topics else None
+        if not partitions:
+            known = ", ".join(sorted(t for t in topics if not t.startswith("__"))) or "none"
+            raise ConfigError(f"topic {topic!r} does not exist on {bootstrap} (topics: {known})")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        if from_beginning:
+            await consumer.seek_to_beginning(*tps)
+        else:
+            await consumer.seek_to_end(*tps)
+        start: dict[TopicPartition, int] = {}
+        printed = 0
+        while limit is None or printed < limit:
+            batch = await consumer.getmany(timeout_ms=500)
+            for tp in tps:
+                if not from_beginning and tp not in start:
+                    highwater = consumer.highwater(tp)
+                    if highwater is not None:
+                        start[tp] = highwater
+            for tp, messages in batch.items():
+                for m in messages:
+                    if not from_beginning and m.offset < start.get(tp, 0):
+                        continue
+                    record = TailRecord(topic, tp.partition, m.offset, m.timestamp, m.key, m.value)
+                    sys.stdout.write(formatter(record) + "\n")
+                    sys.stdout.flush()
+                    printed += 1
+                    if limit is not None and printed >= limit:
+                        return 0
+    finally:
+        await consumer.stop()
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max is not None and args.max < 1:
+        raise ConfigError(f"--max must be >= 1 records, got {args.max}")
+    if not args.topic:
+        raise ConfigError("--topic must name a topic, got an empty string")
+    bootstrap = _bootstrap(args)
+    try:
+        return asyncio.run(
+            _tail(bootstrap, args.topic, args.from_beginning, args.max, args.format)
+        )
+    except BrokenPipeError:  # `streamdp tail ... | head`
+        sys.stderr.close()
+        return 0
