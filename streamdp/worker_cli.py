@@ -55,6 +55,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="output topics are NS.releases, NS.consistent, NS.dead-letter, NS.control "
         "(default streamdp); or STREAMDP_TOPIC_NAMESPACE",
     )
+    parser.add_argument(
+        "--max-batch", type=int, help="most input records per processed batch (default 5000)"
+    )
+    parser.add_argument(
+        "--batch-seconds",
+        type=float,
+        help="longest wait to fill a batch, seconds (default 0.2; bounds period-close latency)",
+    )
     parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
 
@@ -72,6 +80,8 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "session_timeout": args.session_timeout,
         "insecure_seed": args.insecure_seed,
         "log_level": args.log_level,
+        "max_batch": args.max_batch,
+        "batch_seconds": args.batch_seconds,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     if args.topic_namespace:
