@@ -2,21 +2,30 @@
 
 What this proves: compose.yaml parses and references only images (pinned), files, services,
 volumes and variables that exist; Kafka runs in KRaft mode with enough nodes for the topics'
-replication; two or more workers run the contract command with the spec mounted; Prometheus
-scrapes exactly the worker services on 6066 and loads the shipped rules; Grafana's provisioning
-points at the shipped dashboards; topics.conf follows the retention/compaction and
-co-partitioning rules; the StatefulSet has persistent volumes, /status readiness and resources;
-the guides mention every topic and carry the replay command.
+replication; two or more workers run the contract command with the spec mounted, with settings
+the worker accepts (web server on all addresses inside the container, Faust's raw /table view
+off, the partition count of topics.conf); Prometheus scrapes exactly the worker services on 6066
+and loads the shipped rules; Grafana's provisioning points at the shipped dashboards;
+topics.conf holds exactly what the daemon needs and follows the retention/compaction and
+co-partitioning rules; the StatefulSet runs the shipped spec with /status readiness and
+resources; the guides mention every topic, carry the replay command, document every STREAMDP_*
+variable and worker flag that exists and name none that does not, and keep no draft markers.
 """
 
 from __future__ import annotations
 
+import argparse
+import inspect
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from streamdp import cli
+from streamdp.daemon import settings as settings_module
+from streamdp.daemon.settings import DaemonSettings, env_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -51,6 +60,35 @@ def topics() -> dict[str, dict[str, Any]]:
 
 def services_with(prefix: str) -> dict[str, dict[str, Any]]:
     return {n: s for n, s in compose()["services"].items() if n.startswith(prefix)}
+
+
+def k8s_docs() -> dict[str, dict[str, Any]]:
+    return {
+        d["kind"]: d for d in yaml.safe_load_all((DEPLOY / "k8s" / "streamdp.yaml").read_text())
+    }
+
+
+def option_strings(command: str) -> set[str]:
+    """Every option the argparse parser of ``streamdp <command>`` accepts."""
+    parser = argparse.ArgumentParser()
+    cli._load(command).register(parser)
+    return {o for action in parser._actions for o in action.option_strings}
+
+
+def settings_from_env(env: dict[str, str]) -> DaemonSettings:
+    """The settings a worker builds from these environment variables and the deployed spec."""
+    values = env_settings(str(DEPLOY / "streamdp" / "streams.toml"), env)
+    return DaemonSettings(**values).validate()  # type: ignore[arg-type]
+
+
+def variables_read() -> set[str]:
+    """STREAMDP_* names the settings module reads from the environment."""
+    return set(re.findall(r"STREAMDP_[A-Z_]+[A-Z]", inspect.getsource(env_settings)))
+
+
+def deploy_and_doc_texts() -> dict[str, str]:
+    paths = [*(ROOT / "docs").glob("*.md"), *(p for p in DEPLOY.rglob("*") if p.is_file())]
+    return {str(p.relative_to(ROOT)): p.read_text(errors="replace") for p in paths}
 
 
 def test_compose_references_only_existing_things() -> None:
@@ -113,13 +151,22 @@ def test_workers_run_the_contract_command_and_are_scraped() -> None:
     workers = services_with("worker-")
     assert len(workers) >= 2
     brokers = {n for n in services_with("kafka-") if n != "kafka-init"}
+    partitions = topics()["streamdp-state-changelog"]["partitions"]
     for name, service in workers.items():
         assert service["command"] == WORKER_COMMAND, name
         assert "./streamdp/streams.toml:/etc/streamdp/streams.toml:ro" in service["volumes"]
-        assert any(v.endswith(":/var/lib/streamdp") for v in service["volumes"]), name
-        env = service["environment"]
+        env = {k: str(v) for k, v in service["environment"].items()}
         assert {h.split(":")[0] for h in env["STREAMDP_BOOTSTRAP"].split(",")} == brokers
-        assert env["STREAMDP_WEB_PORT"] == "6066"
+        # what the worker itself makes of this environment (defaults filled in)
+        settings = settings_from_env(env)
+        assert settings.web_host == "0.0.0.0", f"{name}: /metrics unreachable from Prometheus"
+        assert settings.web_port == 6066
+        assert settings.partitions == partitions
+        assert settings.insecure_seed is None
+        assert f"{settings.app_id}-state-changelog" in topics()
+        # Faust's /table/<name>/<key>/ view would serve the raw state table on the same port
+        assert env["APP_WEB_TABLES_ENABLED"] == "false", name
+        assert env["APP_WEB_ROUTER_ENABLED"] == "false", name
         assert service["depends_on"]["kafka-init"]["condition"] == (
             "service_completed_successfully"
         )
@@ -132,6 +179,9 @@ def test_workers_run_the_contract_command_and_are_scraped() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["streamdp"]' in dockerfile
     assert "EXPOSE 6066" in dockerfile
+    assert re.search(r"^RUN pip install \.", dockerfile, flags=re.M)
+    for setting in ("STREAMDP_WEB_HOST=0.0.0.0", "APP_WEB_TABLES_ENABLED=false"):
+        assert setting in dockerfile, setting
     assert f"CMD {str(WORKER_COMMAND).replace(chr(39), chr(34))}" in dockerfile
     for source in re.findall(r"^COPY (.+) \S+$", dockerfile, flags=re.M):
         for path in source.split():
@@ -186,9 +236,8 @@ def test_topics_follow_the_retention_and_partitioning_rules() -> None:
     assert all(t["data"] in {"raw", "noisy", "control"} for t in table.values())
 
 
-def test_statefulset_has_volumes_readiness_and_resources() -> None:
-    docs = list(yaml.safe_load_all((DEPLOY / "k8s" / "streamdp.yaml").read_text()))
-    kinds = {d["kind"]: d for d in docs}
+def test_statefulset_runs_the_spec_with_readiness_and_resources() -> None:
+    kinds = k8s_docs()
     assert {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget"} <= set(kinds)
     sts = kinds["StatefulSet"]["spec"]
     assert sts["replicas"] >= 2
@@ -201,11 +250,24 @@ def test_statefulset_has_volumes_readiness_and_resources() -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/status", "port": "web"}
     assert container["resources"]["requests"]["cpu"]
     assert container["resources"]["limits"]["memory"]
-    claim = sts["volumeClaimTemplates"][0]["metadata"]["name"]
+    # the state table lives in memory and is restored from the changelog: the data directory
+    # is scratch, and a persistent volume would only suggest a durability that is not there
+    assert "volumeClaimTemplates" not in sts
+    volumes = {v["name"]: v for v in sts["template"]["spec"]["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts[claim] == "/var/lib/streamdp"
+    assert mounts["data"] == "/var/lib/streamdp"
+    assert "emptyDir" in volumes["data"]
     assert mounts["spec"] == "/etc/streamdp"
-    assert "streams.toml" in kinds["ConfigMap"]["data"]
+    assert volumes["spec"]["configMap"]["name"] == kinds["ConfigMap"]["metadata"]["name"]
+    shipped = (DEPLOY / "streamdp" / "streams.toml").read_text()
+    assert kinds["ConfigMap"]["data"]["streams.toml"] == shipped
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    settings = settings_from_env(env)
+    assert settings.web_host == "0.0.0.0"
+    assert settings.web_port == ports["web"]
+    assert settings.partitions == topics()["streamdp-state-changelog"]["partitions"]
+    assert env["APP_WEB_TABLES_ENABLED"] == "false"
+    assert env["APP_WEB_ROUTER_ENABLED"] == "false"
     annotations = sts["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/port"] == "6066"
     assert annotations["prometheus.io/path"] == "/metrics"
@@ -217,15 +279,72 @@ def test_statefulset_has_volumes_readiness_and_resources() -> None:
         "STREAMDP_SASL_PASSWORD",
     ):
         assert variable in readme
+    for protocol in settings_module.SECURITY_PROTOCOLS:
+        assert f"`{protocol}`" in readme, protocol
+    for mechanism in settings_module.SASL_MECHANISMS:
+        assert f"`{mechanism}`" in readme, mechanism
 
 
-@pytest.mark.parametrize("guide", ["operating.md", "consuming.md"])
+@pytest.mark.parametrize("guide", ["operating.md", "consuming.md", "architecture.md"])
 def test_guides_cover_the_topics(guide: str) -> None:
     text = (ROOT / "docs" / guide).read_text()
     for topic in ("streamdp.releases", "streamdp.consistent"):
         assert topic in text, f"{guide} does not mention {topic}"
     if guide == "operating.md":
         for topic in topics():
-            assert f"`{topic}`" in text or "changelog" in topic, topic
-        assert "streamdp replay --config" in text
-        assert "streamdp-<table>-changelog" in text
+            assert f"`{topic}`" in text, topic
+        assert "streamdp replay --config SPEC --input events.jsonl --output-dir DIR" in text
+        from streamdp.engine.events import REASONS
+
+        for reason in REASONS:
+            assert f"`{reason}`" in text, reason
+
+
+def test_no_draft_markers_left() -> None:
+    for name, text in deploy_and_doc_texts().items():
+        assert "[daemon" not in text, name
+        assert "not yet written" not in text, name
+
+
+def test_every_streamdp_variable_named_is_one_the_worker_reads() -> None:
+    read = variables_read()
+    assert {"STREAMDP_BOOTSTRAP", "STREAMDP_WEB_HOST", "STREAMDP_SASL_PASSWORD"} <= read
+    for variable in sorted(read):
+        # each name the source mentions really changes the settings (not a dead string)
+        base = {"STREAMDP_CONFIG": "base.toml"}
+        assert env_settings(None, {**base, variable: "1"}) != env_settings(None, base), variable
+    for name, text in deploy_and_doc_texts().items():
+        for variable in set(re.findall(r"STREAMDP_[A-Z_]+[A-Z]", text)):
+            assert variable in read, f"{name} names {variable}, which the worker never reads"
+    # and the operator guide documents every one of them
+    guide = (ROOT / "docs" / "operating.md").read_text()
+    for variable in read:
+        assert f"`{variable}`" in guide, f"docs/operating.md does not document {variable}"
+
+
+def test_every_flag_named_exists() -> None:
+    worker = option_strings("worker")
+    commands = {name: option_strings(name) for name in cli.COMMANDS}
+    span = re.compile(r"`([^`\n]+)`")
+    for name, text in deploy_and_doc_texts().items():
+        snippets = span.findall(text) + text.splitlines()
+        for snippet in snippets:
+            # `streamdp <command> --flag ...` (inline or in a code block)
+            for command, rest in re.findall(r"streamdp (\w+)((?: +[^ `|]+)*)", snippet):
+                if command not in commands:
+                    continue
+                for flag in re.findall(r"(?<!\S)(--[a-z][a-z-]*)", rest):
+                    assert flag in commands[command], f"{name}: streamdp {command} {flag}"
+        # a bare `--flag ...` span is a worker flag by the guides' convention
+        for snippet in span.findall(text):
+            if snippet.startswith("--"):
+                assert snippet.split()[0] in worker, f"{name}: {snippet}"
+    # the command lines of the deployments
+    for service in services_with("worker-").values():
+        assert set(re.findall(r"--[a-z-]+", " ".join(service["command"]))) <= worker
+    args = k8s_docs()["StatefulSet"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert set(re.findall(r"--[a-z-]+", " ".join(args))) <= worker
+    # and the operator guide documents every worker flag
+    guide = (ROOT / "docs" / "operating.md").read_text()
+    for flag in worker - {"-h", "--help"}:
+        assert f"`{flag}" in guide, f"docs/operating.md does not document {flag}"
