@@ -28,3 +28,9 @@ class StateError(StreamdpError):
 
 class BrokerError(StreamdpError):
     """The embedded Kafka-protocol broker cannot be found, started, or asked to do something."""
+
+
+class InputGapError(StreamdpError):
+    """Input records were skipped below the worker (an offset gap): continuing would count later
+    records while the skipped ones could never be counted. The worker must restart from its last
+    durable checkpoint."""

@@ -45,11 +45,34 @@ REJECTION_REASONS: frozenset[str] = frozenset(REASONS)
 
 #: Buckets of the consistency-run duration histogram, seconds (1 ms .. 2 min).
 CONSISTENCY_BUCKETS: tuple[float, ...] = (
-    0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 120.0,
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1.0,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
 )
 #: Buckets of the period-close latency histogram, seconds (10 ms .. 10 min).
 CLOSE_LATENCY_BUCKETS: tuple[float, ...] = (
-    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    600.0,
 )
 
 
@@ -72,104 +95,149 @@ class MetricSpec:
 CATALOGUE: tuple[MetricSpec, ...] = (
     # --- privacy budget: read from the durable ledger at every scrape (custom collector) ------
     MetricSpec(
-        "streamdp_epsilon_spent", "gauge", ("stream", "source"),
+        "streamdp_epsilon_spent",
+        "gauge",
+        ("stream", "source"),
         "Epsilon the durable ledger records as spent by this stream on this input source in its "
         "current epoch (pure epsilon-DP, event level).",
     ),
     MetricSpec(
-        "streamdp_stream_epsilon", "gauge", ("stream", "source"),
+        "streamdp_stream_epsilon",
+        "gauge",
+        ("stream", "source"),
         "Epsilon the stream is configured to spend per epoch (its horizon of N periods).",
     ),
     MetricSpec(
-        "streamdp_source_epsilon_spent", "gauge", ("source",),
+        "streamdp_source_epsilon_spent",
+        "gauge",
+        ("source",),
         "Epsilon spent on this input source by all streams reading it (they compose: sum).",
     ),
     MetricSpec(
-        "streamdp_source_epsilon_cap", "gauge", ("source",),
+        "streamdp_source_epsilon_cap",
+        "gauge",
+        ("source",),
         "Epsilon cap the configuration declares for this input source.",
     ),
     # --- horizon and epochs ----------------------------------------------------------------
     MetricSpec(
-        "streamdp_horizon_periods", "gauge", ("stream",),
+        "streamdp_horizon_periods",
+        "gauge",
+        ("stream",),
         "Horizon N: the most periods the stream releases per epoch.",
     ),
     MetricSpec(
-        "streamdp_periods_released", "gauge", ("stream",),
+        "streamdp_periods_released",
+        "gauge",
+        ("stream",),
         "Periods released so far in the stream's current epoch (0..N).",
     ),
     MetricSpec("streamdp_epoch", "gauge", ("stream",), "Current epoch of the stream (0-based)."),
     MetricSpec(
-        "streamdp_period_seconds", "gauge", ("stream",),
+        "streamdp_period_seconds",
+        "gauge",
+        ("stream",),
         "Length of the stream's current period in seconds (calendar periods vary).",
     ),
     MetricSpec(
-        "streamdp_allowed_lateness_seconds", "gauge", ("stream",),
+        "streamdp_allowed_lateness_seconds",
+        "gauge",
+        ("stream",),
         "Allowed lateness of the stream: a period closes this long after its end (event time).",
     ),
     # --- releases (public noisy outputs only) -------------------------------------------------
     MetricSpec(
-        "streamdp_releases_published_total", "counter", ("stream",),
+        "streamdp_releases_published_total",
+        "counter",
+        ("stream",),
         "Release records written to streamdp.releases (one per counter per period, idempotent "
         "re-publications after a restart included).",
     ),
     MetricSpec(
-        "streamdp_last_release_timestamp_seconds", "gauge", ("stream",),
-        "Wall-clock time (Unix seconds) at which the stream's latest period release was "
-        "published.",
+        "streamdp_last_release_timestamp_seconds",
+        "gauge",
+        ("stream",),
+        "Wall-clock time (Unix seconds) at which the stream's latest period release was published.",
     ),
     MetricSpec(
-        "streamdp_release_stddev", "gauge", ("stream",),
+        "streamdp_release_stddev",
+        "gauge",
+        ("stream",),
         "Expected standard deviation of the latest noisy running total (exact variance of the "
         "discrete noise; equal for every counter of the stream, which share one strategy).",
     ),
     MetricSpec(
-        "streamdp_release_cumulative", "gauge", ("stream", "counter"),
+        "streamdp_release_cumulative",
+        "gauge",
+        ("stream", "counter"),
         "Latest NOISY running total released for the counter (already public on "
         "streamdp.releases; never a raw count).",
     ),
     MetricSpec(
-        "streamdp_consistent_cumulative", "gauge", ("stream", "counter"),
+        "streamdp_consistent_cumulative",
+        "gauge",
+        ("stream", "counter"),
         "Running total of the latest period in the latest consistent revision (post-processing "
         "of noisy releases; already public on streamdp.consistent).",
     ),
     # --- consistency (post-processing of noisy values) ---------------------------------------
     MetricSpec(
-        "streamdp_consistency_runs_total", "counter", ("stream",),
+        "streamdp_consistency_runs_total",
+        "counter",
+        ("stream",),
         "Consistency runs completed (each publishes one revision).",
     ),
     MetricSpec(
-        "streamdp_consistency_iterations", "gauge", ("stream",),
+        "streamdp_consistency_iterations",
+        "gauge",
+        ("stream",),
         "Iterations the latest consistency run took (1 for the exact one-pass solvers).",
     ),
     MetricSpec(
-        "streamdp_consistency_residual", "gauge", ("stream",),
+        "streamdp_consistency_residual",
+        "gauge",
+        ("stream",),
         "Largest absolute constraint violation |C y - b| of the latest consistent revision.",
     ),
     MetricSpec(
-        "streamdp_consistency_tolerance", "gauge", ("stream",),
+        "streamdp_consistency_tolerance",
+        "gauge",
+        ("stream",),
         "Configured stopping tolerance of the consistency solver.",
     ),
     MetricSpec(
-        "streamdp_consistency_duration_seconds", "histogram", ("stream",),
+        "streamdp_consistency_duration_seconds",
+        "histogram",
+        ("stream",),
         "Wall time of consistency runs.",
     ),
     MetricSpec(
-        "streamdp_period_close_latency_seconds", "histogram", ("stream",),
+        "streamdp_period_close_latency_seconds",
+        "histogram",
+        ("stream",),
         "Wall time from a period's close condition (watermark past end plus lateness, or a "
         "close control record) to its releases being published.",
     ),
     # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(
-        "streamdp_input_records_total", "counter", ("topic",),
-        "Records read from the input topic.", input_volume=True,
-    ),
-    MetricSpec(
-        "streamdp_events_rejected_total", "counter", ("topic", "reason"),
-        "Input records not counted, by reason (all but 'duplicate' go to the dead-letter topic).",
+        "streamdp_input_records_total",
+        "counter",
+        ("topic",),
+        "Records read from the input topic.",
         input_volume=True,
     ),
     MetricSpec(
-        "streamdp_consumer_lag_records", "gauge", ("topic",),
+        "streamdp_events_rejected_total",
+        "counter",
+        ("topic", "reason"),
+        "Dead letters by reason: one per refusing stream (a record two streams refuse counts "
+        "twice); every one goes to the dead-letter topic.",
+        input_volume=True,
+    ),
+    MetricSpec(
+        "streamdp_consumer_lag_records",
+        "gauge",
+        ("topic",),
         "Records on the input topic not yet processed by this worker (sum over its partitions).",
         input_volume=True,
     ),

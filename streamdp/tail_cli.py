@@ -131,9 +131,7 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _bootstrap(args: argparse.Namespace) -> str:
     value = args.bootstrap or os.environ.get(ENV_BOOTSTRAP, "")
     if not value:
-        raise ConfigError(
-            f"no broker given: pass --bootstrap HOST:PORT or set {ENV_BOOTSTRAP}"
-        )
+        raise ConfigError(f"no broker given: pass --bootstrap HOST:PORT or set {ENV_BOOTSTRAP}")
     if not _BOOTSTRAP.match(value):
         raise ConfigError(f"--bootstrap must be HOST:PORT[,HOST:PORT...], got {value!r}")
     return value
@@ -196,9 +194,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--topic must name a topic, got an empty string")
     bootstrap = _bootstrap(args)
     try:
-        return asyncio.run(
-            _tail(bootstrap, args.topic, args.from_beginning, args.max, args.format)
-        )
+        return asyncio.run(_tail(bootstrap, args.topic, args.from_beginning, args.max, args.format))
     except BrokenPipeError:  # `streamdp tail ... | head`
         sys.stderr.close()
         return 0

@@ -45,6 +45,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="one record per produce batch (needed on the embedded Tansu broker)",
     )
     parser.add_argument(
+        "--allow-input-gaps",
+        action="store_true",
+        help="accept holes in input offsets (transactional producers); by default a hole makes "
+        "the worker exit and restart from its last checkpoint",
+    )
+    parser.add_argument(
         "--insecure-seed",
         type=int,
         metavar="N",
@@ -86,6 +92,8 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
     values.update({k: v for k, v in flags.items() if v is not None})
     if args.topic_namespace:
         values["topic_namespace"] = args.topic_namespace
+    if args.allow_input_gaps:
+        values["allow_input_gaps"] = True
     if args.single_record_batches:
         values["single_record_batches"] = True
     namespace = values.pop("topic_namespace", None)

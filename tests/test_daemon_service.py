@@ -189,3 +189,65 @@ def test_split_and_join_round_trip_an_engine_snapshot() -> None:
     missing = next(iter(nodes))
     with pytest.raises(Exception, match="missing"):
         join_snapshot(hot, lambda s, e, t: None if (s, e, t) == missing else nodes[(s, e, t)])
+
+
+def test_records_of_a_source_on_another_partition_than_its_state_are_refused() -> None:
+    """A producer with a different partitioner must not split a source's state in two."""
+    spec = example_spec("restaurant")
+    svc = ReleaseService(
+        spec,
+        sampler=InsecureSeededSampler(1),
+        state={},
+        topic_partitions={"restaurant-orders": 4},
+    )
+    first, second = _records("restaurant", periods=2, rate=3)[:2]
+    assert svc.process([first]).accepted == 1  # the state now lives on partition 0
+    moved = InputRecord(second.topic, 3, 0, second.key, second.value)
+    outcome = svc.process([moved])
+    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
+    assert outcome.accepted == 0
+
+
+def test_editing_another_sources_configuration_keeps_this_sources_state_restorable() -> None:
+    from streamdp.engine import parse_spec
+
+    text = _combined_text()
+    state: dict[str, Any] = {}
+    svc = ReleaseService(parse_spec(text), sampler=InsecureSeededSampler(1), state=state)
+    record = _records("restaurant", periods=2, rate=3)[0]
+    _apply(state, svc.process([record]).writes)
+    edited = text.replace(
+        "epsilon_cap = 1.0\n\n[streams.admissions-census]",
+        "epsilon_cap = 1.5\n\n[streams.admissions-census]",
+    )
+    assert edited != text
+    again = ReleaseService(parse_spec(edited), sampler=InsecureSeededSampler(1), state=state)
+    again.process([record])  # restores the restaurant source without a StateError
+    assert again.slots["restaurant-orders"].engine.stats.skipped == 1
+
+
+def _combined_text() -> str:
+    from importlib import resources
+
+    files = resources.files("streamdp").joinpath("examples")
+    return (
+        files.joinpath("restaurant.toml").read_text("utf-8")
+        + "\n"
+        + files.joinpath("hospital.toml").read_text("utf-8")
+    )
+
+
+def test_a_hole_in_input_offsets_stops_the_batch_unless_holes_are_allowed() -> None:
+    """Records skipped below the worker must never be silently passed over."""
+    from streamdp.errors import InputGapError
+
+    spec = example_spec("restaurant")
+    records = _records("restaurant", periods=3, rate=4)[:4]
+    after_hole = InputRecord(records[2].topic, 0, 7, records[2].key, records[2].value)
+    strict = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
+    strict.process(records[:2])
+    with pytest.raises(InputGapError, match="jumped from offset 1 to 7"):
+        strict.process([after_hole])
+    lenient = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={}, allow_gaps=True)
+    lenient.process(records[:2])
+    assert lenient.process([after_hole]).accepted == 1

@@ -334,7 +334,8 @@ class EmbeddedBroker:
             failures.append(f"{name!r}: Kafka error {code} ({message})")
         if failures:
             raise BrokerError(
-                "the broker refused to create topics: " + "; ".join(failures)
+                "the broker refused to create topics: "
+                + "; ".join(failures)
                 + " (use exist_ok=True to accept existing topics, or pick new names)"
             )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -32,12 +33,14 @@ from streamdp.daemon.service import BatchOutcome, InputRecord, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.periods import PeriodClock
+from streamdp.errors import InputGapError
 from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
 from streamdp.noise.sampler import NoiseSampler
 
 log = logging.getLogger("streamdp.daemon")
 STATE_TABLE = "state"
+EXIT_INPUT_GAP = 75  # EX_TEMPFAIL: restart me (after the group session timeout)
 
 
 def required_topics(spec: EngineSpec, settings: DaemonSettings) -> dict[str, int]:
@@ -64,6 +67,7 @@ class WorkerRuntime:
     sampler: NoiseSampler
     metrics: StreamdpMetrics
     service: ReleaseService | None = None
+    recovered: Any = None  # () -> bool: Faust finished restoring the state table
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     started_at: float = field(default_factory=time.time)
     batches: int = 0
@@ -97,6 +101,11 @@ class WorkerRuntime:
                     )
         return BudgetView(tuple(streams), tuple(sources))
 
+    @property
+    def ready(self) -> bool:
+        """The agent runs and the state table is restored from its changelog."""
+        return self.service is not None and bool(self.recovered is None or self.recovered())
+
     def status(self) -> dict[str, Any]:
         """The JSON status view: configuration, ownership and progress; never any count."""
         service = self.service
@@ -124,7 +133,7 @@ class WorkerRuntime:
             "service": "streamdp",
             "version": __version__,
             "app_id": self.settings.app_id,
-            "ready": service is not None,
+            "ready": self.ready,
             "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
             "sources_owned": sorted(owned),
             "uptime_seconds": round(time.time() - self.started_at, 3),
@@ -206,6 +215,10 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         consumer_auto_offset_reset="earliest",
         producer_max_batch_size=1 if settings.single_record_batches else 16384,
         web_enabled=True,
+        # Faust's default routes would serve table contents (raw partial sums) over HTTP:
+        # only /metrics and /status are served
+        web_tables_enabled=False,
+        web_router_enabled=False,
         web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
@@ -237,7 +250,13 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         partitions=settings.partitions,
         schema=faust.Schema(key_serializer="json", value_serializer="json"),
     )
-    runtime_ready = asyncio.Event()
+
+    def recovered() -> bool:
+        recovery = getattr(app.tables, "recovery", None)
+        return recovery is not None and bool(recovery.completed.is_set())
+
+    runtime.recovered = recovered
+    lag: dict[tuple[str, int], int] = {}
 
     def ensure_service() -> ReleaseService:
         if runtime.service is None:
@@ -247,10 +266,11 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 state=state.data,
                 topics=settings.topics,
                 topic_partitions=dict.fromkeys(input_names, settings.partitions),
+                allow_gaps=settings.allow_input_gaps,
             )
         return runtime.service
 
-    async def commit(outcome: BatchOutcome) -> None:
+    async def commit(outcome: BatchOutcome, *, received: float | None = None) -> None:
         # 1. checkpoint durable before anything derived from it leaves the process
         pending = []
         for write in outcome.writes:
@@ -275,9 +295,10 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         for write in outcome.cleanup:
             state.data.pop(write.key, None)
             state.send_changelog(write.partition, write.key, None, value_serializer="raw")
-        _observe(outcome)
+        latency = None if received is None else time.perf_counter() - received
+        _observe(outcome, latency)
 
-    def _observe(outcome: BatchOutcome) -> None:
+    def _observe(outcome: BatchOutcome, latency: float | None) -> None:
         now = time.time()
         for letter in outcome.dead_letters:
             metrics.record_rejected(letter.topic or "-", letter.reason)
@@ -303,6 +324,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 stddev=release.total_std,
                 noisy_running_totals=totals,
                 published_at=now,
+                # from receipt of the batch whose records closed the period to the broker's
+                # acknowledgement of the release
+                close_latency_seconds=latency,
             )
         latest_revision: dict[str, Any] = {}
         for revision in outcome.revisions:
@@ -324,7 +348,6 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     @app.agent(inputs, name="streamdp-ingest")
     async def ingest(stream: Any) -> None:
         service = ensure_service()
-        runtime_ready.set()
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
             batch = [
                 InputRecord(
@@ -336,15 +359,35 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 )
                 for e in events
             ]
+            received = time.perf_counter()
             async with runtime.lock:
-                outcome = service.process(batch)
-                await commit(outcome)
+                try:
+                    outcome = service.process(batch)
+                except InputGapError as gap:
+                    # exit at once: nothing of this batch is durable, and leaving through Faust
+                    # would acknowledge its records (their offsets could then be committed)
+                    log.critical("%s", gap)
+                    logging.shutdown()
+                    os._exit(EXIT_INPUT_GAP)
+                await commit(outcome, received=received)
                 runtime.batches += 1
                 runtime.records += len(batch)
-            for name in input_names:
-                count = sum(1 for r in batch if r.topic == name)
-                if count:
-                    metrics.record_input(name, count)
+            observe_input(events)
+
+    def observe_input(events: Any) -> None:
+        per_topic: dict[str, int] = {}
+        for e in events:
+            tp = e.message.tp
+            per_topic[tp.topic] = per_topic.get(tp.topic, 0) + 1
+            try:
+                lag[(tp.topic, tp.partition)] = max(
+                    0, int(app.consumer.highwater(tp)) - e.message.offset - 1
+                )
+            except (KeyError, TypeError, AttributeError):
+                continue
+        for topic, count in per_topic.items():
+            metrics.record_input(topic, count)
+            metrics.set_consumer_lag(topic, sum(v for (t, _), v in lag.items() if t == topic))
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001
@@ -376,7 +419,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
     @app.page("/status")
     async def status_view(web: Any, request: Any) -> Any:  # noqa: ARG001
-        return web.json(runtime.status())
+        # 503 until the state table is restored: readiness probes must not route to a worker
+        # that would start a source from empty state
+        return web.json(runtime.status(), status=200 if runtime.ready else 503)
 
     return app, runtime
 

@@ -42,6 +42,7 @@ from streamdp.engine.engine import raw_text
 from streamdp.engine.events import Reason
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.spec import SourceSpec
+from streamdp.errors import InputGapError
 from streamdp.noise.sampler import NoiseSampler
 
 DAEMON_STATE_KEY = "daemon"
@@ -133,10 +134,17 @@ class BatchOutcome:
 def source_spec(spec: EngineSpec, source: str) -> EngineSpec:
     """The configuration restricted to one source and the streams reading it."""
     streams = {n: s for n, s in spec.streams.items() if s.source == source}
+    # the snapshot fingerprint covers only this source and its streams: editing another
+    # source's part of the configuration must not make this source's state unrestorable
+    raw_sources = dict(spec.raw.get("sources", {}))
+    raw_streams = dict(spec.raw.get("streams", {}))
     return EngineSpec(
         sources={source: spec.sources[source]},
         streams=streams,
-        raw={"configuration": dict(spec.raw), "source": source},
+        raw={
+            "source": {source: raw_sources.get(source)},
+            "streams": {n: raw_streams.get(n) for n in streams},
+        },
     )
 
 
@@ -163,12 +171,14 @@ class ReleaseService:
         state: MutableMapping[str, Any],
         topics: OutputTopics | None = None,
         topic_partitions: Mapping[str, int] | None = None,
+        allow_gaps: bool = False,
     ) -> None:
         self.spec = spec
         self.sampler = sampler
         self.state = state
         self.topics = topics or OutputTopics()
         self.topic_partitions = dict(topic_partitions or {})
+        self.allow_gaps = allow_gaps
         self.slots: dict[str, _SourceSlot] = {}
         self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
 
@@ -231,19 +241,23 @@ class ReleaseService:
                 letter = self._dead_letter(record, "unknown_source", "the topic is not configured")
                 self._emit_unrouted(letter, outcome)
                 continue
-            slot = self._load(source.name, record.partition, outcome)
             if not self._keyed_correctly(record, source):
-                letter = self._dead_letter(
-                    record,
-                    "wrong_partition_key",
-                    f"records of source {source.name!r} must be keyed by {source.name!r} so that "
-                    "they all land on one partition (or use a single-partition topic)",
-                    source=source.name,
-                )
-                outputs.setdefault(source.name, []).append(letter)
-                touched[source.name] = slot
+                self._emit_unrouted(self._misplaced(record, source), outcome)
+                continue
+            slot = self._load(source.name, record.partition, outcome)
+            if record.partition != slot.home:
+                self._emit_unrouted(self._misplaced(record, source), outcome)
                 continue
             engine = slot.engine
+            applied = engine.applied_offset(record.topic, record.partition)
+            if not self.allow_gaps and applied is not None and record.offset > applied + 1:
+                # state of this batch is in memory only: the caller must not acknowledge it
+                raise InputGapError(
+                    f"input {record.topic}[{record.partition}] jumped from offset {applied} to "
+                    f"{record.offset}: records were skipped below the worker; restarting from "
+                    "the last checkpoint (use --allow-input-gaps only for topics whose offsets "
+                    "have legitimate holes, e.g. transactional producers)"
+                )
             result = engine.ingest(
                 record.value,
                 source_topic=record.topic,
@@ -339,6 +353,16 @@ class ReleaseService:
             return self._by_topic.get(source, by_topic)
         return by_topic
 
+    def _misplaced(self, record: InputRecord, source: SourceSpec) -> DeadLetterRecord:
+        return self._dead_letter(
+            record,
+            "wrong_partition_key",
+            f"records of source {source.name!r} must be keyed by {source.name!r} with the "
+            "default (murmur2) partitioner so that they all land on the partition holding the "
+            "source's state (or use single-partition topics)",
+            source=source.name,
+        )
+
     def _keyed_correctly(self, record: InputRecord, source: SourceSpec) -> bool:
         if self.topic_partitions.get(record.topic, 0) == 1:
             return True
@@ -360,7 +384,7 @@ class ReleaseService:
         )
 
     def _emit_unrouted(self, letter: DeadLetterRecord, outcome: BatchOutcome) -> None:
-        # no source state to checkpoint with: publish directly (the record's offset is
+        # refused before touching any source state: publish directly (the record's offset is
         # acknowledged only after this publication is, so nothing is lost)
         outcome.publications.append(
             Publication(self.topics.dead_letter, letter.key, letter.to_json())

@@ -140,6 +140,10 @@ class Engine:
         """Event-level epsilon spent per source, from the durable ledger."""
         return {name: self.ledger.spent(name) for name in self.spec.sources}
 
+    def applied_offset(self, topic: str, partition: int) -> int | None:
+        """The last input offset applied from ``(topic, partition)``, if any."""
+        return self._offsets.get((topic, partition))
+
     # ------------------------------------------------------------------ ingest
     def ingest(
         self,
