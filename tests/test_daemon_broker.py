@@ -229,4 +229,13 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
     status = worker.status()
     assert status is not None
     assert status["noise"]["secure"] is False
+    # Faust's table view would serve raw state over HTTP: it must not exist
+    import urllib.error
+    import urllib.request
+
+    for path in ("/table/state/restaurant-orders/", "/router/"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://127.0.0.1:{worker.port}{path}", timeout=5)
+        assert refused.value.code == 404
+        refused.value.close()
     assert worker.stop() == 0
