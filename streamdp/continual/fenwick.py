@@ -78,15 +78,16 @@ def lowbits(horizon: int) -> npt.NDArray[np.int64]:
 
 
 def prefix_path_sums(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """``out[t-1] = sum_{i in read_path(t)} values[i-1]`` for ``t = 1..N``; O(N log N) worst case.
+    """``out[t-1] = sum_{i in read_path(t)} values[i-1]`` for ``t = 1..N``; O(N) vectorised work.
 
-    ``values`` shape ``(N,)`` (per node). Vectorised by popcount: ``out[t] = values[t] +
-    out[t - lowbit(t)]`` and ``t - lowbit(t)`` has one bit fewer than ``t``.
+    ``values`` shape ``(N, ...)`` (per node, any trailing shape, e.g. counters). Computed level
+    by level of popcount: ``out[t] = values[t] + out[t - lowbit(t)]`` and ``t - lowbit(t)`` has
+    one bit fewer than ``t``.
     """
-    n = values.shape[0]
-    out = np.zeros(n + 1, dtype=np.float64)  # out[0] = empty prefix
+    y = np.asarray(values, dtype=np.float64)
+    n = y.shape[0]
+    out = np.zeros((n + 1, *y.shape[1:]), dtype=np.float64)  # out[0] = empty prefix
     t = np.arange(1, n + 1, dtype=np.int64)
-    rest = t & (t - 1)
     pop = np.zeros(n, dtype=np.int64)
     x = t.copy()
     while np.any(x):
@@ -94,8 +95,9 @@ def prefix_path_sums(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]
         x >>= 1
     for level in range(1, int(pop.max(initial=0)) + 1):
         sel = t[pop == level]
-        out[sel] = values[sel - 1] + out[rest[sel - 1]]
-    return out[1:]
+        out[sel] = y[sel - 1] + out[sel & (sel - 1)]
+    result: npt.NDArray[np.float64] = out[1:]
+    return result
 
 
 def covering_matrix(horizon: int) -> npt.NDArray[np.float64]:

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.consistency.combos import project_onto_combo_span
+from streamdp.continual import fenwick
 from streamdp.engine.spec import StreamSpec
 
 FloatArray = npt.NDArray[np.float64]
@@ -76,22 +77,10 @@ def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:
     level by level of popcount(t), vectorised; naive: the cumulative sum.
     """
     y = np.asarray(nodes, dtype=np.float64)
-    n = y.shape[0]
     if mechanism == "naive":
         out: FloatArray = np.cumsum(y, axis=0)
         return out
-    s = np.zeros((n + 1, *y.shape[1:]), dtype=np.float64)
-    t = np.arange(1, n + 1, dtype=np.int64)
-    popcount = np.zeros(n, dtype=np.int64)
-    rest = t.copy()
-    while np.any(rest):
-        popcount += rest & 1
-        rest >>= 1
-    for level in range(1, int(popcount.max(initial=0)) + 1):
-        idx = t[popcount == level]
-        s[idx] = y[idx - 1] + s[idx & (idx - 1)]
-    result: FloatArray = s[1:]
-    return result
+    return fenwick.prefix_path_sums(y)
 
 
 def consistent_epochs(
