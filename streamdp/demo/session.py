@@ -26,6 +26,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from streamdp.errors import StreamdpError
+
 SCENARIOS = (
     # (scenario, source, good events per simulated day)
     ("restaurant", "restaurant-orders", 200.0),
@@ -45,6 +47,9 @@ def session(args: argparse.Namespace) -> int:
             return _run(args, Path(tmp))
     except KeyboardInterrupt:
         return 0
+    except StreamdpError as error:  # e.g. the broker cannot start: say why, no traceback
+        print(f"streamdp demo: error: {error}", file=sys.stderr)  # noqa: T201
+        return 2
     finally:
         signal.signal(signal.SIGTERM, previous_term)
         signal.signal(signal.SIGINT, previous_int)
@@ -120,8 +125,8 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
         if failure:
             out.write(f"\nstreamdp demo: {failure}\nworker log:\n{worker.log_tail()}\n")
             return 1
-        out.write(f"\nstopped: worker exited with code {code}, broker stopped; {live.summary()}\n")
-        out.flush()
+    out.write(f"\nstopped: worker exited with code {code}, broker stopped; {live.summary()}\n")
+    out.flush()
     return 0
 
 
