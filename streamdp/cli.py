@@ -21,7 +21,10 @@ from streamdp.errors import StreamdpError
 COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("streamdp.planner_cli", "accuracy planner: expected error before spending budget"),
     "worker": ("streamdp.worker_cli", "run a release daemon worker (faust-streaming on Kafka)"),
-    "demo": ("streamdp.demo_cli", "run the main job on its embedded default"),
+    "demo": (
+        "streamdp.demo_cli",
+        "live demo: embedded broker, one worker, synthetic producers, releases as they land",
+    ),
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
     "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
     "tail": ("streamdp.tail_cli", "print a topic (releases, dead letters) one line per record"),

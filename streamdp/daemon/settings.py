@@ -85,6 +85,10 @@ class DaemonSettings:
                     "SASL needs STREAMDP_SASL_USERNAME and STREAMDP_SASL_PASSWORD "
                     "in the environment"
                 )
+        if self.max_batch < 1:
+            raise ConfigError(f"--max-batch must be >= 1 record, got {self.max_batch}")
+        if not self.batch_seconds > 0:
+            raise ConfigError(f"--batch-seconds must be > 0, got {self.batch_seconds}")
         if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
             raise ConfigError(f"--idle-close must be > 0 seconds, got {self.idle_close_seconds}")
         return self

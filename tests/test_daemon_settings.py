@@ -1,0 +1,67 @@
+"""Worker settings: flags and STREAMDP_* variables are validated with actionable messages, and
+secrets come from the environment only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.settings import DaemonSettings, env_settings
+from streamdp.errors import ConfigError
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "streams.toml"
+    path.write_text("# contents are checked by the engine, not here\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"bootstrap": "kafka"}, "HOST:PORT"),
+        ({"partitions": 0}, "--partitions"),
+        ({"web_port": 70000}, "--web-port"),
+        ({"max_batch": 0}, "--max-batch"),
+        ({"batch_seconds": 0.0}, "--batch-seconds"),
+        ({"idle_close_seconds": -1.0}, "--idle-close"),
+        ({"security_protocol": "TLS"}, "STREAMDP_SECURITY_PROTOCOL"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "STREAMDP_SASL_PASSWORD"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "MD5"}, "STREAMDP_SASL_MECHANISM"),
+    ],
+)
+def test_bad_settings_name_what_to_fix(spec: Path, change: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        DaemonSettings(config=spec, **change).validate()  # type: ignore[arg-type]
+
+
+def test_missing_spec_file_is_named(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not a readable file"):
+        DaemonSettings(config=tmp_path / "nope.toml").validate()
+
+
+def test_environment_fills_settings_and_keeps_the_password_out_of_repr(spec: Path) -> None:
+    env = {
+        "STREAMDP_CONFIG": str(spec),
+        "STREAMDP_BOOTSTRAP": "127.0.0.1:9093",
+        "STREAMDP_PARTITIONS": "6",
+        "STREAMDP_TOPIC_NAMESPACE": "feeds",
+        "STREAMDP_SECURITY_PROTOCOL": "SASL_SSL",
+        "STREAMDP_SASL_MECHANISM": "SCRAM-SHA-512",
+        "STREAMDP_SASL_USERNAME": "streamdp",
+        "STREAMDP_SASL_PASSWORD": "s3cret-value",
+        "STREAMDP_METRICS_INPUT_VOLUME": "false",
+    }
+    settings = DaemonSettings(**env_settings(None, env)).validate()  # type: ignore[arg-type]
+    assert settings.bootstrap == "127.0.0.1:9093"
+    assert settings.partitions == 6
+    assert settings.topics == OutputTopics.in_namespace("feeds")
+    assert settings.metrics_input_volume is False
+    assert "s3cret-value" not in repr(settings)
+    with pytest.raises(ConfigError, match="STREAMDP_PARTITIONS must be an integer"):
+        env_settings(None, {**env, "STREAMDP_PARTITIONS": "many"})
+    with pytest.raises(ConfigError, match="--config SPEC or set STREAMDP_CONFIG"):
+        env_settings(None, {})
