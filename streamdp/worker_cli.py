@@ -51,6 +51,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "the worker exit and restart from its last checkpoint",
     )
     parser.add_argument(
+        "--stall-exit",
+        type=float,
+        metavar="SECONDS",
+        help="exit (status 75, restart me) when an assigned input partition has records but none "
+        "arrived for SECONDS (default 60; 0 = never)",
+    )
+    parser.add_argument(
         "--insecure-seed",
         type=int,
         metavar="N",
@@ -83,6 +90,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "data_dir": args.data_dir,
         "standby_replicas": args.standby_replicas,
         "idle_close_seconds": args.idle_close,
+        "stall_exit_seconds": args.stall_exit,
         "session_timeout": args.session_timeout,
         "insecure_seed": args.insecure_seed,
         "log_level": args.log_level,

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterable
@@ -24,7 +25,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streamdp.broker import EmbeddedBroker
 from streamdp.broker.tansu import free_loopback_port
-from streamdp.daemon.app import required_topics
+from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import Engine, EngineSpec, parse_spec
@@ -110,7 +111,10 @@ def create_topics(
 
 
 class Worker:
-    """One ``streamdp worker`` subprocess."""
+    """One ``streamdp worker``, supervised like production: a worker that exits with status 75
+    (input gap or stall: "restart me") is restarted after the group session timeout."""
+
+    RESTART_DELAY = 7.0  # > the 6 s session timeout given to the worker
 
     def __init__(
         self,
@@ -123,10 +127,11 @@ class Worker:
         log_path: Path,
         seed: int | None = SEED,
         namespace: str = "streamdp",
+        supervise: bool = True,
     ) -> None:
         self.port = free_loopback_port()
         self.log_path = log_path
-        args = [
+        self.args = [
             sys.executable, "-m", "streamdp", "worker",
             "--config", str(config),
             "--bootstrap", broker.bootstrap,
@@ -135,13 +140,39 @@ class Worker:
             "--web-port", str(self.port),
             "--data-dir", str(data_dir),
             "--session-timeout", "6",
+            "--stall-exit", "12",
             "--single-record-batches",
             "--topic-namespace", namespace,
         ]  # fmt: skip
         if seed is not None:
-            args += ["--insecure-seed", str(seed)]
+            self.args += ["--insecure-seed", str(seed)]
         self._log = log_path.open("ab")
-        self.process = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.restarts = 0
+        self._supervising = supervise
+        self._lock = threading.Lock()
+        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+        self._thread = threading.Thread(target=self._supervise, daemon=True)
+        self._thread.start()
+
+    def _supervise(self) -> None:
+        while self._supervising:
+            code = self.process.poll()
+            if code == EXIT_INPUT_GAP:
+                time.sleep(self.RESTART_DELAY)
+                with self._lock:
+                    if not self._supervising:
+                        return
+                    self.restarts += 1
+                    self.process = subprocess.Popen(
+                        self.args, stdout=self._log, stderr=subprocess.STDOUT
+                    )
+            elif code is not None:
+                return
+            time.sleep(0.2)
+
+    def _stop_supervising(self) -> None:
+        with self._lock:
+            self._supervising = False
 
     def status(self) -> dict[str, Any] | None:
         try:
@@ -157,7 +188,8 @@ class Worker:
     def wait_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            code = self.process.poll()
+            if code is not None and code != EXIT_INPUT_GAP:  # 75: being restarted
                 raise AssertionError(f"worker exited early:\n{self.log_tail()}")
             status = self.status()
             if status is not None and status.get("ready"):
@@ -166,11 +198,13 @@ class Worker:
         raise AssertionError(f"worker not ready after {timeout}s:\n{self.log_tail()}")
 
     def kill(self) -> None:
+        self._stop_supervising()
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(10)
         self._log.close()
 
     def stop(self, timeout: float = 30.0) -> int:
+        self._stop_supervising()
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:

@@ -55,7 +55,9 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name):  # type: ignore[
         create_topics(broker, scenario, config, PARTITIONS, app_id=app_id, topics=topics)
         return scenario, config, app_id, topics
 
-    def start(config: Path, app_id: str, topics: OutputTopics, name: str) -> Worker:
+    def start(
+        config: Path, app_id: str, topics: OutputTopics, name: str, supervise: bool = True
+    ) -> Worker:
         worker = Worker(
             broker,
             config,
@@ -64,6 +66,7 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name):  # type: ignore[
             data_dir=tmp_path / f"data-{name}",
             log_path=tmp_path / f"{name}.log",
             namespace=topics.releases.rsplit(".", 1)[0],
+            supervise=supervise,
         )
         workers.append(worker)
         return worker
@@ -239,3 +242,4 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
         assert refused.value.code == 404
         refused.value.close()
     assert worker.stop() == 0
+

@@ -257,6 +257,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
     runtime.recovered = recovered
     lag: dict[tuple[str, int], int] = {}
+    next_offset: dict[tuple[str, int], int] = {}  # next input offset to process, per partition
+    waiting_since: dict[tuple[str, int], float] = {}
 
     def ensure_service() -> ReleaseService:
         if runtime.service is None:
@@ -379,6 +381,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         for e in events:
             tp = e.message.tp
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + 1
+            key = (tp.topic, tp.partition)
+            next_offset[key] = max(next_offset.get(key, 0), e.message.offset + 1)
+            waiting_since.pop(key, None)
             try:
                 lag[(tp.topic, tp.partition)] = max(
                     0, int(app.consumer.highwater(tp)) - e.message.offset - 1
@@ -398,6 +403,38 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             dropped = service.drop({tp.partition for tp in revoked})
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
+
+    if settings.stall_exit_seconds > 0:
+        stall = settings.stall_exit_seconds
+
+        @app.timer(interval=max(0.5, min(5.0, stall / 4)))  # type: ignore[untyped-decorator]
+        async def exit_when_input_stalls() -> None:
+            now = time.monotonic()
+            consumer = app.consumer
+            for tp in list(consumer.assignment()):
+                if tp.topic not in input_names:
+                    continue
+                key = (tp.topic, tp.partition)
+                try:
+                    end = consumer.highwater(tp)
+                except (KeyError, TypeError, AttributeError, AssertionError):
+                    continue
+                committed = getattr(consumer, "_committed_offset", {}).get(tp) or 0
+                done = max(next_offset.get(key, 0), int(committed))
+                if end is None or int(end) <= done:
+                    waiting_since.pop(key, None)
+                    continue
+                first = waiting_since.setdefault(key, now)
+                if now - first >= stall:
+                    async with runtime.lock:
+                        log.critical(
+                            "input %s[%d] has records up to offset %d but none from %d arrived "
+                            "for %.0f s (faust-streaming dropped a fetch): exiting to restart "
+                            "from the last checkpoint",
+                            tp.topic, tp.partition, int(end) - 1, done, now - first,
+                        )  # fmt: skip
+                        logging.shutdown()
+                        os._exit(EXIT_INPUT_GAP)
 
     if settings.idle_close_seconds is not None:
         idle = settings.idle_close_seconds

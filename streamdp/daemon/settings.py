@@ -44,6 +44,9 @@ class DaemonSettings:
     # around rebalances): the worker exits and restarts from its checkpoint, unless holes are
     # legitimate on the input topics (transaction markers)
     allow_input_gaps: bool = False
+    # input records available on an assigned partition but none delivered for this long (the
+    # same Faust issue can drop a whole fetch): exit and restart from the checkpoint; 0 = off
+    stall_exit_seconds: float = 60.0
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -89,6 +92,8 @@ class DaemonSettings:
             raise ConfigError(f"--max-batch must be >= 1 record, got {self.max_batch}")
         if not self.batch_seconds > 0:
             raise ConfigError(f"--batch-seconds must be > 0, got {self.batch_seconds}")
+        if self.stall_exit_seconds < 0:
+            raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
         if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
             raise ConfigError(f"--idle-close must be > 0 seconds, got {self.idle_close_seconds}")
         return self
