@@ -65,3 +65,34 @@ def test_environment_fills_settings_and_keeps_the_password_out_of_repr(spec: Pat
         env_settings(None, {**env, "STREAMDP_PARTITIONS": "many"})
     with pytest.raises(ConfigError, match="--config SPEC or set STREAMDP_CONFIG"):
         env_settings(None, {})
+
+
+def test_the_faust_app_module_builds_the_worker_from_the_environment(tmp_path: Path) -> None:
+    """``faust -A streamdp.daemon.faust_app worker`` works: the module builds the app from
+    STREAMDP_* variables (in a subprocess: the module reads them at import)."""
+    import os
+    import subprocess
+    import sys
+    from importlib import resources
+
+    spec = resources.files("streamdp").joinpath("examples", "restaurant.toml")
+    code = (
+        "from streamdp.daemon import faust_app as m; import faust; "
+        "assert isinstance(m.app, faust.App); "
+        "print(m.app.conf.id, sorted(m.runtime.spec.streams), m.runtime.sampler.secure)"
+    )
+    env = {
+        **os.environ,
+        "STREAMDP_CONFIG": str(spec),
+        "STREAMDP_APP_ID": "feeds",
+        "STREAMDP_DATA_DIR": str(tmp_path),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert out.split() == ["feeds", "['restaurant-items']", "True"]
