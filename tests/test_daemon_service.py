@@ -251,3 +251,21 @@ def test_a_hole_in_input_offsets_stops_the_batch_unless_holes_are_allowed() -> N
     lenient = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={}, allow_gaps=True)
     lenient.process(records[:2])
     assert lenient.process([after_hole]).accepted == 1
+
+
+@pytest.mark.parametrize("scenario", ["restaurant", "census"])
+def test_revisions_report_one_exact_pass_and_a_residual_at_rounding_level(scenario: str) -> None:
+    """The diagnostics exported as streamdp_consistency_* come from the revision itself."""
+    spec = example_spec(scenario)
+    engine = Engine(spec, sampler=InsecureSeededSampler(4))
+    for line in generate(scenario, 30, 8, seed=2):
+        result = engine.ingest(line.text)
+        if result.event_time is not None:
+            engine.advance_watermark(result.event_time, source=result.source)
+    stats = [runtime.last_revision for runtime in engine.streams.values()]
+    assert all(s is not None for s in stats)
+    for s in stats:
+        assert s is not None
+        assert s.iterations == 1
+        assert 0.0 <= s.residual < 1e-9
+        assert s.seconds >= 0.0

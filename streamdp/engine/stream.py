@@ -217,14 +217,15 @@ class StreamRuntime:
         epochs = self.node_values()
         results = consistent_epochs(self.spec, epochs)
         # diagnostics (noisy-derived only): the exact per-node projection is one pass; the
-        # residual is how far the published period counts are from the constraint subspace
-        residual = max(
-            (
-                float(np.max(np.abs(project_nodes(self.spec, c) - c), initial=0.0))
-                for c, _ in results
-            ),
-            default=0.0,
-        )
+        # residual is how far the newest period counts and running totals of each epoch are from
+        # the constraint subspace (O(width) per epoch, so the revision's cost does not double)
+        residual = 0.0
+        for counts, totals in results:
+            if counts.shape[0]:
+                last = np.vstack([counts[-1:], totals[-1:]])
+                residual = max(
+                    residual, float(np.max(np.abs(project_nodes(self.spec, last) - last)))
+                )
         self.last_revision = RevisionStats(
             iterations=1, residual=residual, seconds=time.perf_counter() - started
         )
