@@ -51,6 +51,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "the worker exit and restart from its last checkpoint",
     )
     parser.add_argument(
+        "--input-path",
+        choices=("stream", "batch"),
+        help="how input records reach the release service: per fetch (batch, the default) or "
+        "through a Faust agent one by one (stream); same checkpoint protocol",
+    )
+    parser.add_argument(
         "--stall-exit",
         type=float,
         metavar="SECONDS",
@@ -91,6 +97,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "standby_replicas": args.standby_replicas,
         "idle_close_seconds": args.idle_close,
         "stall_exit_seconds": args.stall_exit,
+        "input_path": args.input_path,
         "session_timeout": args.session_timeout,
         "insecure_seed": args.insecure_seed,
         "log_level": args.log_level,

@@ -128,6 +128,7 @@ class Worker:
         seed: int | None = SEED,
         namespace: str = "streamdp",
         supervise: bool = True,
+        input_path: str = "batch",
     ) -> None:
         self.port = free_loopback_port()
         self.log_path = log_path
@@ -143,6 +144,7 @@ class Worker:
             "--stall-exit", "12",
             "--single-record-batches",
             "--topic-namespace", namespace,
+            "--input-path", input_path,
         ]  # fmt: skip
         if seed is not None:
             self.args += ["--insecure-seed", str(seed)]
@@ -216,7 +218,8 @@ class Worker:
         return int(self.process.returncode)
 
     def log_tail(self, n: int = 60) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         lines = self.log_path.read_text(errors="replace").splitlines()
         return "\n".join(lines[-n:])
 

@@ -39,9 +39,11 @@ pytestmark = pytest.mark.broker
 PARTITIONS = 2
 
 
-@pytest.fixture
-def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name):  # type: ignore[no-untyped-def]
-    """A fresh namespace on the shared broker: own config, app id and topics."""
+@pytest.fixture(params=["batch", "stream"])
+def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name, request):  # type: ignore[no-untyped-def]
+    """A fresh namespace on the shared broker: own config, app id and topics; every test runs
+    with both input paths (per-fetch batches, the default, and Faust's per-event agent)."""
+    input_path = request.param
     workers: list[Worker] = []
 
     def make(bad_fraction: float = 0.0, periods: int = 40):  # type: ignore[no-untyped-def]
@@ -67,6 +69,7 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name):  # type: ignore[
             log_path=tmp_path / f"{name}.log",
             namespace=topics.releases.rsplit(".", 1)[0],
             supervise=supervise,
+            input_path=input_path,
         )
         workers.append(worker)
         return worker
@@ -242,4 +245,3 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
         assert refused.value.code == 404
         refused.value.close()
     assert worker.stop() == 0
-

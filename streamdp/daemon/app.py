@@ -17,6 +17,7 @@ with them on a rebalance.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -26,9 +27,11 @@ from decimal import Decimal
 from typing import Any
 
 import faust
+from faust.exceptions import NotReady, ProducerSendError
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
+from streamdp.daemon.batch_input import BatchQueue, batching_consumer
 from streamdp.daemon.service import BatchOutcome, InputRecord, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
@@ -142,6 +145,11 @@ class WorkerRuntime:
         }
 
 
+def _stopping(app: Any) -> bool:
+    """True once the worker has begun to stop (read anew at each call)."""
+    return bool(app.should_stop)
+
+
 def _sampler(settings: DaemonSettings) -> NoiseSampler:
     if settings.insecure_seed is None:
         return production_sampler()
@@ -214,6 +222,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         broker_commit_interval=settings.commit_interval,
         consumer_auto_offset_reset="earliest",
         producer_max_batch_size=1 if settings.single_record_batches else 16384,
+        # the batch input path acknowledges after its checkpoint; records of a revoked
+        # partition it drops are never acknowledged, so Faust must not wait for them
+        stream_wait_empty=settings.input_path != "batch",
         web_enabled=True,
         # Faust's default routes would serve table contents (raw partial sums) over HTTP:
         # only /metrics and /status are served
@@ -226,6 +237,10 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         version=1,
     )
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
+    queue: BatchQueue | None = None
+    if settings.input_path == "batch":
+        queue = BatchQueue(input_names, settings.max_batch)
+        app.transport.Consumer = batching_consumer(app.transport.Consumer, queue)  # type: ignore[misc]
     inputs = app.topic(
         *input_names,
         key_type=bytes,
@@ -374,19 +389,19 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 await commit(outcome, received=received)
                 runtime.batches += 1
                 runtime.records += len(batch)
-            observe_input(events)
+            observe_input([e.message for e in events])
 
-    def observe_input(events: Any) -> None:
+    def observe_input(messages: Any) -> None:
         per_topic: dict[str, int] = {}
-        for e in events:
-            tp = e.message.tp
+        for m in messages:
+            tp = m.tp
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + 1
             key = (tp.topic, tp.partition)
-            next_offset[key] = max(next_offset.get(key, 0), e.message.offset + 1)
+            next_offset[key] = max(next_offset.get(key, 0), m.offset + 1)
             waiting_since.pop(key, None)
             try:
                 lag[(tp.topic, tp.partition)] = max(
-                    0, int(app.consumer.highwater(tp)) - e.message.offset - 1
+                    0, int(app.consumer.highwater(tp)) - m.offset - 1
                 )
             except (KeyError, TypeError, AttributeError):
                 continue
@@ -394,12 +409,64 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             metrics.record_input(topic, count)
             metrics.set_consumer_lag(topic, sum(v for (t, _), v in lag.items() if t == topic))
 
+    if queue is not None:
+        batches = queue
+
+        @app.task  # type: ignore[untyped-decorator]
+        async def ingest_batches() -> None:
+            service = ensure_service()
+            # Faust's Monitor sensor does per-record bookkeeping nothing here reads (the metrics
+            # are streamdp's own); on the batch path it would be a large share of the cost
+            with contextlib.suppress(KeyError):
+                app.sensors.remove(app.monitor)
+            while not _stopping(app):
+                messages = await batches.take(settings.batch_seconds)
+                if not messages:
+                    continue
+                received = time.perf_counter()
+                batch = [
+                    InputRecord(
+                        m.topic,
+                        m.partition,
+                        m.offset,
+                        m.key,
+                        m.value if m.value is not None else b"",
+                    )
+                    for m in messages
+                ]
+                async with runtime.lock:
+                    try:
+                        outcome = service.process(batch)
+                    except InputGapError as gap:
+                        log.critical("%s", gap)
+                        logging.shutdown()
+                        os._exit(EXIT_INPUT_GAP)
+                    try:
+                        await commit(outcome, received=received)
+                    except (NotReady, ProducerSendError):
+                        if not _stopping(app):
+                            raise
+                        # the worker is stopping (its producer is closing): leave the batch
+                        # unacknowledged; the next owner re-reads it from the committed offset
+                        # and the checkpoint protocol makes that exact
+                        log.info("stopping: last input batch left unacknowledged")
+                        return
+                    runtime.batches += 1
+                    runtime.records += len(batch)
+                    # only now may Faust commit these offsets
+                    ack = app.consumer.ack
+                    for m in messages:
+                        ack(m)
+                observe_input(messages)
+
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001
         service = runtime.service
         if service is None:
             return
         async with runtime.lock:
+            if queue is not None:
+                queue.drop({(tp.topic, tp.partition) for tp in revoked})
             dropped = service.drop({tp.partition for tp in revoked})
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))

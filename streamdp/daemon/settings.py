@@ -47,6 +47,9 @@ class DaemonSettings:
     # input records available on an assigned partition but none delivered for this long (the
     # same Faust issue can drop a whole fetch): exit and restart from the checkpoint; 0 = off
     stall_exit_seconds: float = 60.0
+    # "batch": records reach the service per fetch, through streamdp.daemon.batch_input;
+    # "stream": through a Faust agent, one event at a time (same checkpoint protocol, slower)
+    input_path: str = "batch"
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -92,6 +95,8 @@ class DaemonSettings:
             raise ConfigError(f"--max-batch must be >= 1 record, got {self.max_batch}")
         if not self.batch_seconds > 0:
             raise ConfigError(f"--batch-seconds must be > 0, got {self.batch_seconds}")
+        if self.input_path not in ("stream", "batch"):
+            raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
             raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
         if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
