@@ -18,9 +18,9 @@ One run, repeated ``--runs`` times (each on a fresh Tansu broker, 127.0.0.1):
    watermark past the end of day d (lateness 0). Latency = time from just before that send to
    the moment our consumer (fetch_max_wait 10 ms) has seen all 5 counters' releases of day d.
 
-Configurations: the worker's defaults (production batching: the producer batches its changelog
-and output records) and ``--single-record-batches`` (one record per produce request, the setting
-the demo uses on Tansu for exact changelog recovery).
+Configurations: the worker's defaults (the per-fetch batch input path), ``--input-path stream``
+(records through a Faust agent one event at a time, the same checkpoint protocol) and
+``--batch-seconds 0.02`` (a shorter batching window, for latency).
 
 The spec is examples/restaurant.toml with lateness 0, UTC days and a long horizon (see SPEC), so
 each open period's de-duplication set holds one day of orders.
@@ -453,7 +453,7 @@ def main() -> int:
     baseline_name, measure_bare = bare_consumer()
     configs = [
         (" ".join(flags) or "defaults", flags)
-        for flags in (args.config or [[], ["--single-record-batches"], ["--batch-seconds", "0.02"]])
+        for flags in (args.config or [[], ["--input-path", "stream"], ["--batch-seconds", "0.02"]])
     ]
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="streamdp-bench-") as tmp:
@@ -591,44 +591,29 @@ def summarise(
 FINDINGS = """
 ## Findings
 
-**Throughput is far below the 50,000 events/s target and far below half the bare consumer.**
-The release service itself is fast enough (the in-process rows above: tens of thousands of
-events/s, same records, same batches); the worker loses an order of magnitude in Faust's
-per-record machinery around it. cProfile of one worker run
-(`.venv/bin/python benchmarks/daemon_throughput.py --profile --periods 40`, 80,025 events,
-main thread): about 3 event-loop iterations, 4 asyncio tasks/futures and 11 scheduled callbacks
-per input record (`create_task` 323k, `call_soon` 897k, mode's `wait_first` 160k calls); the
-per-record chain is Faust's consumer thread hand-off (`_drain_messages`, 7.4 s cumulative),
-`Conductor.on_message` (3.6 s), the stream's `_c_aiter`/`take_events` buffering (3.0 s), the
-schema decode (1.6 s), `Consumer.ack` and the Monitor sensor; `ReleaseService.process` is 2.5 s of
-the 35 s (7%) and `Engine.ingest` 1.7 s. 9.5 s is `epoll` wait: the main loop idles while the
-consumer thread fetches. Single-record produce batches barely matter (changelog and output
-writes are per batch of input, not per record); they double the in-worker close time (one
-produce request per changelog/output record: ~38 ms against ~18 ms).
+**The per-fetch batch input path (the default) is 3.4x Faust's per-event agent path, and still
+below the targets** (50,000 events/s per worker; half the bare consumer). With `--input-path
+stream` every record costs ~100 us of Faust machinery: a pair of asyncio tasks per record in the
+consumer's drain loop (mode's `wait_first`), the conductor's Event and channel hand-off, stream
+iteration and a per-event ack; `ReleaseService.process` was 7% of that profile. The batch path
+(`streamdp/daemon/batch_input.py`) keeps Faust for membership, assignment, the state table and
+commits, but its drain loop puts a fetch's input records into a queue, and one task runs the
+checkpoint protocol on up to `--max-batch` records before acknowledging them. Worker CPU per
+event falls from ~100 us to ~24 us (events per CPU-second above); the rest is the release
+service itself (~7-10 us per event in process, above), aiokafka's per-record iteration and
+Faust's offset bookkeeping, and, in wall time, the fetch round trips on a 2-core machine shared
+with the broker and the producer. Next steps: decode and validate records in bulk (one
+`json.loads` per record is already the floor measured in benchmarks/results/engine.md), and a
+second worker process per machine (sources are the unit of scale-out).
 
 **Period-close latency on Tansu is dominated by the worker's fetch long-poll, not by the
 worker.** The worker's own histogram (`streamdp_period_close_latency_seconds`: batch receipt to
-acknowledged releases) is ~10-20 ms; `--batch-seconds 0.02` removes most of the 0.2 s batching
-window. The rest is fetch wait: Faust's aiokafka driver hard-codes `fetch_max_wait_ms=1500`,
-and Tansu does not answer a long-polling fetch early when new data lands on one of several
-partitions (measured: a bare aiokafka consumer of 2 partitions with `fetch_max_wait_ms=1500`
-sees a record after 1,465 ms; of 1 partition, after 2 ms). On Kafka, which answers as soon as
-`fetch.min.bytes` is available, expect about batch_seconds + the in-worker time.
-
-**Recommended daemon changes (not made here: `streamdp/daemon/app.py` belongs to its author).**
-1. Feed `ReleaseService.process` from a batch consumer instead of Faust's per-event stream: an
-   aiokafka `getmany(max_records=max_batch)` loop on the input and control topics (manual
-   assignment from the rebalance callbacks, or Faust's consumer with `app.consumer.getmany`),
-   committing offsets only after `commit(outcome)` returns, exactly as now. The service costs
-   ~7-12 us/event (in-process row; it varies with machine load) and the bare consumer with JSON
-   decoding ~5 us/event, so 50-80k events/s per worker is within reach; the checkpoint protocol
-   is unchanged.
-2. Until then: disable Faust's Monitor sensor on the hot path. Batch size is not the lever:
-   a one-off probe with `--max-batch 20000` (not in the table) gave 8,598 events/s on 50 days,
-   because the per-record Faust cost dominates, not the per-batch checkpoint.
-3. Latency: make `batch_seconds` default smaller (0.02-0.05 s; the in-worker close cost is
-   ~10-20 ms) and, for the embedded broker only, lower the consumer's fetch wait (Faust's driver
-   fixes it at 1.5 s; a small Consumer subclass can pass `fetch_max_wait_ms`).
+acknowledged releases) is ~20 ms; `--batch-seconds 0.02` removes most of the 0.2 s batching
+window. The rest is fetch wait: Faust's aiokafka driver fixes `fetch_max_wait_ms=1500`, and
+Tansu does not answer a long-polling fetch early when new data lands on one of several
+partitions (a bare aiokafka consumer of 2 partitions sees a record after 1,465 ms; of 1
+partition, after 2 ms). On Kafka, which answers as soon as `fetch.min.bytes` is available,
+expect about batch_seconds + the in-worker time.
 """
 
 
