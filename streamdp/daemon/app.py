@@ -393,16 +393,17 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
     def observe_input(messages: Any) -> None:
         per_topic: dict[str, int] = {}
+        newest: dict[Any, int] = {}  # per topic-partition, the last offset of this batch
         for m in messages:
             tp = m.tp
             per_topic[tp.topic] = per_topic.get(tp.topic, 0) + 1
+            newest[tp] = max(newest.get(tp, -1), m.offset)
+        for tp, offset in newest.items():
             key = (tp.topic, tp.partition)
-            next_offset[key] = max(next_offset.get(key, 0), m.offset + 1)
+            next_offset[key] = max(next_offset.get(key, 0), offset + 1)
             waiting_since.pop(key, None)
             try:
-                lag[(tp.topic, tp.partition)] = max(
-                    0, int(app.consumer.highwater(tp)) - m.offset - 1
-                )
+                lag[key] = max(0, int(app.consumer.highwater(tp)) - offset - 1)
             except (KeyError, TypeError, AttributeError):
                 continue
         for topic, count in per_topic.items():
