@@ -364,32 +364,33 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
     @app.agent(inputs, name="streamdp-ingest")
     async def ingest(stream: Any) -> None:
-        service = ensure_service()
+        ensure_service()  # /status is ready before the first record arrives
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
-            batch = [
-                InputRecord(
-                    e.message.topic,
-                    e.message.partition,
-                    e.message.offset,
-                    e.message.key,
-                    e.message.value if e.message.value is not None else b"",
-                )
-                for e in events
-            ]
-            received = time.perf_counter()
-            async with runtime.lock:
-                try:
-                    outcome = service.process(batch)
-                except InputGapError as gap:
-                    # exit at once: nothing of this batch is durable, and leaving through Faust
-                    # would acknowledge its records (their offsets could then be committed)
-                    log.critical("%s", gap)
-                    logging.shutdown()
-                    os._exit(EXIT_INPUT_GAP)
-                await commit(outcome, received=received)
-                runtime.batches += 1
-                runtime.records += len(batch)
-            observe_input([e.message for e in events])
+            messages = [e.message for e in events]
+            await process_and_commit(messages)
+            observe_input(messages)
+
+    async def process_and_commit(messages: Any) -> None:
+        """Run the checkpoint protocol on a batch of Faust messages (both input paths)."""
+        received = time.perf_counter()
+        batch = [
+            InputRecord(
+                m.topic, m.partition, m.offset, m.key, m.value if m.value is not None else b""
+            )
+            for m in messages
+        ]
+        async with runtime.lock:
+            try:
+                outcome = ensure_service().process(batch)
+            except InputGapError as gap:
+                # exit at once: nothing of this batch is durable, and leaving through Faust
+                # would acknowledge its records (their offsets could then be committed)
+                log.critical("%s", gap)
+                logging.shutdown()
+                os._exit(EXIT_INPUT_GAP)
+            await commit(outcome, received=received)
+            runtime.batches += 1
+            runtime.records += len(batch)
 
     def observe_input(messages: Any) -> None:
         per_topic: dict[str, int] = {}
@@ -415,7 +416,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
         @app.task  # type: ignore[untyped-decorator]
         async def ingest_batches() -> None:
-            service = ensure_service()
+            ensure_service()  # /status is ready before the first record arrives
             # Faust's Monitor sensor does per-record bookkeeping nothing here reads (the metrics
             # are streamdp's own); on the batch path it would be a large share of the cost
             with contextlib.suppress(KeyError):
@@ -424,40 +425,20 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 messages = await batches.take(settings.batch_seconds)
                 if not messages:
                     continue
-                received = time.perf_counter()
-                batch = [
-                    InputRecord(
-                        m.topic,
-                        m.partition,
-                        m.offset,
-                        m.key,
-                        m.value if m.value is not None else b"",
-                    )
-                    for m in messages
-                ]
-                async with runtime.lock:
-                    try:
-                        outcome = service.process(batch)
-                    except InputGapError as gap:
-                        log.critical("%s", gap)
-                        logging.shutdown()
-                        os._exit(EXIT_INPUT_GAP)
-                    try:
-                        await commit(outcome, received=received)
-                    except (NotReady, ProducerSendError):
-                        if not _stopping(app):
-                            raise
-                        # the worker is stopping (its producer is closing): leave the batch
-                        # unacknowledged; the next owner re-reads it from the committed offset
-                        # and the checkpoint protocol makes that exact
-                        log.info("stopping: last input batch left unacknowledged")
-                        return
-                    runtime.batches += 1
-                    runtime.records += len(batch)
-                    # only now may Faust commit these offsets
-                    ack = app.consumer.ack
-                    for m in messages:
-                        ack(m)
+                try:
+                    await process_and_commit(messages)
+                except (NotReady, ProducerSendError):
+                    if not _stopping(app):
+                        raise
+                    # the worker is stopping (its producer is closing): leave the batch
+                    # unacknowledged; the next owner re-reads it from the committed offset
+                    # and the checkpoint protocol makes that exact
+                    log.info("stopping: last input batch left unacknowledged")
+                    return
+                # only now may Faust commit these offsets
+                ack = app.consumer.ack
+                for m in messages:
+                    ack(m)
                 observe_input(messages)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
