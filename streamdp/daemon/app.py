@@ -22,17 +22,19 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 import faust
 from faust.exceptions import NotReady, ProducerSendError
+from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
-from streamdp.daemon.batch_input import BatchQueue, batching_consumer
-from streamdp.daemon.service import BatchOutcome, InputRecord, ReleaseService
+from streamdp.daemon.batch_input import BatchQueue, batching_consumer, last_offsets
+from streamdp.daemon.service import BatchOutcome, InputLike, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.periods import PeriodClock
@@ -72,6 +74,8 @@ class WorkerRuntime:
     service: ReleaseService | None = None
     recovered: Any = None  # () -> bool: Faust finished restoring the state table
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # the batch whose checkpoint, publications and acknowledgement are under way (batch path)
+    in_flight: asyncio.Future[None] | None = None
     started_at: float = field(default_factory=time.time)
     batches: int = 0
     records: int = 0
@@ -368,43 +372,57 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
             messages = [e.message for e in events]
             await process_and_commit(messages)
-            observe_input(messages)
+            observe_input(last_offsets(messages))
 
-    async def process_and_commit(messages: Any) -> None:
-        """Run the checkpoint protocol on a batch of Faust messages (both input paths)."""
+    def process(messages: Sequence[InputLike]) -> BatchOutcome:
+        """The release service's outcome for a batch (call under ``runtime.lock``)."""
+        try:
+            return ensure_service().process(messages)
+        except InputGapError as gap:
+            # exit at once: nothing of this batch is durable, and leaving through Faust
+            # would acknowledge its records (their offsets could then be committed)
+            log.critical("%s", gap)
+            logging.shutdown()
+            os._exit(EXIT_INPUT_GAP)
+
+    async def process_and_commit(messages: Sequence[InputLike]) -> None:
+        """The checkpoint protocol on one batch, start to end (the stream input path)."""
         received = time.perf_counter()
-        batch = [
-            InputRecord(
-                m.topic, m.partition, m.offset, m.key, m.value if m.value is not None else b""
-            )
-            for m in messages
-        ]
         async with runtime.lock:
-            try:
-                outcome = ensure_service().process(batch)
-            except InputGapError as gap:
-                # exit at once: nothing of this batch is durable, and leaving through Faust
-                # would acknowledge its records (their offsets could then be committed)
-                log.critical("%s", gap)
-                logging.shutdown()
-                os._exit(EXIT_INPUT_GAP)
-            await commit(outcome, received=received)
+            await settle()
+            await commit(process(messages), received=received)
             runtime.batches += 1
-            runtime.records += len(batch)
+            runtime.records += len(messages)
 
-    def observe_input(messages: Any) -> None:
+    async def settle() -> None:
+        """Wait until the batch in flight is durable, published and acknowledged."""
+        in_flight, runtime.in_flight = runtime.in_flight, None
+        if in_flight is not None:
+            await in_flight
+
+    async def complete(
+        outcome: BatchOutcome, messages: Sequence[InputLike], received: float
+    ) -> None:
+        """Steps 1-4 of the protocol for a processed batch, then its acknowledgement."""
+        await commit(outcome, received=received)
+        runtime.batches += 1
+        runtime.records += len(messages)
+        ends = last_offsets(messages)
+        consumer: Any = app.consumer  # the BatchingConsumer (batch_input.batching_consumer)
+        for (topic, partition), (last, count) in ends.items():
+            # only now may Faust commit these offsets
+            consumer.acknowledge_through(TP(topic, partition), last + 1, count)
+        observe_input(ends)
+
+    def observe_input(ends: dict[tuple[str, int], tuple[int, int]]) -> None:
         per_topic: dict[str, int] = {}
-        newest: dict[Any, int] = {}  # per topic-partition, the last offset of this batch
-        for m in messages:
-            tp = m.tp
-            per_topic[tp.topic] = per_topic.get(tp.topic, 0) + 1
-            newest[tp] = max(newest.get(tp, -1), m.offset)
-        for tp, offset in newest.items():
-            key = (tp.topic, tp.partition)
-            next_offset[key] = max(next_offset.get(key, 0), offset + 1)
+        for key, (last, count) in ends.items():
+            topic = key[0]
+            per_topic[topic] = per_topic.get(topic, 0) + count
+            next_offset[key] = max(next_offset.get(key, 0), last + 1)
             waiting_since.pop(key, None)
             try:
-                lag[key] = max(0, int(app.consumer.highwater(tp)) - offset - 1)
+                lag[key] = max(0, int(app.consumer.highwater(TP(*key))) - last - 1)
             except (KeyError, TypeError, AttributeError):
                 continue
         for topic, count in per_topic.items():
@@ -424,9 +442,25 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             while not _stopping(app):
                 messages = await batches.take(settings.batch_seconds)
                 if not messages:
+                    if runtime.in_flight is not None and runtime.in_flight.done():
+                        await settle()  # surfaces its error, if any
                     continue
+                received = time.perf_counter()
+                generation = batches.generation
                 try:
-                    await process_and_commit(messages)
+                    async with runtime.lock:
+                        if batches.generation != generation:
+                            # partitions were revoked since the take: skip their records
+                            owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+                            messages = [m for m in messages if (m.topic, m.partition) in owned]
+                        # this batch is processed while the previous one's checkpoint and
+                        # publications travel; its own checkpoint is sent only after the
+                        # previous one is acknowledged, so checkpoints stay in order
+                        outcome = process(messages)
+                        await settle()
+                        runtime.in_flight = asyncio.ensure_future(
+                            complete(outcome, messages, received)
+                        )
                 except (NotReady, ProducerSendError):
                     if not _stopping(app):
                         raise
@@ -435,11 +469,6 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                     # and the checkpoint protocol makes that exact
                     log.info("stopping: last input batch left unacknowledged")
                     return
-                # only now may Faust commit these offsets
-                ack = app.consumer.ack
-                for m in messages:
-                    ack(m)
-                observe_input(messages)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001
@@ -447,6 +476,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         if service is None:
             return
         async with runtime.lock:
+            # the batch in flight is durable before the partitions' next owner reads them
+            await settle()
             if queue is not None:
                 queue.drop({(tp.topic, tp.partition) for tp in revoked})
             dropped = service.drop({tp.partition for tp in revoked})
@@ -494,6 +525,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             if service is None:
                 return
             async with runtime.lock:
+                await settle()
                 outcome = service.close_idle(time.time(), idle)
                 if outcome.writes or outcome.publications:
                     await commit(outcome)

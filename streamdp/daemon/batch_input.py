@@ -1,33 +1,63 @@
-"""A batch-level input path for the worker's input topics (``--input-path batch``).
+"""A batch-level input path for the worker's input topics (``--input-path batch``, the default).
 
 faust-streaming hands every fetched record to its agents one at a time: a pair of asyncio tasks
-per record in the consumer's drain loop, an Event object, a channel queue, stream iteration and a
-per-event acknowledgement, about 100 µs per record, an order of magnitude more than the release
-service needs. This module keeps Faust for everything else (group membership, partition
-assignment, the changelog-backed state table, recovery, commits, the web server) and changes only
-how records of the input topics reach the service: the consumer's drain loop puts them, per
-fetch, into a :class:`BatchQueue`; the worker's batch task takes up to ``max_batch`` records,
-runs the same checkpoint protocol as the agent path, and only then acknowledges them to Faust's
-consumer (which commits acknowledged offsets as usual).
+per record in the consumer's drain loop, a Message and an Event object, a channel queue, stream
+iteration and a per-record acknowledgement, about 100 µs per record, an order of magnitude more
+than the release service needs. This module keeps Faust for everything else (group membership,
+partition assignment, the changelog-backed state table, recovery, offset commits, the web server)
+and changes only how records of the input topics reach the service and how they are
+acknowledged:
 
-Records of every other topic (changelog recovery) keep Faust's own delivery.
+* the consumer's drain loop puts each fetch's input records, as aiokafka returned them and one
+  list per partition, into a :class:`BatchQueue` (no per-record work on the way);
+* the worker's batch task takes up to ``max_batch`` records, runs the checkpoint protocol on
+  them and then calls :meth:`acknowledge_through` once per partition: the offsets up to there
+  become committable in Faust's next commit, in place of Faust's per-record acknowledgements.
+
+Records of every other topic (changelog recovery, standbys) keep Faust's own per-record delivery.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+
+class PartitionRecord(Protocol):
+    """What the queue needs of a record: where it came from."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+
+def unread(records: Sequence[Any], last_read: int | None) -> Sequence[Any]:
+    """The records of one partition's fetch not read before (offset above ``last_read``)."""
+    if records and last_read is not None and records[0].offset <= last_read:
+        return [r for r in records if r.offset > last_read]
+    return records
 
 
 class BatchQueue:
-    """Records of the input topics, in fetch order, waiting for the batch task (bounded)."""
+    """Records of the input topics, in fetch order, waiting for the batch task (bounded).
+
+    ``generation`` counts :meth:`drop` calls (revocations): a fetch made before a revocation is
+    not queued after it (:meth:`put` refuses it), so no revoked partition's record slips in
+    behind the drop.
+    """
 
     def __init__(self, topics: Iterable[str], max_batch: int) -> None:
         self.topics = frozenset(topics)
         self.max_batch = max_batch
         self.limit = 4 * max_batch
+        self.generation = 0
         self._records: deque[Any] = deque()
         self._arrived: asyncio.Event | None = None
         self._drained: asyncio.Event | None = None
@@ -40,14 +70,22 @@ class BatchQueue:
     def __len__(self) -> int:
         return len(self._records)
 
-    async def put(self, records: list[Any]) -> None:
-        """Add one fetch's records; waits while the queue holds more than ``4 * max_batch``."""
+    async def put(self, records: Sequence[Any], *, generation: int | None = None) -> bool:
+        """Add one fetch's records (waits while the queue holds ``4 * max_batch`` or more).
+
+        With ``generation`` (the value read when the fetch was made), records are refused, and
+        False returned, if partitions were revoked since: they are never acknowledged, and the
+        partitions' next owner reads them again from the committed offset.
+        """
         arrived, drained = self._events()
         while len(self._records) >= self.limit:
             drained.clear()
             await drained.wait()
+        if generation is not None and generation != self.generation:
+            return False
         self._records.extend(records)
         arrived.set()
+        return True
 
     async def take(self, within: float) -> list[Any]:
         """Up to ``max_batch`` records; waits at most ``within`` seconds for the first one."""
@@ -58,14 +96,16 @@ class BatchQueue:
                 await asyncio.wait_for(arrived.wait(), timeout=within)
             except TimeoutError:
                 return []
-        n = min(self.max_batch, len(self._records))
-        batch = [self._records.popleft() for _ in range(n)]
+        records = self._records
+        n = min(self.max_batch, len(records))
+        batch = [records.popleft() for _ in range(n)]
         drained.set()
         return batch
 
     def drop(self, partitions: set[tuple[str, int]]) -> int:
         """Forget queued records of revoked partitions (unacknowledged: the new owner reads them
         again from the committed offset). Returns how many were dropped."""
+        self.generation += 1
         kept = [m for m in self._records if (m.topic, m.partition) not in partitions]
         dropped = len(self._records) - len(kept)
         self._records = deque(kept)
@@ -74,41 +114,105 @@ class BatchQueue:
         return dropped
 
 
+def last_offsets(records: Iterable[PartitionRecord]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per (topic, partition): the highest offset among ``records`` and how many there are."""
+    out: dict[tuple[str, int], tuple[int, int]] = {}
+    for r in records:
+        key = (r.topic, r.partition)
+        seen = out.get(key)
+        out[key] = (r.offset, 1) if seen is None else (max(seen[0], r.offset), seen[1] + 1)
+    return out
+
+
 def batching_consumer(base: type, queue: BatchQueue) -> type:
     """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
-    records to ``queue`` per fetch instead of one by one through Faust's conductor."""
+    records to ``queue`` one fetch at a time, and whose commits take the input partitions'
+    offsets from :meth:`acknowledge_through` instead of per-record acknowledgements."""
 
     class BatchingConsumer(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # per input partition: the offset after the last record whose effects are durable
+            self._processed_until: dict[Any, int] = {}
+
+        def acknowledge_through(self, tp: Any, next_offset: int, count: int) -> None:
+            """The records of ``tp`` before ``next_offset`` are durably processed: Faust may
+            commit ``next_offset`` (``count`` records, for its commit-every counter)."""
+            if tp not in self.assignment():
+                return  # revoked meanwhile: the next owner starts from the committed offset
+            if next_offset > self._processed_until.get(tp, -1):
+                self._processed_until[tp] = next_offset
+            # Faust's commits look at the partitions that have an entry here
+            self._acked.setdefault(tp, [])
+            self._n_acked += count  # type: ignore[has-type]
+
+        def _new_offset(self, tp: Any) -> int | None:
+            until = self._processed_until.get(tp)
+            if until is None:
+                return super()._new_offset(tp)  # type: ignore[no-any-return]
+            return until
+
+        async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+            for tp in revoked:
+                self._processed_until.pop(tp, None)
+            await super().on_partitions_revoked(revoked)
+
+        async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
+            for tp in assigned:
+                self._processed_until.pop(tp, None)
+            await super().on_partitions_assigned(assigned, generation_id)
+
         async def _drain_messages(self, fetcher: Any) -> None:
             read_offset = self._read_offset
             callback = self.callback
+            to_message = self._to_message
             topics = queue.topics
+            acks_enabled_for = self.app.topics.acks_enabled_for
             try:
                 while not (self._stopped.is_set() or fetcher._stopped.is_set()):
                     await asyncio.sleep(0)
                     if self.should_stop:
                         break
-                    pending: list[Any] = []
-                    async for tp, message in self.getmany(timeout=1.0):
-                        last = read_offset[tp]
-                        if last is not None and message.offset < last:
-                            continue  # already read
-                        if self.suspend_flow.is_set():
-                            break  # a rebalance: records are fetched again after it
+                    generation = queue.generation
+                    records, active = await self._wait_next_records(1.0)
+                    if not records or self.should_stop:
+                        continue
+                    if not self.flow_active:
+                        # a rebalance began while fetching: these records are fetched again
+                        try:
+                            await self.perform_seek()
+                        except Exception as exc:  # Faust's own loop logs and goes on too
+                            self.log.warning("exception performing seek: %r", exc)
+                        continue
+                    consumer_generation = self.app.consumer_generation_id
+                    for tp, fetched in records.items():
                         if (
-                            last
-                            and message.offset - last > 1
-                            and self.app.topics.acks_enabled_for(message.topic)
+                            self.suspend_flow.is_set()
+                            or self.app.consumer_generation_id != consumer_generation
                         ):
-                            await self._add_gap(tp, last + 1, message.offset)
-                        if message.topic in topics:
-                            self.track_message(message)
-                            pending.append(message)
-                        else:
+                            break  # a rebalance: records are fetched again after it
+                        if active is not None and not (
+                            tp in active or tp in self._buffered_partitions
+                        ):
+                            continue
+                        fresh = unread(fetched, read_offset[tp])
+                        if not fresh:
+                            continue
+                        if tp.topic in topics:
+                            # holes in input offsets are the release service's business (it
+                            # refuses them unless --allow-input-gaps); commits come from
+                            # acknowledge_through, which ignores Faust's ack/gap bookkeeping
+                            if not await queue.put(fresh, generation=generation):
+                                break
+                            read_offset[tp] = fresh[-1].offset
+                            continue
+                        for record in fresh:
+                            message = to_message(tp, record)
+                            last = read_offset[tp]
+                            if last and message.offset - last > 1 and acks_enabled_for(tp.topic):
+                                await self._add_gap(tp, last + 1, message.offset)
                             await self.wait_first(callback(message), self.suspend_flow.wait())
-                        read_offset[tp] = message.offset
-                    if pending:
-                        await queue.put(pending)
+                            read_offset[tp] = message.offset
                     commit_every = self._commit_every
                     if commit_every is not None and self._n_acked >= commit_every:  # type: ignore[has-type]
                         self._n_acked = 0

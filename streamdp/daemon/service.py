@@ -27,7 +27,7 @@ import json
 import time
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from streamdp.daemon.checkpoint import (
     hot_key,
@@ -74,6 +74,26 @@ class OutputTopics:
         if isinstance(record, ConsistentRecord):
             return self.consistent
         return self.dead_letter
+
+
+class InputLike(Protocol):
+    """What the service reads of an input record: aiokafka's ``ConsumerRecord``, Faust's
+    ``Message`` and :class:`InputRecord` all have it (a None value is read as empty)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
 
 
 @dataclass(frozen=True)
@@ -230,13 +250,14 @@ class ReleaseService:
         return dropped
 
     # ------------------------------------------------------------------ processing
-    def process(self, batch: Sequence[InputRecord]) -> BatchOutcome:
+    def process(self, batch: Sequence[InputLike]) -> BatchOutcome:
         """Ingest a batch; returns the checkpoint writes, publications and cleanup to perform."""
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
         outputs: dict[str, list[OutputRecord]] = {}
         for record in batch:
-            source = self._source_of(record)
+            value = record.value if record.value is not None else b""
+            source = self._source_of(record.topic, value)
             if source is None:
                 letter = self._dead_letter(record, "unknown_source", "the topic is not configured")
                 self._emit_unrouted(letter, outcome)
@@ -259,7 +280,7 @@ class ReleaseService:
                     "have legitimate holes, e.g. transactional producers)"
                 )
             result = engine.ingest(
-                record.value,
+                value,
                 source_topic=record.topic,
                 partition=record.partition,
                 offset=record.offset,
@@ -332,13 +353,13 @@ class ReleaseService:
         outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
 
     # ------------------------------------------------------------------ routing helpers
-    def _source_of(self, record: InputRecord) -> SourceSpec | None:
-        by_topic = self._by_topic.get(record.topic)
-        if record.topic != self.topics.control and b'"control"' not in record.value:
+    def _source_of(self, topic: str, value: bytes) -> SourceSpec | None:
+        by_topic = self._by_topic.get(topic)
+        if topic != self.topics.control and b'"control"' not in value:
             return by_topic
         # a control record goes to the source of the stream it names
         try:
-            data = json.loads(record.value)
+            data = json.loads(value)
         except (ValueError, UnicodeDecodeError):
             return by_topic
         if not isinstance(data, dict) or data.get("type") != "control":
@@ -353,7 +374,7 @@ class ReleaseService:
             return self._by_topic.get(source, by_topic)
         return by_topic
 
-    def _misplaced(self, record: InputRecord, source: SourceSpec) -> DeadLetterRecord:
+    def _misplaced(self, record: InputLike, source: SourceSpec) -> DeadLetterRecord:
         return self._dead_letter(
             record,
             "wrong_partition_key",
@@ -363,15 +384,15 @@ class ReleaseService:
             source=source.name,
         )
 
-    def _keyed_correctly(self, record: InputRecord, source: SourceSpec) -> bool:
+    def _keyed_correctly(self, record: InputLike, source: SourceSpec) -> bool:
         if self.topic_partitions.get(record.topic, 0) == 1:
             return True
         return record.key is not None and record.key == source.name.encode()
 
     def _dead_letter(
-        self, record: InputRecord, reason: Reason, message: str, *, source: str | None = None
+        self, record: InputLike, reason: Reason, message: str, *, source: str | None = None
     ) -> DeadLetterRecord:
-        raw, encoding = raw_text(record.value)
+        raw, encoding = raw_text(record.value if record.value is not None else b"")
         return DeadLetterRecord(
             reason=reason,
             message=message,
