@@ -107,6 +107,10 @@ def _run(
         if where == "before-writes":
             svc = service()
             continue
+        if where == "mid-writes":  # everything but the hot state, which is written last
+            _apply(state, outcome.writes[:-1])
+            svc = service()
+            continue
         _apply(state, outcome.writes)
         if where == "before-publish":
             svc = service()
@@ -141,7 +145,7 @@ def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
     assert len(drawn) == len(set(drawn))
 
 
-@pytest.mark.parametrize("where", ["before-writes", "before-publish", "before-ack"])
+@pytest.mark.parametrize("where", ["before-writes", "mid-writes", "before-publish", "before-ack"])
 def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -> None:
     records = _records("restaurant", periods=30, rate=5, bad=0.1)
     clean, clean_drawn = _run("restaurant", records, batch=11, crash_plan={})
@@ -151,7 +155,7 @@ def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -
     # noise that reached the state is never drawn again; only unpublished draws repeat
     published_labels = set(clean_drawn)
     assert set(drawn) == published_labels
-    if where != "before-writes":
+    if where not in ("before-writes", "mid-writes"):
         assert len(drawn) == len(set(drawn)), "a stored node was drawn twice"
 
 
@@ -269,3 +273,53 @@ def test_revisions_report_one_exact_pass_and_a_residual_at_rounding_level(scenar
         assert s.iterations == 1
         assert 0.0 <= s.residual < 1e-9
         assert s.seconds >= 0.0
+
+
+def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -> None:
+    """A period's event ids live in chunk keys, one per checkpoint that added some, not in the
+    hot state (whose size stays flat however busy a period is); a duplicate sent after a restart
+    is still refused; once a period closes its chunks are deleted."""
+    spec = example_spec("restaurant")
+    state: dict[str, Any] = {}
+    lines = list(generate("restaurant", 3, 6000, seed=5))  # three busy days
+    records = [
+        InputRecord("restaurant-orders", 0, o, b"restaurant-orders", line.text.encode())
+        for o, line in enumerate(lines)
+    ]
+    sizes = []
+
+    def run(service: ReleaseService, batch: list[InputRecord]) -> Any:
+        outcome = service.process(batch)
+        _apply(state, outcome.writes)
+        _apply(state, outcome.cleanup)
+        sizes.append(len(json.dumps(state["restaurant-orders"])))
+        return outcome
+
+    service = ReleaseService(spec, sampler=InsecureSeededSampler(1), state=state)
+    first_day = [r for r in records if '"event_time": "2024-01-01' in r.value.decode()]
+    assert len(first_day) > 4000
+    half = len(first_day) // 2
+    run(service, records[:half])
+    run(service, records[half : len(first_day) - 1])
+    chunks = sorted(k for k in state if "|seen|" in k)
+    assert len(chunks) == 2, chunks  # one chunk per checkpoint that added ids
+    stored = {i for k in chunks for i in state[k]}
+    assert len(stored) == len(first_day) - 1
+    assert max(sizes) < 20_000, "the hot state grew with the number of events"
+
+    # a restarted service (state from the table only) still knows every id of the open day
+    restarted = ReleaseService(spec, sampler=InsecureSeededSampler(1), state=state)
+    again = InputRecord(
+        "restaurant-orders", 0, len(first_day) - 1, b"restaurant-orders", records[0].value
+    )
+    outcome = run(restarted, [again])
+    assert [d.reason for d in outcome.dead_letters] == ["duplicate_event"]
+
+    # the rest closes days 1 and 2: their chunks go, only open periods keep any
+    run(restarted, records[len(first_day) :])
+    left = {k.split("|")[3] for k in state if "|seen|" in k}
+    open_periods = {
+        str(j)
+        for j in restarted.engines()["restaurant-orders"].streams["restaurant-items"].seen_ids()
+    }
+    assert left == open_periods and "0" not in left

@@ -12,6 +12,15 @@ split into keys of the changelog-backed table:
                                           once, when it is drawn, and never changed
 ``<source>|out|<seq>``                    one output record waiting to be (re)published: the
                                           outbox, deleted after its publication is acknowledged
+``<source>|seen|<stream>|<j>|<n>``        chunk ``n`` of the event ids counted in open period
+                                          ``j`` (the ids added since the previous checkpoint);
+                                          the hot state names how many chunks of each open
+                                          period are valid, and a closed period's chunks are
+                                          deleted once the checkpoint that closed it is stored
+
+Keeping the event ids out of the hot state keeps it small and constant in size: one period of
+a busy source holds tens of thousands of ids, more than Kafka's default 1 MB message limit, and
+rewriting them all at every checkpoint would cost time proportional to the period's volume.
 
 Everything here is plain data and pure functions; the Faust adapter only moves the pairs.
 The table holds raw partial sums and raw input (dead letters in the outbox), so its changelog
@@ -43,6 +52,25 @@ def node_key(source: str, stream: str, epoch: int, t: int) -> str:
 def outbox_key(source: str, seq: int) -> str:
     """Table key of one pending output record (zero-padded so keys sort by sequence)."""
     return f"{source}{SEPARATOR}out{SEPARATOR}{seq:012d}"
+
+
+def seen_key(source: str, stream: str, period: int, chunk: int) -> str:
+    """Table key of one chunk of an open period's event ids."""
+    return SEPARATOR.join((source, "seen", stream, str(period), str(chunk)))
+
+
+def seen_prefix(source: str) -> str:
+    """Prefix of every event-id chunk key of ``source``."""
+    return f"{source}{SEPARATOR}seen{SEPARATOR}"
+
+
+def parse_seen_key(source: str, key: str) -> tuple[str, int, int] | None:
+    """``(stream, period, chunk)`` of a :func:`seen_key` of ``source``; None for other keys."""
+    prefix = seen_prefix(source)
+    if not key.startswith(prefix):
+        return None
+    stream, period, chunk = key[len(prefix) :].rsplit(SEPARATOR, 2)
+    return stream, int(period), int(chunk)
 
 
 def outbox_prefix(source: str) -> str:

@@ -35,6 +35,8 @@ from streamdp.daemon.checkpoint import (
     node_key,
     outbox_key,
     outbox_prefix,
+    parse_seen_key,
+    seen_key,
     split_snapshot,
 )
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, EngineSpec, ReleaseRecord
@@ -42,7 +44,7 @@ from streamdp.engine.engine import raw_text
 from streamdp.engine.events import Reason
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.spec import SourceSpec
-from streamdp.errors import InputGapError
+from streamdp.errors import InputGapError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
 DAEMON_STATE_KEY = "daemon"
@@ -177,6 +179,12 @@ class _SourceSlot:
         self.stored_nodes: set[tuple[str, int, int]] = set()
         self.next_outbox = 0
         self.last_event = time.monotonic()
+        # per (stream, open period): the event ids stored in its chunks, and how many chunks
+        self.stored_seen: dict[tuple[str, int], set[str]] = {}
+        self.seen_chunks: dict[tuple[str, int], int] = {}
+        # chunks found in the table at load beyond those the hot state counts (left by a
+        # checkpoint that never completed): deleted with the period's own chunks
+        self.seen_present: dict[tuple[str, int], int] = {}
 
 
 class ReleaseService:
@@ -224,21 +232,56 @@ class ReleaseService:
                 value = self.state.get(node_key(source, stream, epoch, t))
                 return None if value is None else list(value)
 
-            engine.restore(join_snapshot(hot, node))
-            _, nodes = split_snapshot(engine.snapshot())
+            snapshot = join_snapshot(hot, node)
+            keys = [str(k) for k in list(self.state.keys())]
+            for key in keys:
+                parsed = parse_seen_key(source, key)
+                if parsed is not None:
+                    stream, period, chunk = parsed
+                    seen = (stream, period)
+                    slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
+            self._restore_seen(source, slot, snapshot, daemon.get("seen_chunks", []))
+            engine.restore(snapshot)
+            _, nodes = split_snapshot(engine.snapshot(with_seen=False))
             slot.stored_nodes = set(nodes)
             # re-publish whatever a crash left in the outbox (same key, same value)
             prefix = outbox_prefix(source)
-            for key in sorted(k for k in list(self.state.keys()) if str(k).startswith(prefix)):
+            for key in sorted(k for k in keys if k.startswith(prefix)):
                 pending = self.state.get(key)
                 if pending is None:
                     continue
                 outcome.publications.append(
                     Publication(pending["topic"], pending["key"], pending["value"])
                 )
-                outcome.cleanup.append(StateWrite(slot.home, str(key), None))
+                outcome.cleanup.append(StateWrite(slot.home, key, None))
         self.slots[source] = slot
         return slot
+
+    def _restore_seen(
+        self, source: str, slot: _SourceSlot, snapshot: dict[str, Any], counts: list[Any]
+    ) -> None:
+        """Put the open periods' event ids, read from their chunks, back into ``snapshot``."""
+        chunks = {(str(stream), int(period)): int(n) for stream, period, n in counts}
+        for name, state in snapshot["streams"].items():
+            if "seen" in state:
+                continue  # a checkpoint written before the ids had keys of their own
+            entries: list[list[Any]] = []
+            for (stream, period), n in sorted(chunks.items()):
+                if stream != name:
+                    continue
+                ids: set[str] = set()
+                for c in range(n):
+                    chunk = self.state.get(seen_key(source, stream, period, c))
+                    if chunk is None:
+                        raise StateError(
+                            f"stored event ids of stream {stream!r} period {period} (chunk {c}) "
+                            "are missing; refusing to restore (duplicates could be counted)"
+                        )
+                    ids.update(str(i) for i in chunk)
+                entries.append([period, sorted(ids)])
+                slot.stored_seen[(stream, period)] = ids
+                slot.seen_chunks[(stream, period)] = n
+            state["seen"] = entries
 
     def drop(self, partitions: Iterable[int]) -> list[str]:
         """Forget the sources whose home partition was revoked (their state stays in the table
@@ -317,7 +360,8 @@ class ReleaseService:
     def _checkpoint(
         self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
     ) -> None:
-        hot, nodes = split_snapshot(slot.engine.snapshot())
+        hot, nodes = split_snapshot(slot.engine.snapshot(with_seen=False))
+        seen_counts = self._checkpoint_seen(source, slot, outcome)
         for new in sorted(set(nodes) - slot.stored_nodes):
             stream, epoch, t = new
             outcome.writes.append(
@@ -348,9 +392,47 @@ class ReleaseService:
                 outcome.revisions.append(record)
             else:
                 outcome.dead_letters.append(record)
-        hot[DAEMON_STATE_KEY] = {"home": slot.home, "next_outbox": slot.next_outbox, "first": first}
+        hot[DAEMON_STATE_KEY] = {
+            "home": slot.home,
+            "next_outbox": slot.next_outbox,
+            "first": first,
+            "seen_chunks": seen_counts,
+        }
         # the hot state goes last: on recovery it only refers to nodes already written
         outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
+
+    def _checkpoint_seen(
+        self, source: str, slot: _SourceSlot, outcome: BatchOutcome
+    ) -> list[list[Any]]:
+        """Write the event ids added to each open period since the last checkpoint as a new
+        chunk; schedule the deletion of closed periods' chunks (after the checkpoint is
+        stored). Returns ``[stream, period, chunks]`` for every open period."""
+        counts: list[list[Any]] = []
+        open_now: set[tuple[str, int]] = set()
+        for stream, periods in slot.engine.seen_ids().items():
+            for period, ids in periods.items():
+                key = (stream, period)
+                open_now.add(key)
+                stored = slot.stored_seen.setdefault(key, set())
+                n = slot.seen_chunks.get(key, 0)
+                if len(ids) != len(stored):  # ids only grow while a period is open
+                    new = ids - stored
+                    outcome.writes.append(
+                        StateWrite(slot.home, seen_key(source, stream, period, n), sorted(new))
+                    )
+                    stored.update(new)
+                    n = slot.seen_chunks[key] = n + 1
+                counts.append([stream, period, n])
+        for key in (slot.stored_seen.keys() | slot.seen_present.keys()) - open_now:
+            runtime = slot.engine.streams.get(key[0])
+            if key not in slot.stored_seen and runtime is not None and key[1] >= runtime.closed:
+                continue  # left by an incomplete checkpoint for a period not yet open: rewritten
+            slot.stored_seen.pop(key, None)
+            n = max(slot.seen_chunks.pop(key, 0), slot.seen_present.pop(key, 0))
+            outcome.cleanup += [
+                StateWrite(slot.home, seen_key(source, key[0], key[1], c), None) for c in range(n)
+            ]
+        return counts
 
     # ------------------------------------------------------------------ routing helpers
     def _source_of(self, topic: str, value: bytes) -> SourceSpec | None:

@@ -19,6 +19,7 @@ import base64
 import json
 from collections import Counter
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -371,8 +372,10 @@ class Engine:
         return records
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(self) -> dict[str, Any]:
-        """The complete state as plain JSON-able data (protect it like the input topic)."""
+    def snapshot(self, *, with_seen: bool = True) -> dict[str, Any]:
+        """The complete state as plain JSON-able data (protect it like the input topic).
+
+        ``with_seen=False`` leaves out the open periods' event ids (see :meth:`seen_ids`)."""
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
@@ -382,8 +385,12 @@ class Engine:
             "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],
             "ledger": self.ledger.state(),
             "stats": self.stats.to_dict(),
-            "streams": {name: r.state() for name, r in self.streams.items()},
+            "streams": {name: r.state(with_seen=with_seen) for name, r in self.streams.items()},
         }
+
+    def seen_ids(self) -> dict[str, Mapping[int, AbstractSet[str]]]:
+        """Per stream, the event ids counted in each open period (live views: read only)."""
+        return {name: r.seen_ids() for name, r in self.streams.items()}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`snapshot` output into this engine (same spec); draws no noise."""

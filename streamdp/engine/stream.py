@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -255,18 +256,29 @@ class StreamRuntime:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def state(self) -> dict[str, Any]:
-        """Plain JSON-able state. Holds raw counts: protect it like the input topic."""
-        return {
+    def state(self, *, with_seen: bool = True) -> dict[str, Any]:
+        """Plain JSON-able state. Holds raw counts: protect it like the input topic.
+
+        With ``with_seen=False`` the event ids of the open periods are left out (the daemon
+        stores them incrementally, from :meth:`seen_ids`); :meth:`restore` needs them back
+        under ``"seen"``."""
+        out = {
             "version": STREAM_STATE_VERSION,
             "stream": self.spec.name,
             "closed": self.closed,
             "revision": self.revision,
             "open": [[j, list(row)] for j, row in sorted(self._open.items())],
-            "seen": [[j, sorted(ids)] for j, ids in sorted(self._seen.items())],
             "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
             "counter": self.counter.state(),
         }
+        if with_seen:
+            out["seen"] = [[j, sorted(ids)] for j, ids in sorted(self._seen.items())]
+        return out
+
+    def seen_ids(self) -> Mapping[int, AbstractSet[str]]:
+        """The event ids counted so far in each open period (a live view: read, never change;
+        ids are only added while a period is open, and a period's entry goes when it closes)."""
+        return self._seen
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn)."""
