@@ -82,6 +82,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="longest wait to fill a batch, seconds (default 0.2; bounds period-close latency)",
     )
+    parser.add_argument(
+        "--fetch-wait",
+        type=float,
+        metavar="SECONDS",
+        help="longest fetch long-poll, seconds (default 0.1; Faust's own is 1.5)",
+    )
     parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
 
 
@@ -103,6 +109,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "log_level": args.log_level,
         "max_batch": args.max_batch,
         "batch_seconds": args.batch_seconds,
+        "fetch_wait_seconds": args.fetch_wait,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     if args.topic_namespace:

@@ -301,3 +301,48 @@ def has_all(
 
 def env_without_proxies() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+
+
+def record_counts(broker: EmbeddedBroker, topic: str, total: int) -> dict[int, int]:
+    """How many records each partition of ``topic`` holds, read from the beginning until
+    ``total`` records were seen (records counted, not ListOffsets: see docs/dev-broker-notes)."""
+
+    async def go() -> dict[int, int]:
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
+            group_id=None, enable_auto_commit=False,
+        )  # fmt: skip
+        await consumer.start()
+        ends: dict[int, int] = {}
+        seen = 0
+        deadline = time.monotonic() + 60
+        try:
+            while seen < total and time.monotonic() < deadline:
+                for tp, messages in (await consumer.getmany(timeout_ms=500)).items():
+                    seen += len(messages)
+                    ends[tp.partition] = max(ends.get(tp.partition, 0), messages[-1].offset + 1)
+        finally:
+            await consumer.stop()
+        return ends
+
+    return asyncio.run(go())
+
+
+def committed_offsets(
+    broker: EmbeddedBroker, group: str, topic: str, partitions: Iterable[int]
+) -> dict[int, int | None]:
+    """The consumer group's committed offsets for ``topic`` (asked of the group coordinator
+    without joining the group)."""
+    from aiokafka import TopicPartition
+
+    async def go() -> dict[int, int | None]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            return {p: await consumer.committed(TopicPartition(topic, p)) for p in partitions}
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(go())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from streamdp.daemon.batch_input import BatchQueue
+from streamdp.daemon.batch_input import BatchQueue, last_offsets, unread
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,45 @@ def test_drop_forgets_only_the_revoked_partitions() -> None:
         return [(m.partition, m.offset) for m in await queue.take(0.1)]
 
     assert asyncio.run(go()) == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_a_fetch_made_before_a_revocation_is_not_queued_after_it() -> None:
+    async def go() -> tuple[bool, bool, list[int]]:
+        queue = BatchQueue(["in"], max_batch=10)
+        before = queue.generation
+        queue.drop({("in", 1)})  # a revocation while the fetch was under way
+        stale = await queue.put([Msg("in", 1, 0), Msg("in", 0, 0)], generation=before)
+        fresh = await queue.put([Msg("in", 0, 0)], generation=queue.generation)
+        return stale, fresh, [m.partition for m in await queue.take(0.1)]
+
+    assert asyncio.run(go()) == (False, True, [0])
+
+
+def test_a_revocation_while_put_waits_for_room_refuses_the_waiting_fetch() -> None:
+    async def go() -> tuple[bool, int]:
+        queue = BatchQueue(["in"], max_batch=1)  # holds at most 4
+        await queue.put([Msg("in", 0, o) for o in range(4)])
+        waiting = asyncio.ensure_future(queue.put([Msg("in", 1, 0)], generation=queue.generation))
+        await asyncio.sleep(0.02)
+        queue.drop({("in", 1)})  # makes room and revokes partition 1
+        accepted = await asyncio.wait_for(waiting, 1.0)
+        return accepted, len(queue)
+
+    assert asyncio.run(go()) == (False, 4)
+
+
+def test_unread_keeps_records_from_the_read_offset_on() -> None:
+    fetched = [Msg("in", 0, o) for o in range(5, 10)]
+    assert unread(fetched, None) is fetched
+    assert unread(fetched, 4) is fetched
+    # after a seek Faust's read offset is the committed offset: the next record to read
+    assert unread(fetched, 5) is fetched
+    assert [m.offset for m in unread(fetched, 7)] == [7, 8, 9]
+    assert [m.offset for m in unread(fetched, 9)] == [9]
+    assert list(unread(fetched, 10)) == []
+    assert unread([], 3) == []
+
+
+def test_last_offsets_gives_each_partitions_highest_offset_and_count() -> None:
+    records = [Msg("a", 0, 3), Msg("b", 0, 9), Msg("a", 0, 4), Msg("a", 1, 0), Msg("a", 0, 5)]
+    assert last_offsets(records) == {("a", 0): (5, 3), ("b", 0): (9, 1), ("a", 1): (0, 1)}

@@ -27,6 +27,8 @@ def spec(tmp_path: Path) -> Path:
         ({"web_port": 70000}, "--web-port"),
         ({"max_batch": 0}, "--max-batch"),
         ({"batch_seconds": 0.0}, "--batch-seconds"),
+        ({"fetch_wait_seconds": 0.0}, "--fetch-wait"),
+        ({"fetch_wait_seconds": 60.0}, "--fetch-wait"),
         ({"idle_close_seconds": -1.0}, "--idle-close"),
         ({"security_protocol": "TLS"}, "STREAMDP_SECURITY_PROTOCOL"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "STREAMDP_SASL_PASSWORD"),

@@ -76,7 +76,7 @@ def test_timed_demo_prints_releases_and_a_revision_then_stops_everything() -> No
     dead = re.findall(r"dead letters \((\d+)\)", out)
     assert dead
     assert int(dead[-1]) > 0, "the bad records reached the dead-letter topic"
-    assert "stopped: worker exited with code 0" in out
+    assert "stopped: worker exited with code 0" in out, out[-3000:]
     _assert_all_gone(out)
 
 

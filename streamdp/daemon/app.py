@@ -34,6 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
 from streamdp.daemon.batch_input import BatchQueue, batching_consumer, last_offsets
+from streamdp.daemon.fetching import tuned_fetching
 from streamdp.daemon.service import BatchOutcome, InputLike, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
@@ -76,6 +77,9 @@ class WorkerRuntime:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # the batch whose checkpoint, publications and acknowledgement are under way (batch path)
     in_flight: asyncio.Future[None] | None = None
+    # set once Faust has stopped the consumer: no further batch is committed (its records stay
+    # unacknowledged and the next owner reads them again)
+    shutting_down: bool = False
     started_at: float = field(default_factory=time.time)
     batches: int = 0
     records: int = 0
@@ -242,9 +246,13 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     )
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
     queue: BatchQueue | None = None
+    consumer_class = tuned_fetching(
+        app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds
+    )
     if settings.input_path == "batch":
         queue = BatchQueue(input_names, settings.max_batch)
-        app.transport.Consumer = batching_consumer(app.transport.Consumer, queue)  # type: ignore[misc]
+        consumer_class = batching_consumer(consumer_class, queue)
+    app.transport.Consumer = consumer_class  # type: ignore[misc]
     inputs = app.topic(
         *input_names,
         key_type=bytes,
@@ -423,7 +431,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             waiting_since.pop(key, None)
             try:
                 lag[key] = max(0, int(app.consumer.highwater(TP(*key))) - last - 1)
-            except (KeyError, TypeError, AttributeError):
+            except (KeyError, TypeError, AttributeError, NotReady):
                 continue
         for topic, count in per_topic.items():
             metrics.record_input(topic, count)
@@ -449,6 +457,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 generation = batches.generation
                 try:
                     async with runtime.lock:
+                        if runtime.shutting_down:
+                            log.info("stopping: last input batch left unacknowledged")
+                            return
                         if batches.generation != generation:
                             # partitions were revoked since the take: skip their records
                             owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
@@ -469,6 +480,17 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                     # and the checkpoint protocol makes that exact
                     log.info("stopping: last input batch left unacknowledged")
                     return
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def finish_in_flight(sender: Any, **kwargs: Any) -> None:  # noqa: ARG001
+        # Faust sends this after stopping the consumer and before flushing and stopping the
+        # producer: the batch in flight completes now, while the producer still runs
+        async with runtime.lock:
+            runtime.shutting_down = True
+            try:
+                await settle()
+            except (NotReady, ProducerSendError) as exc:
+                log.info("stopping: last input batch left unacknowledged (%r)", exc)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001

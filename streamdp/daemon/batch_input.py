@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
+from faust.exceptions import NotReady
+
 
 class PartitionRecord(Protocol):
     """What the queue needs of a record: where it came from."""
@@ -38,10 +40,15 @@ class PartitionRecord(Protocol):
     def offset(self) -> int: ...
 
 
-def unread(records: Sequence[Any], last_read: int | None) -> Sequence[Any]:
-    """The records of one partition's fetch not read before (offset above ``last_read``)."""
-    if records and last_read is not None and records[0].offset <= last_read:
-        return [r for r in records if r.offset > last_read]
+def unread(records: Sequence[Any], read_offset: int | None) -> Sequence[Any]:
+    """The records of one partition's fetch from ``read_offset`` on.
+
+    Faust's ``read_offset`` is the last offset read, or after a seek the committed offset, which
+    is the next one to read: like Faust, records at ``read_offset`` itself are kept (a record
+    read twice is skipped by the engine's applied offsets; one dropped would be lost).
+    """
+    if records and read_offset is not None and records[0].offset < read_offset:
+        return [r for r in records if r.offset >= read_offset]
     return records
 
 
@@ -78,11 +85,13 @@ class BatchQueue:
         partitions' next owner reads them again from the committed offset.
         """
         arrived, drained = self._events()
-        while len(self._records) >= self.limit:
+        while True:
+            if generation is not None and generation != self.generation:
+                return False
+            if len(self._records) < self.limit:
+                break
             drained.clear()
             await drained.wait()
-        if generation is not None and generation != self.generation:
-            return False
         self._records.extend(records)
         arrived.set()
         return True
@@ -138,7 +147,11 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
         def acknowledge_through(self, tp: Any, next_offset: int, count: int) -> None:
             """The records of ``tp`` before ``next_offset`` are durably processed: Faust may
             commit ``next_offset`` (``count`` records, for its commit-every counter)."""
-            if tp not in self.assignment():
+            try:
+                owned = tp in self.assignment()
+            except NotReady:  # the consumer is stopping: nothing more gets committed
+                return
+            if not owned:
                 return  # revoked meanwhile: the next owner starts from the committed offset
             if next_offset > self._processed_until.get(tp, -1):
                 self._processed_until[tp] = next_offset

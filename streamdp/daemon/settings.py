@@ -50,6 +50,8 @@ class DaemonSettings:
     # "batch": records reach the service per fetch, through streamdp.daemon.batch_input;
     # "stream": through a Faust agent, one event at a time (same checkpoint protocol, slower)
     input_path: str = "batch"
+    # the consumer's fetch long-poll (Faust fixes 1.5 s; see streamdp.daemon.fetching)
+    fetch_wait_seconds: float = 0.1
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -95,6 +97,10 @@ class DaemonSettings:
             raise ConfigError(f"--max-batch must be >= 1 record, got {self.max_batch}")
         if not self.batch_seconds > 0:
             raise ConfigError(f"--batch-seconds must be > 0, got {self.batch_seconds}")
+        if not 0 < self.fetch_wait_seconds <= 30:
+            raise ConfigError(
+                f"--fetch-wait must be > 0 and <= 30 seconds, got {self.fetch_wait_seconds}"
+            )
         if self.input_path not in ("stream", "batch"):
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
