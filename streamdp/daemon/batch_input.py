@@ -125,12 +125,16 @@ class BatchQueue:
 
 def last_offsets(records: Iterable[PartitionRecord]) -> dict[tuple[str, int], tuple[int, int]]:
     """Per (topic, partition): the highest offset among ``records`` and how many there are."""
-    out: dict[tuple[str, int], tuple[int, int]] = {}
+    ends: dict[tuple[str, int], list[int]] = {}
     for r in records:
         key = (r.topic, r.partition)
-        seen = out.get(key)
-        out[key] = (r.offset, 1) if seen is None else (max(seen[0], r.offset), seen[1] + 1)
-    return out
+        seen = ends.get(key)
+        if seen is None:
+            ends[key] = [r.offset, 1]
+        else:
+            seen[0] = max(seen[0], r.offset)
+            seen[1] += 1
+    return {key: (last, count) for key, (last, count) in ends.items()}
 
 
 def batching_consumer(base: type, queue: BatchQueue) -> type:

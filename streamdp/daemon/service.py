@@ -209,6 +209,8 @@ class ReleaseService:
         self.allow_gaps = allow_gaps
         self.slots: dict[str, _SourceSlot] = {}
         self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
+        # the partitioning key every record of a source must carry
+        self._source_keys = {name: name.encode() for name in spec.sources}
 
     # ------------------------------------------------------------------ loading
     def _load(self, source: str, home: int, outcome: BatchOutcome) -> _SourceSlot:
@@ -298,48 +300,62 @@ class ReleaseService:
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
         outputs: dict[str, list[OutputRecord]] = {}
+        by_topic = self._by_topic
+        control_topic = self.topics.control
+        source_keys = self._source_keys
+        slots = self.slots
+        allow_gaps = self.allow_gaps
+        now = time.monotonic()
         for record in batch:
-            value = record.value if record.value is not None else b""
-            source = self._source_of(record.topic, value)
+            topic = record.topic
+            value = record.value
+            if value is None:
+                value = b""
+            if topic == control_topic or b'"control"' in value:
+                source = self._source_of(topic, value)
+            else:
+                source = by_topic.get(topic)
             if source is None:
                 letter = self._dead_letter(record, "unknown_source", "the topic is not configured")
                 self._emit_unrouted(letter, outcome)
                 continue
-            if not self._keyed_correctly(record, source):
+            name = source.name
+            partition = record.partition
+            if record.key != source_keys[name] and self.topic_partitions.get(topic, 0) != 1:
                 self._emit_unrouted(self._misplaced(record, source), outcome)
                 continue
-            slot = self._load(source.name, record.partition, outcome)
-            if record.partition != slot.home:
+            slot = slots.get(name) or self._load(name, partition, outcome)
+            if partition != slot.home:
                 self._emit_unrouted(self._misplaced(record, source), outcome)
                 continue
             engine = slot.engine
-            applied = engine.applied_offset(record.topic, record.partition)
-            if not self.allow_gaps and applied is not None and record.offset > applied + 1:
-                # state of this batch is in memory only: the caller must not acknowledge it
-                raise InputGapError(
-                    f"input {record.topic}[{record.partition}] jumped from offset {applied} to "
-                    f"{record.offset}: records were skipped below the worker; restarting from "
-                    "the last checkpoint (use --allow-input-gaps only for topics whose offsets "
-                    "have legitimate holes, e.g. transactional producers)"
-                )
-            result = engine.ingest(
-                value,
-                source_topic=record.topic,
-                partition=record.partition,
-                offset=record.offset,
-            )
-            touched[source.name] = slot
+            offset = record.offset
+            if not allow_gaps:
+                applied = engine.applied_offset(topic, partition)
+                if applied is not None and offset > applied + 1:
+                    # state of this batch is in memory only: the caller must not acknowledge it
+                    raise InputGapError(
+                        f"input {topic}[{partition}] jumped from offset {applied} to {offset}: "
+                        "records were skipped below the worker; restarting from the last "
+                        "checkpoint (use --allow-input-gaps only for topics whose offsets have "
+                        "legitimate holes, e.g. transactional producers)"
+                    )
+            result = engine.ingest(value, source_topic=topic, partition=partition, offset=offset)
+            touched[name] = slot
             if result.skipped:
                 outcome.skipped += 1
                 continue
-            produced: list[OutputRecord] = [*result.dead_letters, *result.outputs]
             if result.accepted:
                 outcome.accepted += 1
-                slot.last_event = time.monotonic()
+                slot.last_event = now
+            if result.dead_letters or result.outputs:
+                produced = outputs.setdefault(name, [])
+                produced += result.dead_letters
+                produced += result.outputs
             if result.event_time is not None:
-                produced += engine.advance_watermark(result.event_time, source=result.source)
-            if produced:
-                outputs.setdefault(source.name, []).extend(produced)
+                closed = engine.advance_watermark(result.event_time, source=result.source)
+                if closed:
+                    outputs.setdefault(name, []).extend(closed)
         for name, slot in touched.items():
             self._checkpoint(name, slot, outputs.get(name, []), outcome)
         return outcome
@@ -465,11 +481,6 @@ class ReleaseService:
             "source's state (or use single-partition topics)",
             source=source.name,
         )
-
-    def _keyed_correctly(self, record: InputLike, source: SourceSpec) -> bool:
-        if self.topic_partitions.get(record.topic, 0) == 1:
-            return True
-        return record.key is not None and record.key == source.name.encode()
 
     def _dead_letter(
         self, record: InputLike, reason: Reason, message: str, *, source: str | None = None

@@ -334,6 +334,12 @@ class Engine:
         watermark, oldest first; consistent revisions follow their schedule. O(1) when nothing
         closes. The watermark never moves back.
         """
+        if source is not None:  # the common case, once per event: nothing to close
+            watermark = self.watermarks.get(source, float("-inf"))
+            if ts > watermark:
+                self.watermarks[source] = watermark = ts
+            if watermark < self._deadline[source]:
+                return []
         names = list(self._by_source) if source is None else [source]
         out: list[OutputRecord] = []
         for name in names:

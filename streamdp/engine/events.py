@@ -62,13 +62,11 @@ class RejectedError(Exception):
 
 def decode(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any]:
     """The record as a dict; raises :class:`RejectedError` ("malformed") unless a JSON object."""
-    if isinstance(record, Mapping):
+    if not isinstance(record, bytes | bytearray | str):
         return dict(record)
     try:
         # UTF-8 is the only encoding we accept; decoding first skips json's encoding sniffing
-        data = json.loads(
-            record.decode("utf-8") if isinstance(record, bytes | bytearray) else record
-        )
+        data = json.loads(record if isinstance(record, str) else record.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise RejectedError("malformed", "record is not UTF-8 JSON") from None
     if not isinstance(data, dict):
