@@ -3,11 +3,15 @@
 Thin on purpose: all decisions are in :class:`~streamdp.daemon.service.ReleaseService`. The agent
 takes batches of input records and, for each batch, follows the service's protocol:
 
-1. write the checkpoint (noisy nodes, outbox, hot state) to the ``state`` table's changelog and
-   wait until the broker acknowledged every write;
+1. write the checkpoint (noisy nodes, event-id chunks, outbox, hot state) to the ``state``
+   table's changelog and wait until the broker acknowledged every write;
 2. publish the outputs and wait for their acknowledgements;
 3. delete the outbox entries;
 4. return, after which Faust acknowledges the batch's input records (their offsets get committed).
+
+On the batch input path (the default) the next batch is processed while the previous one goes
+through steps 1-4; its own step 1 starts only when the previous batch is done, so checkpoints
+reach the changelog in order. A revocation or a shutdown waits for the batch in flight.
 
 The table's keys are source names (plus node/outbox keys); its changelog partition is the
 partition of the source's input records, so it is co-partitioned with the input topics and moves
