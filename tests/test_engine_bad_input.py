@@ -10,10 +10,13 @@ from collections import Counter, defaultdict
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_engine_support import releases
 
 from streamdp.cli import main
 from streamdp.engine import REASONS, Engine
+from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.synth import example_spec, generate
@@ -206,3 +209,34 @@ def test_no_raw_count_in_outputs_summary_logs_or_messages(tmp_path, caplog, caps
             numbers[int(token)] += 1
     leaked = secrets & set(numbers)
     assert not leaked, leaked
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    value=_json_values,
+    before=st.sampled_from(["", " ", "\n\t", "x", "["]),
+    after=st.sampled_from(["", " ", "\r\n", "x", "}", ",1", "{}"]),
+)
+def test_the_fast_json_path_accepts_and_refuses_exactly_what_json_loads_does(
+    value: object, before: str, after: str
+) -> None:
+    text = before + json.dumps(value) + after
+    try:
+        parsed = json.loads(text)
+        expected: object = parsed if isinstance(parsed, dict) else "malformed"
+    except ValueError:
+        expected = "malformed"
+    try:
+        got: object = decode(text.encode())
+    except RejectedError as rejected:
+        got = rejected.reason  # "malformed" is the only reason decode gives
+    assert got == expected
