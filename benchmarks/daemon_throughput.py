@@ -617,10 +617,10 @@ def summarise(
 FINDINGS = """
 ## Findings
 
-**Events per second: the 50,000 target is met; half the bare consumer is met in one run of
-three, not in the median.** The ratio moves with the baseline: a bare consumer of the same
-records ran at 123k-198k events/s across the runs of one invocation on this shared machine,
-while the worker's CPU per event (events per CPU-second above) is the steadier figure.
+**Events per second: the 50,000 target is met in every run (62k-87k); half the bare consumer
+is met at the median (0.500) but not in every run (0.41-0.66).** The ratio moves with both
+sides: the bare consumer of the same records ran at 129k-196k events/s across the runs of one
+invocation on this shared machine; the worker's events per CPU-second are the steadier figure.
 
 What changed this session, in order of effect (each measured with this program):
 
@@ -630,7 +630,7 @@ What changed this session, in order of effect (each measured with this program):
    prefetch back-off; that fetch waited the full 1.5 s for data that never came, and the busy
    partition's next fetch waited behind it. The queue of fetched records ran empty for 1.1-1.3 s
    about every 75,000 records. The `--fetch-wait 1.5` row is the same worker with Faust's value:
-   1.27-1.61x slower per run (1.35x in the median), and about twelve times the close latency.
+   1.6-2.3x slower per run, and about seventeen times the close latency.
 2. *No per-record Faust work on the batch path* (`streamdp/daemon/batch_input.py`). The drain
    loop queues aiokafka's records as fetched, one list per partition (no Faust `Message`, no
    per-record tracking), the release service reads them as they are, and a processed batch is
@@ -642,21 +642,22 @@ What changed this session, in order of effect (each measured with this program):
 4. *Garbage collector*: start-up objects frozen out of the scans, young collections every
    50,000 allocations instead of 700 (`streamdp/worker_cli.py`): about a fifth less CPU per event.
 5. *Per-record work in the release service and engine* trimmed (routing by topic, one clock
-   read per batch, a watermark fast path): the service alone went from ~143k to ~158k events/s.
+   read per batch, a watermark fast path, json's C scanner called directly when one value fills
+   the record): the service alone, measured back to back, went from ~143k to ~160-170k
+   events/s (the in-process rows above vary by ~15% between invocations on this machine).
 6. *Event ids out of the hot state*: a checkpoint rewrote every event id of the open periods; at
    2,000 events/day with a month of open periods the hot state passed Kafka's 1 MB limit and the
    worker crashed. Ids are now stored once, in one chunk per checkpoint (`checkpoint.py`).
 
 Where the remaining time goes: with the release service replaced by a stub (an ad hoc run, not
 part of this program), the worker read the same backlog at ~280,000 events/s using 3.2 us of CPU
-per record (aiokafka's fetch and decode, Faust's consumer, the queue). The rest, ~8-9 us per
-record in the worker against 6.3 us in process (above), is the release service: JSON decoding,
-validation and counting, one event at a time in Python. That is the next place to work: decoding
-with a faster JSON parser, or validating a batch at once.
+per record (aiokafka's fetch and decode, Faust's consumer, the queue). The rest, ~8 us per
+record in the worker against ~6-7 us in process (above), is the release service: JSON decoding,
+validation and counting, one event at a time in Python. That is the next place to work.
 
-**Period-close latency is now about 30 ms at the median** (from the send of the record that
-moves the watermark to the moment a consumer has every release of the closed day), against
-~400 ms with Faust's 1.5 s long-poll, of which ~14 ms are spent in the worker (batch receipt to
+**Period-close latency is now 25 ms at the median** (from the send of the record that moves
+the watermark to the moment a consumer has every release of the closed day), against ~430 ms
+with Faust's 1.5 s long-poll; ~14 ms of it are spent in the worker (batch receipt to
 acknowledged releases, `streamdp_period_close_latency_seconds`).
 """
 
