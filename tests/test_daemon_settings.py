@@ -81,7 +81,9 @@ def test_the_faust_app_module_builds_the_worker_from_the_environment(tmp_path: P
     code = (
         "from streamdp.daemon import faust_app as m; import faust; "
         "assert isinstance(m.app, faust.App); "
-        "print(m.app.conf.id, sorted(m.runtime.spec.streams), m.runtime.sampler.secure)"
+        "import gc; "
+        "print(m.app.conf.id, sorted(m.runtime.spec.streams), m.runtime.sampler.secure, "
+        "gc.get_threshold()[0], gc.get_freeze_count() > 0)"
     )
     env = {
         **os.environ,
@@ -97,4 +99,5 @@ def test_the_faust_app_module_builds_the_worker_from_the_environment(tmp_path: P
         timeout=60,
         check=True,
     ).stdout
-    assert out.split() == ["feeds", "['restaurant-items']", "True"]
+    # and the worker process's garbage collector is tuned as `streamdp worker` tunes it
+    assert out.split() == ["feeds", "['restaurant-items']", "True", "50000", "True"]
