@@ -640,7 +640,8 @@ What changed this session, in order of effect (each measured with this program):
    one is acknowledged, so checkpoints stay in order. Before, about half the worker's wall time
    was spent waiting for those acknowledgements.
 4. *Garbage collector*: start-up objects frozen out of the scans, young collections every
-   50,000 allocations instead of 700 (`streamdp/worker_cli.py`): about a fifth less CPU per event.
+   50,000 allocations instead of 700 (`streamdp/daemon/gc_tuning.py`): about a fifth less CPU per
+   event.
 5. *Per-record work in the release service and engine* trimmed (routing by topic, one clock
    read per batch, a watermark fast path, json's C scanner called directly when one value fills
    the record): the service alone, measured back to back, went from ~143k to ~160-170k
