@@ -85,6 +85,18 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name, request):  # type
             worker.stop()
 
 
+def _node_writes(broker: EmbeddedBroker, app_id: str) -> dict[str, list[str]]:
+    """Every value written to each noisy-node key of the app's state changelog."""
+    topic = f"{app_id}-state-changelog"
+    changelog = collect(broker, [topic], lambda s: False, timeout=8)[topic]
+    return {k: v for k, v in changelog.items() if "|node|" in k}
+
+
+def _assert_each_written_once(node_writes: dict[str, list[str]]) -> None:
+    rewritten = {k: len(v) for k, v in node_writes.items() if len(v) != 1}
+    assert not rewritten, f"noisy nodes written more than once (redrawn?): {rewritten}"
+
+
 def _input_records(worker: Worker) -> float:
     """``streamdp_input_records_total`` summed over topics, from the worker's /metrics."""
     total = 0.0
@@ -154,13 +166,9 @@ def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
     second = start(config, app_id, T, "w2")
     seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
     _values(seen, expected, T)
-    changelog = collect(broker, [f"{app_id}-state-changelog"], lambda s: False, timeout=8)[
-        f"{app_id}-state-changelog"
-    ]
-    node_writes = {k: v for k, v in changelog.items() if "|node|" in k}
+    node_writes = _node_writes(broker, app_id)
     assert node_writes, "no noisy node reached the state changelog"
-    rewritten = {k: len(v) for k, v in node_writes.items() if len(v) != 1}
-    assert not rewritten, f"noisy nodes written more than once (redrawn?): {rewritten}"
+    _assert_each_written_once(node_writes)
     assert second.stop() == 0, second.log_tail()
 
 
@@ -190,11 +198,7 @@ def test_sigterm_during_a_backlog_exits_cleanly_then_restart_changes_nothing(bro
     second = start(config, app_id, T, "w2")
     seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
     _values(seen, expected, T)
-    changelog = collect(broker, [f"{app_id}-state-changelog"], lambda s: False, timeout=8)[
-        f"{app_id}-state-changelog"
-    ]
-    rewritten = {k: len(v) for k, v in changelog.items() if "|node|" in k and len(v) != 1}
-    assert not rewritten, f"noisy nodes written more than once (redrawn?): {rewritten}"
+    _assert_each_written_once(_node_writes(broker, app_id))
     assert second.stop() == 0, second.log_tail()
 
 

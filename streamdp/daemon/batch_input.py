@@ -22,22 +22,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from faust.exceptions import NotReady
 
-
-class PartitionRecord(Protocol):
-    """What the queue needs of a record: where it came from."""
-
-    @property
-    def topic(self) -> str: ...
-
-    @property
-    def partition(self) -> int: ...
-
-    @property
-    def offset(self) -> int: ...
+from streamdp.daemon.service import InputLike
 
 
 def unread(records: Sequence[Any], read_offset: int | None) -> Sequence[Any]:
@@ -123,7 +112,7 @@ class BatchQueue:
         return dropped
 
 
-def last_offsets(records: Iterable[PartitionRecord]) -> dict[tuple[str, int], tuple[int, int]]:
+def last_offsets(records: Iterable[InputLike]) -> dict[tuple[str, int], tuple[int, int]]:
     """Per (topic, partition): the highest offset among ``records`` and how many there are."""
     ends: dict[tuple[str, int], list[int]] = {}
     for r in records:

@@ -312,7 +312,7 @@ class ReleaseService:
             if value is None:
                 value = b""
             if topic == control_topic or b'"control"' in value:
-                source = self._source_of(topic, value)
+                source = self._source_of_control(topic, value)
             else:
                 source = by_topic.get(topic)
             if source is None:
@@ -451,10 +451,10 @@ class ReleaseService:
         return counts
 
     # ------------------------------------------------------------------ routing helpers
-    def _source_of(self, topic: str, value: bytes) -> SourceSpec | None:
+    def _source_of_control(self, topic: str, value: bytes) -> SourceSpec | None:
+        """The source of a record on the control topic or mentioning "control" (anything but a
+        control record goes to its topic's source)."""
         by_topic = self._by_topic.get(topic)
-        if topic != self.topics.control and b'"control"' not in value:
-            return by_topic
         # a control record goes to the source of the stream it names
         try:
             data = json.loads(value)

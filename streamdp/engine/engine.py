@@ -334,25 +334,26 @@ class Engine:
         watermark, oldest first; consistent revisions follow their schedule. O(1) when nothing
         closes. The watermark never moves back.
         """
-        if source is not None:  # the common case, once per event: nothing to close
-            watermark = self.watermarks.get(source, float("-inf"))
-            if ts > watermark:
-                self.watermarks[source] = watermark = ts
-            if watermark < self._deadline[source]:
-                return []
-        names = list(self._by_source) if source is None else [source]
+        if source is not None:  # the common case, once per event
+            return self._advance_source(source, ts)
         out: list[OutputRecord] = []
-        for name in names:
-            if ts > self.watermarks.get(name, float("-inf")):
-                self.watermarks[name] = ts
-            if self.watermarks[name] < self._deadline[name]:
-                continue
-            for runtime in self._by_source[name]:
-                if runtime.next_deadline <= ts:
-                    out.extend(self._count(runtime.close_until(ts)))
-            self._deadline[name] = min(
-                (r.next_deadline for r in self._by_source[name]), default=float("inf")
-            )
+        for name in self._by_source:
+            out.extend(self._advance_source(name, ts))
+        return out
+
+    def _advance_source(self, name: str, ts: float) -> list[OutputRecord]:
+        watermark = self.watermarks.get(name, float("-inf"))
+        if ts > watermark:
+            self.watermarks[name] = watermark = ts
+        if watermark < self._deadline[name]:
+            return []  # nothing to close
+        out: list[OutputRecord] = []
+        for runtime in self._by_source[name]:
+            if runtime.next_deadline <= ts:
+                out.extend(self._count(runtime.close_until(ts)))
+        self._deadline[name] = min(
+            (r.next_deadline for r in self._by_source[name]), default=float("inf")
+        )
         return out
 
     def close(self, stream: str, through: float) -> list[OutputRecord]:
