@@ -177,6 +177,82 @@ def test_records_not_keyed_by_their_source_are_dead_lettered_untouched() -> None
     assert svc.process([good]).accepted == 1
 
 
+def test_a_wrongly_keyed_record_leaves_no_hole_in_the_applied_offsets() -> None:
+    """A refused record between two good ones (or last before a restart) is not input lost
+    below the worker: no InputGapError now, after a restart, or when it is re-delivered."""
+    spec = example_spec("restaurant")
+    events = [r for r in _records("restaurant", periods=2, rate=6) if b'"control"' not in r.value]
+    first, second, third, fourth = events[:4]
+    wrong = InputRecord(second.topic, 0, 1, b"someone-else", second.value)
+    state: dict[str, Any] = {}
+
+    def service() -> ReleaseService:
+        return ReleaseService(
+            spec,
+            sampler=InsecureSeededSampler(1),
+            state=state,
+            topic_partitions={"restaurant-orders": 4},
+        )
+
+    svc = service()
+    outcome = svc.process([first, wrong])
+    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
+    _apply(state, outcome.writes)
+    # a restart right after the refused record: the next offset follows on
+    svc = service()
+    again = svc.process([wrong, third])  # the refused record re-delivered, then a new one
+    assert (again.skipped, again.accepted, again.dead_letters) == (1, 1, [])
+    wrong_again = InputRecord(fourth.topic, 0, 3, b"someone-else", fourth.value)
+    following = InputRecord(fourth.topic, 0, 4, fourth.key, fourth.value)
+    outcome = svc.process([wrong_again, following])
+    assert outcome.accepted == 1
+    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
+
+
+def test_control_records_of_several_sources_share_the_control_topic() -> None:
+    """Each source sees only its own control records: their offsets have holes by design."""
+    from streamdp.engine import parse_spec
+
+    spec = parse_spec(_combined_text())
+    svc = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
+    orders = [r for r in _records("restaurant", periods=3, rate=4) if b'"control"' not in r.value]
+    assert svc.process(orders).accepted == len(orders)
+
+    def close(offset: int, stream: str, through: str) -> InputRecord:
+        source = spec.streams[stream].source
+        value = {"type": "control", "action": "close", "stream": stream, "through": through}
+        return InputRecord(TOPICS.control, 0, offset, source.encode(), json.dumps(value).encode())
+
+    outcome = svc.process(
+        [
+            close(0, "restaurant-items", "2024-01-04T00:00:00Z"),
+            close(1, "hiv-admissions", "2024-02-02T00:00:00Z"),
+            close(2, "restaurant-items", "2024-01-05T00:00:00Z"),
+        ]
+    )
+    assert outcome.dead_letters == []
+    assert sorted({(r.stream, r.period) for r in outcome.releases}) == [
+        ("hiv-admissions", 1),
+        ("restaurant-items", 3),
+        ("restaurant-items", 4),
+    ]
+
+
+def test_a_control_record_on_an_input_topic_acts_on_that_topics_source_only() -> None:
+    from streamdp.engine import parse_spec
+
+    spec = parse_spec(_combined_text())
+    svc = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
+    events = [r for r in _records("restaurant", periods=2, rate=6) if b'"control"' not in r.value]
+    first, _, third = events[:3]
+    other = {"type": "control", "action": "close", "stream": "hiv-admissions", "through": 1e9}
+    misplaced = InputRecord(first.topic, 0, 1, first.key, json.dumps(other).encode())
+    outcome = svc.process([first, misplaced, third])
+    assert [d.reason for d in outcome.dead_letters] == ["unknown_stream"]
+    assert outcome.accepted == 2
+    assert outcome.releases == []
+
+
 def test_split_and_join_round_trip_an_engine_snapshot() -> None:
     spec = example_spec("hospital")
     engine = Engine(spec, sampler=InsecureSeededSampler(2))

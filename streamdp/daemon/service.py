@@ -40,7 +40,7 @@ from streamdp.daemon.checkpoint import (
     split_snapshot,
 )
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, EngineSpec, ReleaseRecord
-from streamdp.engine.engine import raw_text
+from streamdp.engine.engine import ACCEPTED, SKIPPED, raw_text
 from streamdp.engine.events import Reason
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.spec import SourceSpec
@@ -211,18 +211,26 @@ class ReleaseService:
         self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
         # the partitioning key every record of a source must carry
         self._source_keys = {name: name.encode() for name in spec.sources}
+        # topics whose records need no key (one partition: nothing can land elsewhere)
+        self._unkeyed_topics = {t for t, n in self.topic_partitions.items() if n == 1}
 
     # ------------------------------------------------------------------ loading
-    def _load(self, source: str, home: int, outcome: BatchOutcome) -> _SourceSlot:
+    def _load(
+        self, source: str, home: int, outcome: BatchOutcome, *, create: bool = True
+    ) -> _SourceSlot | None:
+        """The source's slot: loaded from the state table, else (``create``) a new one homed
+        on partition ``home``, else None."""
         slot = self.slots.get(source)
         if slot is not None:
             return slot
+        hot = self.state.get(hot_key(source))
+        if hot is None and not create:
+            return None
         engine = Engine(
             source_spec(self.spec, source),
             sampler=self.sampler,
             ledger_backend=MemoryLedgerBackend(),
         )
-        hot = self.state.get(hot_key(source))
         slot = _SourceSlot(engine, home)
         if hot is not None:
             hot = dict(hot)
@@ -296,41 +304,44 @@ class ReleaseService:
 
     # ------------------------------------------------------------------ processing
     def process(self, batch: Sequence[InputLike]) -> BatchOutcome:
-        """Ingest a batch; returns the checkpoint writes, publications and cleanup to perform."""
+        """Ingest a batch; returns the checkpoint writes, publications and cleanup to perform.
+
+        A record of an input topic belongs to the topic's source, whose engine keeps the
+        applied offsets of that (topic, partition) with no hole: a record refused before
+        reaching the engine (wrongly keyed) is marked handled there, so neither the next
+        record nor a restart after it looks like input skipped below the worker. Records of the
+        control topic are routed by the stream or source they name; their offsets are sparse
+        per source, so only duplicates are checked there, not holes.
+        """
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
         outputs: dict[str, list[OutputRecord]] = {}
         by_topic = self._by_topic
-        control_topic = self.topics.control
         source_keys = self._source_keys
+        unkeyed = self._unkeyed_topics
         slots = self.slots
-        allow_gaps = self.allow_gaps
+        check_gaps = not self.allow_gaps
         now = time.monotonic()
+        accepted = skipped = 0
         for record in batch:
             topic = record.topic
-            value = record.value
-            if value is None:
-                value = b""
-            if topic == control_topic or b'"control"' in value:
-                source = self._source_of_control(topic, value)
-            else:
-                source = by_topic.get(topic)
-            if source is None:
-                letter = self._dead_letter(record, "unknown_source", "the topic is not configured")
-                self._emit_unrouted(letter, outcome)
+            owner = by_topic.get(topic)
+            if owner is None:
+                self._from_other_topic(record, outcome, touched, outputs, now)
                 continue
-            name = source.name
+            name = owner.name
             partition = record.partition
-            if record.key != source_keys[name] and self.topic_partitions.get(topic, 0) != 1:
-                self._emit_unrouted(self._misplaced(record, source), outcome)
-                continue
-            slot = slots.get(name) or self._load(name, partition, outcome)
-            if partition != slot.home:
-                self._emit_unrouted(self._misplaced(record, source), outcome)
+            keyed = record.key == source_keys[name] or topic in unkeyed
+            slot = slots.get(name)
+            if slot is None:
+                slot = self._load(name, partition, outcome, create=keyed)
+            if slot is None or partition != slot.home:
+                # the source's state is not on this partition: nothing of it may change here
+                self._emit_unrouted(self._misplaced(record, owner), outcome)
                 continue
             engine = slot.engine
             offset = record.offset
-            if not allow_gaps:
+            if check_gaps:
                 applied = engine.applied_offset(topic, partition)
                 if applied is not None and offset > applied + 1:
                     # state of this batch is in memory only: the caller must not acknowledge it
@@ -340,25 +351,67 @@ class ReleaseService:
                         "checkpoint (use --allow-input-gaps only for topics whose offsets have "
                         "legitimate holes, e.g. transactional producers)"
                     )
-            result = engine.ingest(value, source_topic=topic, partition=partition, offset=offset)
             touched[name] = slot
-            if result.skipped:
-                outcome.skipped += 1
+            produced = outputs.get(name)
+            if produced is None:
+                produced = outputs[name] = []
+            if not keyed:
+                if engine.mark_handled(topic, partition, offset):
+                    produced.append(self._misplaced(record, owner))
+                else:
+                    skipped += 1
                 continue
-            if result.accepted:
-                outcome.accepted += 1
+            value = record.value
+            value = b"" if value is None else value
+            code = engine.consume(value, topic, partition, offset, produced)
+            if code == ACCEPTED:
+                accepted += 1
                 slot.last_event = now
-            if result.dead_letters or result.outputs:
-                produced = outputs.setdefault(name, [])
-                produced += result.dead_letters
-                produced += result.outputs
-            if result.event_time is not None:
-                closed = engine.advance_watermark(result.event_time, source=result.source)
-                if closed:
-                    outputs.setdefault(name, []).extend(closed)
+            elif code == SKIPPED:
+                skipped += 1
+        outcome.accepted += accepted
+        outcome.skipped += skipped
         for name, slot in touched.items():
             self._checkpoint(name, slot, outputs.get(name, []), outcome)
         return outcome
+
+    def _from_other_topic(
+        self,
+        record: InputLike,
+        outcome: BatchOutcome,
+        touched: dict[str, _SourceSlot],
+        outputs: dict[str, list[OutputRecord]],
+        now: float,
+    ) -> None:
+        """A record of the control topic (routed to the source it names) or of a topic no
+        source reads."""
+        value = b"" if record.value is None else record.value
+        source = self._source_of_control(value) if record.topic == self.topics.control else None
+        if source is None:
+            letter = self._dead_letter(
+                record,
+                "unknown_source",
+                "the topic is not configured"
+                if record.topic != self.topics.control
+                else "a control record must name a configured 'stream' or 'source'",
+            )
+            self._emit_unrouted(letter, outcome)
+            return
+        name = source.name
+        topic, partition = record.topic, record.partition
+        keyed = record.key == self._source_keys[name] or topic in self._unkeyed_topics
+        slot = self.slots.get(name) or self._load(name, partition, outcome, create=keyed)
+        if not keyed or slot is None or partition != slot.home:
+            self._emit_unrouted(self._misplaced(record, source), outcome)
+            return
+        touched[name] = slot
+        produced = outputs.setdefault(name, [])
+        code = slot.engine.consume(value, topic, partition, record.offset, produced)
+        if code == ACCEPTED:
+            outcome.accepted += 1
+            slot.last_event = now
+        elif code == SKIPPED:
+            outcome.skipped += 1
 
     def close_idle(self, now: float, idle_seconds: float) -> BatchOutcome:
         """Advance to wall-clock ``now`` the watermark of every loaded source that has seen no
@@ -451,17 +504,14 @@ class ReleaseService:
         return counts
 
     # ------------------------------------------------------------------ routing helpers
-    def _source_of_control(self, topic: str, value: bytes) -> SourceSpec | None:
-        """The source of a record on the control topic or mentioning "control" (anything but a
-        control record goes to its topic's source)."""
-        by_topic = self._by_topic.get(topic)
-        # a control record goes to the source of the stream it names
+    def _source_of_control(self, value: bytes) -> SourceSpec | None:
+        """The source a control-topic record names (by ``stream``, else ``source``), if any."""
         try:
             data = json.loads(value)
-        except (ValueError, UnicodeDecodeError):
-            return by_topic
-        if not isinstance(data, dict) or data.get("type") != "control":
-            return by_topic
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
+        if not isinstance(data, dict):
+            return None
         stream = data.get("stream")
         if isinstance(stream, str) and stream in self.spec.streams:
             return self.spec.sources[self.spec.streams[stream].source]
@@ -469,8 +519,8 @@ class ReleaseService:
         if isinstance(source, str):
             if source in self.spec.sources:
                 return self.spec.sources[source]
-            return self._by_topic.get(source, by_topic)
-        return by_topic
+            return self._by_topic.get(source)
+        return None
 
     def _misplaced(self, record: InputLike, source: SourceSpec) -> DeadLetterRecord:
         return self._dead_letter(

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from streamdp.engine.events import Reason, RejectedError, decode, event_id_of
+from streamdp.engine.events import MAX_ID_LENGTH, Reason, RejectedError, decode, event_id_of
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
 from streamdp.engine.periods import parse_instant
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
@@ -39,6 +39,12 @@ ENGINE_STATE_VERSION = 1
 OutputRecord = ReleaseRecord | ConsistentRecord
 RawRecord = bytes | bytearray | str | Mapping[str, Any]
 _TIME_VALID = frozenset({"after_horizon", "duplicate_event", "late"})
+
+# what Engine.consume did with a record
+SKIPPED = 0  # its offset was already applied (a replay after a crash)
+ACCEPTED = 1  # at least one stream counted it
+NOT_COUNTED = 2  # refused by every stream, or a control record
+_NEVER = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -157,22 +163,115 @@ class Engine:
         """Validate and count one input record (event or control). Never raises on bad input.
 
         ``source_topic``: the topic it was read from (else the record's ``source`` field, else
-        the only configured source). ``partition``/``offset``: its position; an offset at or
-        below the last applied one of that (topic, partition) is skipped (at-least-once input,
-        exactly-once effect). Raises only :class:`~streamdp.errors.BudgetError` (a control
-        record whose release would exceed a cap; nothing is released then).
+        the only configured source); a control record read from a source's topic acts on that
+        source only. ``partition``/``offset``: its position; an offset at or below the last
+        applied one of that (topic, partition) is skipped (at-least-once input, exactly-once
+        effect). Raises only :class:`~streamdp.errors.BudgetError` (a control record whose
+        release would exceed a cap; nothing is released then).
         """
-        if source_topic is not None and partition is not None and offset is not None:
-            position = (source_topic, partition)
-            last = self._offsets.get(position)
-            if last is not None and offset <= last:
-                self.stats.skipped += 1
-                return IngestResult(skipped=True)
-            self._offsets[position] = offset
+        if (
+            source_topic is not None
+            and partition is not None
+            and offset is not None
+            and not self._take_position(source_topic, partition, offset)
+        ):
+            return IngestResult(skipped=True)
+        return self._ingest_new(record, source_topic, offset)
+
+    def consume(
+        self,
+        record: bytes,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        out: list[OutputRecord | DeadLetterRecord],
+    ) -> int:
+        """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``,
+        then :meth:`advance_watermark` to its event time: the daemon's per-record path.
+
+        Appends the dead letters, the control record's outputs and the releases the watermark
+        closes to ``out``, in that order, and returns :data:`SKIPPED` (already applied),
+        :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused, or a control
+        record). State and outputs are exactly those of the two-call form (a property test
+        checks); an event every stream accepts costs no result object.
+        """
+        if not self._take_position(source_topic, partition, offset):
+            return SKIPPED
+        source = self._topics.get(source_topic)
+        try:
+            event: dict[str, Any] | None = decode(record)
+        except RejectedError:
+            event = None
+        if event is not None and source is not None and event.get("type") != "control":
+            named = event.get("source")
+            event_id = event.get("event_id")
+            ts = parse_instant(event.get("event_time"))
+            if (
+                ts is not None
+                and (named is None or named in (source.name, source.topic))
+                and type(event_id) is str
+                and 0 < len(event_id) <= MAX_ID_LENGTH
+            ):
+                # a well-formed event of this topic's source: count it per stream
+                name = source.name
+                rejections: list[Rejection] = []
+                accepted: list[str] = []
+                for runtime in self._by_source[name]:
+                    try:
+                        runtime.ingest(event, event_id, ts)
+                    except RejectedError as rejected:
+                        rejections.append(
+                            Rejection(rejected.reason, rejected.message, runtime.spec.name)
+                        )
+                    else:
+                        accepted.append(runtime.spec.name)
+                if not rejections:
+                    self.stats.events_accepted += 1
+                    self._advance_into(name, ts, out)
+                    return ACCEPTED
+                result = self._refused(
+                    record,
+                    source,
+                    source_topic,
+                    offset,
+                    event_id,
+                    ts=ts,
+                    accepted=accepted,
+                    rejections=rejections,
+                )
+                return self._emit(result, out)
+        return self._emit(self._ingest_new(record, source_topic, offset), out)
+
+    def mark_handled(self, source_topic: str, partition: int, offset: int) -> bool:
+        """Record that the input at ``offset`` was handled outside the engine (refused before
+        routing), so the applied offsets of ``(source_topic, partition)`` have no hole. False
+        when it was already applied (a replay after a crash: handle it as skipped)."""
+        return self._take_position(source_topic, partition, offset)
+
+    def _take_position(self, topic: str, partition: int, offset: int) -> bool:
+        position = (topic, partition)
+        last = self._offsets.get(position)
+        if last is not None and offset <= last:
+            self.stats.skipped += 1
+            return False
+        self._offsets[position] = offset
+        return True
+
+    def _emit(self, result: IngestResult, out: list[OutputRecord | DeadLetterRecord]) -> int:
+        out += result.dead_letters
+        out += result.outputs
+        if result.event_time is not None and result.source is not None:
+            self._advance_into(result.source, result.event_time, out)
+        return ACCEPTED if result.accepted else NOT_COUNTED
+
+    def _ingest_new(
+        self, record: RawRecord, source_topic: str | None, offset: int | None
+    ) -> IngestResult:
         try:
             event = decode(record)
             if event.get("type") == "control":
-                return self._control(event)
+                within = self._topics.get(source_topic) if source_topic is not None else None
+                return self._control(event, within)
             source = self._resolve_source(event, source_topic)
             event_id = event_id_of(event)
             if "event_time" not in event:
@@ -197,6 +296,30 @@ class Engine:
         if not rejections:
             self.stats.events_accepted += 1
             return IngestResult(accepted=tuple(accepted), event_time=ts, source=source.name)
+        return self._refused(
+            record,
+            source,
+            source_topic,
+            offset,
+            event_id,
+            ts=ts,
+            accepted=accepted,
+            rejections=rejections,
+        )
+
+    def _refused(
+        self,
+        record: RawRecord,
+        source: SourceSpec,
+        source_topic: str | None,
+        offset: int | None,
+        event_id: str,
+        *,
+        ts: float,
+        accepted: list[str],
+        rejections: list[Rejection],
+    ) -> IngestResult:
+        """The result of a well-formed event that some stream refused."""
         if accepted:
             self.stats.events_accepted += 1
         else:
@@ -288,15 +411,23 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ control
-    def _control(self, event: Mapping[str, Any]) -> IngestResult:
+    def _control(self, event: Mapping[str, Any], within: SourceSpec | None) -> IngestResult:
+        """A control record; ``within``: the source whose topic it was read from (it may act
+        on that source only), None for the control topic or a file."""
         action = event.get("action")
         if action == "close":
             stream = event.get("stream")
-            if not isinstance(stream, str) or stream not in self.streams:
+            allowed = [
+                name
+                for name, s in self.spec.streams.items()
+                if within is None or s.source == within.name
+            ]
+            if not isinstance(stream, str) or stream not in allowed:
+                where = "" if within is None else f" on the topic of source {within.name!r}"
                 raise RejectedError(
                     "unknown_stream",
-                    f"control record names stream {stream!r}; configured: "
-                    + ", ".join(self.streams),
+                    f"control record{where} names stream {stream!r}; it may name: "
+                    + ", ".join(allowed),
                 )
             through = parse_instant(event.get("through"))
             if through is None:
@@ -313,12 +444,15 @@ class Engine:
                     "bad_control", "watermark control record needs 'time' (RFC 3339 or seconds)"
                 )
             src = event.get("source")
-            if src is not None and src not in self._topics:
+            named = self._topics.get(src) if isinstance(src, str) else None
+            if src is not None and (named is None or (within is not None and named is not within)):
+                where = "" if within is None else f" on the topic of source {within.name!r}"
                 raise RejectedError(
-                    "unknown_source", f"control record names unknown source {src!r}"
+                    "unknown_source", f"control record{where} names another source {src!r}"
                 )
             self.stats.controls += 1
-            source = self._topics[src].name if isinstance(src, str) else None
+            target = named or within
+            source = target.name if target is not None else None
             return IngestResult(outputs=tuple(self.advance_watermark(ts, source=source)))
         raise RejectedError("bad_control", "control 'action' must be 'close' or 'watermark'")
 
@@ -342,19 +476,24 @@ class Engine:
         return out
 
     def _advance_source(self, name: str, ts: float) -> list[OutputRecord]:
-        watermark = self.watermarks.get(name, float("-inf"))
+        out: list[OutputRecord] = []
+        self._advance_into(name, ts, out)
+        return out
+
+    def _advance_into(
+        self, name: str, ts: float, out: list[OutputRecord] | list[OutputRecord | DeadLetterRecord]
+    ) -> None:
+        watermark = self.watermarks.get(name, _NEVER)
         if ts > watermark:
             self.watermarks[name] = watermark = ts
         if watermark < self._deadline[name]:
-            return []  # nothing to close
-        out: list[OutputRecord] = []
+            return  # nothing to close
         for runtime in self._by_source[name]:
             if runtime.next_deadline <= ts:
                 out.extend(self._count(runtime.close_until(ts)))
         self._deadline[name] = min(
             (r.next_deadline for r in self._by_source[name]), default=float("inf")
         )
-        return out
 
     def close(self, stream: str, through: float) -> list[OutputRecord]:
         """Close every period of ``stream`` ending at or before ``through`` (lateness ignored)."""
