@@ -1,10 +1,13 @@
 """The batch input queue between Faust's consumer and the release service: order, batch size,
-back-pressure and dropping a revoked partition's records (which are never acknowledged)."""
+back-pressure and dropping a revoked partition's records (which are never acknowledged).
+Batches are lists of runs (one partition's records of one fetch, in offset order)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from streamdp.daemon.batch_input import BatchQueue, last_offsets, unread
 
@@ -16,16 +19,30 @@ class Msg:
     offset: int
 
 
+def flat(runs: Sequence[Sequence[Any]]) -> list[Any]:
+    for run in runs:  # each run is one partition's, in offset order
+        assert len({(m.topic, m.partition) for m in run}) == 1
+        assert [m.offset for m in run] == sorted(m.offset for m in run)
+    return [m for run in runs for m in run]
+
+
 def test_take_returns_fetch_order_in_batches_of_at_most_max_batch() -> None:
-    async def go() -> list[list[int]]:
+    async def go() -> list[list[tuple[int, int]]]:
         queue = BatchQueue(["in"], max_batch=3)
         await queue.put([Msg("in", 0, o) for o in range(5)])
-        first = await queue.take(0.1)
-        second = await queue.take(0.1)
+        await queue.put([Msg("in", 1, o) for o in range(2)])
+        await queue.put([Msg("in", 0, 5)])
+        batches = [await queue.take(0.1) for _ in range(3)]
         empty = await queue.take(0.05)
-        return [[m.offset for m in b] for b in (first, second, empty)]
+        assert len(queue) == 0
+        return [[(m.partition, m.offset) for m in flat(b)] for b in (*batches, empty)]
 
-    assert asyncio.run(go()) == [[0, 1, 2], [3, 4], []]
+    assert asyncio.run(go()) == [
+        [(0, 0), (0, 1), (0, 2)],  # a run split at the batch size
+        [(0, 3), (0, 4), (1, 0)],
+        [(1, 1), (0, 5)],
+        [],
+    ]
 
 
 def test_put_waits_while_the_queue_is_full_until_a_batch_is_taken() -> None:
@@ -45,9 +62,12 @@ def test_put_waits_while_the_queue_is_full_until_a_batch_is_taken() -> None:
 def test_drop_forgets_only_the_revoked_partitions() -> None:
     async def go() -> list[tuple[int, int]]:
         queue = BatchQueue(["in"], max_batch=10)
-        await queue.put([Msg("in", p, o) for o in range(3) for p in (0, 1)])
+        for o in range(3):
+            for p in (0, 1):
+                await queue.put([Msg("in", p, o)])
         assert queue.drop({("in", 1)}) == 3
-        return [(m.partition, m.offset) for m in await queue.take(0.1)]
+        assert len(queue) == 3
+        return [(m.partition, m.offset) for m in flat(await queue.take(0.1))]
 
     assert asyncio.run(go()) == [(0, 0), (0, 1), (0, 2)]
 
@@ -57,9 +77,9 @@ def test_a_fetch_made_before_a_revocation_is_not_queued_after_it() -> None:
         queue = BatchQueue(["in"], max_batch=10)
         before = queue.generation
         queue.drop({("in", 1)})  # a revocation while the fetch was under way
-        stale = await queue.put([Msg("in", 1, 0), Msg("in", 0, 0)], generation=before)
+        stale = await queue.put([Msg("in", 0, 0)], generation=before)
         fresh = await queue.put([Msg("in", 0, 0)], generation=queue.generation)
-        return stale, fresh, [m.partition for m in await queue.take(0.1)]
+        return stale, fresh, [m.partition for m in flat(await queue.take(0.1))]
 
     assert asyncio.run(go()) == (False, True, [0])
 
@@ -90,5 +110,11 @@ def test_unread_keeps_records_from_the_read_offset_on() -> None:
 
 
 def test_last_offsets_gives_each_partitions_highest_offset_and_count() -> None:
-    records = [Msg("a", 0, 3), Msg("b", 0, 9), Msg("a", 0, 4), Msg("a", 1, 0), Msg("a", 0, 5)]
-    assert last_offsets(records) == {("a", 0): (5, 3), ("b", 0): (9, 1), ("a", 1): (0, 1)}
+    runs = [
+        [Msg("a", 0, 3)],
+        [Msg("b", 0, 9)],
+        [Msg("a", 0, 4), Msg("a", 0, 5)],
+        [Msg("a", 1, 0)],
+        [],
+    ]
+    assert last_offsets(runs) == {("a", 0): (5, 3), ("b", 0): (9, 1), ("a", 1): (0, 1)}

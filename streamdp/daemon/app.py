@@ -39,7 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from streamdp import __version__
 from streamdp.daemon.batch_input import BatchQueue, batching_consumer, last_offsets
 from streamdp.daemon.fetching import tuned_fetching
-from streamdp.daemon.service import BatchOutcome, InputLike, ReleaseService
+from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.periods import PeriodClock
@@ -382,14 +382,14 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     async def ingest(stream: Any) -> None:
         ensure_service()  # /status is ready before the first record arrives
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
-            messages = [e.message for e in events]
-            await process_and_commit(messages)
-            observe_input(last_offsets(messages))
+            runs = runs_of([e.message for e in events])
+            await process_and_commit(runs)
+            observe_input(last_offsets(runs))
 
-    def process(messages: Sequence[InputLike]) -> BatchOutcome:
+    def process(runs: Sequence[Run]) -> BatchOutcome:
         """The release service's outcome for a batch (call under ``runtime.lock``)."""
         try:
-            return ensure_service().process(messages)
+            return ensure_service().process_runs(runs)
         except InputGapError as gap:
             # exit at once: nothing of this batch is durable, and leaving through Faust
             # would acknowledge its records (their offsets could then be committed)
@@ -397,14 +397,14 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             logging.shutdown()
             os._exit(EXIT_INPUT_GAP)
 
-    async def process_and_commit(messages: Sequence[InputLike]) -> None:
+    async def process_and_commit(runs: Sequence[Run]) -> None:
         """The checkpoint protocol on one batch, start to end (the stream input path)."""
         received = time.perf_counter()
         async with runtime.lock:
             await settle()
-            await commit(process(messages), received=received)
+            await commit(process(runs), received=received)
             runtime.batches += 1
-            runtime.records += len(messages)
+            runtime.records += sum(len(run) for run in runs)
 
     async def settle() -> None:
         """Wait until the batch in flight is durable, published and acknowledged."""
@@ -412,14 +412,12 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         if in_flight is not None:
             await in_flight
 
-    async def complete(
-        outcome: BatchOutcome, messages: Sequence[InputLike], received: float
-    ) -> None:
+    async def complete(outcome: BatchOutcome, runs: Sequence[Run], received: float) -> None:
         """Steps 1-4 of the protocol for a processed batch, then its acknowledgement."""
         await commit(outcome, received=received)
         runtime.batches += 1
-        runtime.records += len(messages)
-        ends = last_offsets(messages)
+        ends = last_offsets(runs)
+        runtime.records += sum(count for _, count in ends.values())
         consumer: Any = app.consumer  # the BatchingConsumer (batch_input.batching_consumer)
         for (topic, partition), (last, count) in ends.items():
             # only now may Faust commit these offsets
@@ -452,8 +450,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             with contextlib.suppress(KeyError):
                 app.sensors.remove(app.monitor)
             while not _stopping(app):
-                messages = await batches.take(settings.batch_seconds)
-                if not messages:
+                runs = await batches.take(settings.batch_seconds)
+                if not runs:
                     if runtime.in_flight is not None and runtime.in_flight.done():
                         await settle()  # surfaces its error, if any
                     continue
@@ -467,15 +465,13 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                         if batches.generation != generation:
                             # partitions were revoked since the take: skip their records
                             owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
-                            messages = [m for m in messages if (m.topic, m.partition) in owned]
+                            runs = [r for r in runs if (r[0].topic, r[0].partition) in owned]
                         # this batch is processed while the previous one's checkpoint and
                         # publications travel; its own checkpoint is sent only after the
                         # previous one is acknowledged, so checkpoints stay in order
-                        outcome = process(messages)
+                        outcome = process(runs)
                         await settle()
-                        runtime.in_flight = asyncio.ensure_future(
-                            complete(outcome, messages, received)
-                        )
+                        runtime.in_flight = asyncio.ensure_future(complete(outcome, runs, received))
                 except (NotReady, ProducerSendError):
                     if not _stopping(app):
                         raise

@@ -9,10 +9,11 @@ and changes only how records of the input topics reach the service and how they 
 acknowledged:
 
 * the consumer's drain loop puts each fetch's input records, as aiokafka returned them and one
-  list per partition, into a :class:`BatchQueue` (no per-record work on the way);
-* the worker's batch task takes up to ``max_batch`` records, runs the checkpoint protocol on
-  them and then calls :meth:`acknowledge_through` once per partition: the offsets up to there
-  become committable in Faust's next commit, in place of Faust's per-record acknowledgements.
+  run per partition, into a :class:`BatchQueue` (no per-record work on the way);
+* the worker's batch task takes runs holding up to ``max_batch`` records, runs the checkpoint
+  protocol on them and then calls :meth:`acknowledge_through` once per partition: the offsets
+  up to there become committable in Faust's next commit, in place of Faust's per-record
+  acknowledgements.
 
 Records of every other topic (changelog recovery, standbys) keep Faust's own per-record delivery.
 """
@@ -42,7 +43,11 @@ def unread(records: Sequence[Any], read_offset: int | None) -> Sequence[Any]:
 
 
 class BatchQueue:
-    """Records of the input topics, in fetch order, waiting for the batch task (bounded).
+    """Runs of input records, in fetch order, waiting for the batch task (bounded).
+
+    A run is one partition's records of one fetch, in offset order, as aiokafka returned them;
+    batches are lists of runs, so the worker's per-batch work (routing, acknowledgement) is per
+    run and only the release service touches every record.
 
     ``generation`` counts :meth:`drop` calls (revocations): a fetch made before a revocation is
     not queued after it (:meth:`put` refuses it), so no revoked partition's record slips in
@@ -54,7 +59,8 @@ class BatchQueue:
         self.max_batch = max_batch
         self.limit = 4 * max_batch
         self.generation = 0
-        self._records: deque[Any] = deque()
+        self._runs: deque[Sequence[Any]] = deque()
+        self._count = 0
         self._arrived: asyncio.Event | None = None
         self._drained: asyncio.Event | None = None
 
@@ -64,10 +70,12 @@ class BatchQueue:
         return self._arrived, self._drained
 
     def __len__(self) -> int:
-        return len(self._records)
+        """Records queued."""
+        return self._count
 
-    async def put(self, records: Sequence[Any], *, generation: int | None = None) -> bool:
-        """Add one fetch's records (waits while the queue holds ``4 * max_batch`` or more).
+    async def put(self, run: Sequence[Any], *, generation: int | None = None) -> bool:
+        """Add one partition's records of one fetch, in offset order (waits while the queue
+        holds ``4 * max_batch`` records or more).
 
         With ``generation`` (the value read when the fetch was made), records are refused, and
         False returned, if partitions were revoked since: they are never acknowledged, and the
@@ -77,26 +85,37 @@ class BatchQueue:
         while True:
             if generation is not None and generation != self.generation:
                 return False
-            if len(self._records) < self.limit:
+            if self._count < self.limit:
                 break
             drained.clear()
             await drained.wait()
-        self._records.extend(records)
-        arrived.set()
+        if run:
+            self._runs.append(run)
+            self._count += len(run)
+            arrived.set()
         return True
 
-    async def take(self, within: float) -> list[Any]:
-        """Up to ``max_batch`` records; waits at most ``within`` seconds for the first one."""
+    async def take(self, within: float) -> list[Sequence[Any]]:
+        """Runs holding up to ``max_batch`` records in all (the last one split if need be);
+        waits at most ``within`` seconds for the first record."""
         arrived, drained = self._events()
-        if not self._records:
+        if not self._runs:
             arrived.clear()
             try:
                 await asyncio.wait_for(arrived.wait(), timeout=within)
             except TimeoutError:
                 return []
-        records = self._records
-        n = min(self.max_batch, len(records))
-        batch = [records.popleft() for _ in range(n)]
+        runs = self._runs
+        room = self.max_batch
+        batch: list[Sequence[Any]] = []
+        while runs and room > 0:
+            run = runs.popleft()
+            if len(run) > room:
+                runs.appendleft(run[room:])
+                run = run[:room]
+            batch.append(run)
+            room -= len(run)
+        self._count -= self.max_batch - room
         drained.set()
         return batch
 
@@ -104,26 +123,27 @@ class BatchQueue:
         """Forget queued records of revoked partitions (unacknowledged: the new owner reads them
         again from the committed offset). Returns how many were dropped."""
         self.generation += 1
-        kept = [m for m in self._records if (m.topic, m.partition) not in partitions]
-        dropped = len(self._records) - len(kept)
-        self._records = deque(kept)
+        kept = [run for run in self._runs if (run[0].topic, run[0].partition) not in partitions]
+        dropped = self._count - sum(len(run) for run in kept)
+        self._runs = deque(kept)
+        self._count -= dropped
         if self._drained is not None:
             self._drained.set()
         return dropped
 
 
-def last_offsets(records: Iterable[InputLike]) -> dict[tuple[str, int], tuple[int, int]]:
-    """Per (topic, partition): the highest offset among ``records`` and how many there are."""
-    ends: dict[tuple[str, int], list[int]] = {}
-    for r in records:
-        key = (r.topic, r.partition)
+def last_offsets(runs: Iterable[Sequence[InputLike]]) -> dict[tuple[str, int], tuple[int, int]]:
+    """Per (topic, partition): the highest offset in ``runs`` and how many records there are
+    (each run is one partition's records in offset order)."""
+    ends: dict[tuple[str, int], tuple[int, int]] = {}
+    for run in runs:
+        if not run:
+            continue
+        key = (run[0].topic, run[0].partition)
+        last = run[-1].offset
         seen = ends.get(key)
-        if seen is None:
-            ends[key] = [r.offset, 1]
-        else:
-            seen[0] = max(seen[0], r.offset)
-            seen[1] += 1
-    return {key: (last, count) for key, (last, count) in ends.items()}
+        ends[key] = (last, len(run)) if seen is None else (max(seen[0], last), seen[1] + len(run))
+    return ends
 
 
 def batching_consumer(base: type, queue: BatchQueue) -> type:

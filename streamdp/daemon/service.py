@@ -98,6 +98,25 @@ class InputLike(Protocol):
     def value(self) -> bytes | None: ...
 
 
+# one partition's records, in offset order
+Run = Sequence[InputLike]
+
+
+def runs_of(records: Iterable[InputLike]) -> list[Run]:
+    """``records`` cut into runs of consecutive records of the same (topic, partition)."""
+    runs: list[list[InputLike]] = []
+    current: list[InputLike] = []
+    position: tuple[str, int] | None = None
+    for record in records:
+        here = (record.topic, record.partition)
+        if here != position:
+            current = []
+            runs.append(current)
+            position = here
+        current.append(record)
+    return list(runs)
+
+
 @dataclass(frozen=True)
 class InputRecord:
     """One record as read from Kafka."""
@@ -304,7 +323,12 @@ class ReleaseService:
 
     # ------------------------------------------------------------------ processing
     def process(self, batch: Sequence[InputLike]) -> BatchOutcome:
-        """Ingest a batch; returns the checkpoint writes, publications and cleanup to perform.
+        """Ingest a batch of records; see :meth:`process_runs`."""
+        return self.process_runs(runs_of(batch))
+
+    def process_runs(self, runs: Iterable[Run]) -> BatchOutcome:
+        """Ingest a batch given as runs (each one partition's records in offset order);
+        returns the checkpoint writes, publications and cleanup to perform.
 
         A record of an input topic belongs to the topic's source, whose engine keeps the
         applied offsets of that (topic, partition) with no hole: a record refused before
@@ -316,64 +340,85 @@ class ReleaseService:
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
         outputs: dict[str, list[OutputRecord]] = {}
-        by_topic = self._by_topic
-        source_keys = self._source_keys
-        unkeyed = self._unkeyed_topics
-        slots = self.slots
-        check_gaps = not self.allow_gaps
         now = time.monotonic()
-        accepted = skipped = 0
-        for record in batch:
-            topic = record.topic
-            owner = by_topic.get(topic)
-            if owner is None:
-                self._from_other_topic(record, outcome, touched, outputs, now)
-                continue
-            name = owner.name
-            partition = record.partition
-            keyed = record.key == source_keys[name] or topic in unkeyed
-            slot = slots.get(name)
-            if slot is None:
-                slot = self._load(name, partition, outcome, create=keyed)
-            if slot is None or partition != slot.home:
-                # the source's state is not on this partition: nothing of it may change here
-                self._emit_unrouted(self._misplaced(record, owner), outcome)
-                continue
-            engine = slot.engine
-            offset = record.offset
-            if check_gaps:
-                applied = engine.applied_offset(topic, partition)
-                if applied is not None and offset > applied + 1:
-                    # state of this batch is in memory only: the caller must not acknowledge it
-                    raise InputGapError(
-                        f"input {topic}[{partition}] jumped from offset {applied} to {offset}: "
-                        "records were skipped below the worker; restarting from the last "
-                        "checkpoint (use --allow-input-gaps only for topics whose offsets have "
-                        "legitimate holes, e.g. transactional producers)"
-                    )
-            touched[name] = slot
-            produced = outputs.get(name)
-            if produced is None:
-                produced = outputs[name] = []
-            if not keyed:
-                if engine.mark_handled(topic, partition, offset):
-                    produced.append(self._misplaced(record, owner))
+        try:
+            for run in runs:
+                if not run:
+                    continue
+                owner = self._by_topic.get(run[0].topic)
+                if owner is None:
+                    for record in run:
+                        self._from_other_topic(record, outcome, touched, outputs, now)
                 else:
-                    skipped += 1
-                continue
-            value = record.value
-            value = b"" if value is None else value
-            code = engine.consume(value, topic, partition, offset, produced)
-            if code == ACCEPTED:
-                accepted += 1
-                slot.last_event = now
-            elif code == SKIPPED:
-                skipped += 1
-        outcome.accepted += accepted
-        outcome.skipped += skipped
+                    self._run_of_source(owner, run, outcome, touched, outputs, now)
+        except InputGapError as gap:
+            # state of this batch is in memory only: the caller must not acknowledge it
+            raise InputGapError(
+                f"{gap}; restarting from the last checkpoint (use --allow-input-gaps only for "
+                "topics whose offsets have legitimate holes, e.g. transactional producers)"
+            ) from None
         for name, slot in touched.items():
             self._checkpoint(name, slot, outputs.get(name, []), outcome)
         return outcome
+
+    def _run_of_source(  # noqa: PLR0917
+        self,
+        owner: SourceSpec,
+        run: Run,
+        outcome: BatchOutcome,
+        touched: dict[str, _SourceSlot],
+        outputs: dict[str, list[OutputRecord]],
+        now: float,
+    ) -> None:
+        """One partition's records of an input topic, all for the topic's source ``owner``."""
+        topic, partition = run[0].topic, run[0].partition
+        name = owner.name
+        key = self._source_keys[name]
+        any_key = topic in self._unkeyed_topics
+        slot = self.slots.get(name)
+        start = 0
+        while slot is None and start < len(run):
+            # no state of the source here yet: a correctly keyed record creates it
+            record = run[start]
+            slot = self._load(name, partition, outcome, create=any_key or record.key == key)
+            if slot is None:
+                self._emit_unrouted(self._misplaced(record, owner), outcome)
+                start += 1
+        if slot is None:
+            return
+        records = run if start == 0 else run[start:]
+        if partition != slot.home:
+            # the source's state is on another partition: nothing of it may change here
+            for record in records:
+                self._emit_unrouted(self._misplaced(record, owner), outcome)
+            return
+        touched[name] = slot
+        produced = outputs.get(name)
+        if produced is None:
+            produced = outputs[name] = []
+        engine = slot.engine
+        consume = engine.consume
+        strict = not self.allow_gaps
+        accepted = skipped = 0
+        for record in records:
+            offset = record.offset
+            if any_key or record.key == key:
+                value = record.value
+                code = consume(
+                    b"" if value is None else value, topic, partition, offset, produced, strict
+                )
+                if code == ACCEPTED:
+                    accepted += 1
+                elif code == SKIPPED:
+                    skipped += 1
+            elif engine.mark_handled(topic, partition, offset, strict):
+                produced.append(self._misplaced(record, owner))
+            else:
+                skipped += 1
+        if accepted:
+            slot.last_event = now
+        outcome.accepted += accepted
+        outcome.skipped += skipped
 
     def _from_other_topic(
         self,
@@ -406,7 +451,7 @@ class ReleaseService:
             return
         touched[name] = slot
         produced = outputs.setdefault(name, [])
-        code = slot.engine.consume(value, topic, partition, record.offset, produced)
+        code = slot.engine.consume(value, topic, partition, record.offset, produced, False)
         if code == ACCEPTED:
             outcome.accepted += 1
             slot.last_event = now

@@ -30,7 +30,7 @@ from streamdp.engine.periods import parse_instant
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
-from streamdp.errors import StateError
+from streamdp.errors import InputGapError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
 ENGINE_STATE_KIND = "streamdp.engine"
@@ -173,21 +173,24 @@ class Engine:
             source_topic is not None
             and partition is not None
             and offset is not None
-            and not self._take_position(source_topic, partition, offset)
+            and not self._take_position(source_topic, partition, offset, strict=False)
         ):
             return IngestResult(skipped=True)
         return self._ingest_new(record, source_topic, offset)
 
-    def consume(
+    def consume(  # noqa: PLR0917 - the per-record path, called positionally
         self,
         record: bytes,
         source_topic: str,
         partition: int,
         offset: int,
         out: list[OutputRecord | DeadLetterRecord],
+        strict: bool = False,
     ) -> int:
         """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``,
         then :meth:`advance_watermark` to its event time: the daemon's per-record path.
+        ``strict``: raise :class:`~streamdp.errors.InputGapError` (changing nothing) when the
+        offset is not the one after the last applied, i.e. records were lost below the reader.
 
         Appends the dead letters, the control record's outputs and the releases the watermark
         closes to ``out``, in that order, and returns :data:`SKIPPED` (already applied),
@@ -195,7 +198,7 @@ class Engine:
         record). State and outputs are exactly those of the two-call form (a property test
         checks); an event every stream accepts costs no result object.
         """
-        if not self._take_position(source_topic, partition, offset):
+        if not self._take_position(source_topic, partition, offset, strict):
             return SKIPPED
         source = self._topics.get(source_topic)
         try:
@@ -242,18 +245,29 @@ class Engine:
                 return self._emit(result, out)
         return self._emit(self._ingest_new(record, source_topic, offset), out)
 
-    def mark_handled(self, source_topic: str, partition: int, offset: int) -> bool:
+    def mark_handled(
+        self, source_topic: str, partition: int, offset: int, strict: bool = False
+    ) -> bool:
         """Record that the input at ``offset`` was handled outside the engine (refused before
         routing), so the applied offsets of ``(source_topic, partition)`` have no hole. False
-        when it was already applied (a replay after a crash: handle it as skipped)."""
-        return self._take_position(source_topic, partition, offset)
+        when it was already applied (a replay after a crash: handle it as skipped).
+        ``strict`` as in :meth:`consume`."""
+        return self._take_position(source_topic, partition, offset, strict)
 
-    def _take_position(self, topic: str, partition: int, offset: int) -> bool:
+    def _take_position(self, topic: str, partition: int, offset: int, strict: bool) -> bool:
+        """Move the applied offset of (topic, partition) to ``offset``; False if it is there
+        already (a re-delivery)."""
         position = (topic, partition)
         last = self._offsets.get(position)
-        if last is not None and offset <= last:
-            self.stats.skipped += 1
-            return False
+        if last is not None:
+            if offset <= last:
+                self.stats.skipped += 1
+                return False
+            if strict and offset > last + 1:
+                raise InputGapError(
+                    f"input {topic}[{partition}] jumped from offset {last} to {offset}: "
+                    "records were skipped below the reader"
+                )
         self._offsets[position] = offset
         return True
 
