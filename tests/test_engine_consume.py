@@ -147,3 +147,60 @@ def test_a_control_record_on_a_sources_topic_acts_on_that_source_only() -> None:
     assert "restaurant-items" in result.rejections[0].message
     # the same record on the control topic (or in a file) closes the stream it names
     assert engine.ingest(json.dumps(other)).ok
+
+
+def _restaurant_spec(over_delta: str, delta: int) -> Any:
+    text = files_text("restaurant.toml")
+    text = text.replace("delta = 5\n", f'delta = {delta}\nover_delta = "{over_delta}"\n')
+    return parse_spec(text).streams["restaurant-items"]
+
+
+def files_text(name: str) -> str:
+    return resources.files("streamdp").joinpath("examples", name).read_text("utf-8")
+
+
+QUANTITIES = st.one_of(
+    st.integers(-2, 4),
+    st.sampled_from([True, False, 1.0, 2.0, None, "1", [1], {"q": 1}]),
+)
+ITEM_NAMES = st.sampled_from(["cola", "burger", "wings", "fries", "nuggets", "pizza"])
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    items=st.one_of(
+        st.dictionaries(ITEM_NAMES, QUANTITIES, max_size=6),
+        st.sampled_from(
+            [
+                {"cola": 2, "burger": 1, "wings": 1, "nuggets": 1},
+                {"cola": 2, "burger": True, "wings": 1, "nuggets": 1},
+                {"cola": 2.0, "burger": 1, "wings": 1, "nuggets": 1},
+                {"burger": 2, "wings": 2, "fries": 1, "cola": 0},
+                {"cola": 1, "burger": 1, "fries": 1, "nuggets": 1},
+                [["cola", 1]],
+                None,
+            ]
+        ),
+    ),
+    setting=st.sampled_from([("reject", 5), ("reject", 7)]),  # combos need delta >= 5, reject
+)
+def test_the_exact_combo_lookup_gives_what_the_item_by_item_check_gives(
+    items: Any, setting: tuple[str, int]
+) -> None:
+    """The one-lookup path for orders that are exactly a combo (within delta) against the
+    general check, on every kind of quantity JSON can carry (True == 1 and 1.0 == 1 in a set)."""
+    from streamdp.engine.events import ItemExtractor, RejectedError
+
+    extractor = ItemExtractor(_restaurant_spec(*setting))
+    assert extractor.exact_combos  # the path under test exists in every setting
+    event = {"items": items}
+
+    def outcome(function: Any) -> Any:
+        try:
+            return ("ok", list(function()))
+        except RejectedError as rejected:
+            return (rejected.reason, rejected.message)
+
+    assert outcome(lambda: extractor.contribution(event)) == outcome(
+        lambda: extractor._checked(items)
+    )

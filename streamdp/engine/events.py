@@ -19,7 +19,7 @@ Rejection messages name fields and allowed values, never counts.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, get_args
 
 from streamdp.engine.spec import StreamSpec
@@ -47,8 +47,8 @@ REASONS: Final[tuple[str, ...]] = get_args(Reason)
 
 MAX_ID_LENGTH = 200
 
-# A contribution: (counter index, amount) pairs, or a rejection (reason, message).
-Contribution = list[tuple[int, int]]
+# A contribution: (counter index, amount) pairs in counter order (read only: may be shared).
+Contribution = Sequence[tuple[int, int]]
 
 
 class RejectedError(Exception):
@@ -118,14 +118,34 @@ class ItemExtractor(Extractor):
             tuple((i, q) for i, q in enumerate(vector) if q): name for name, vector in combos
         }
         self.combo_names = ", ".join(name for name, _ in combos)
+        # an order that is exactly a combo, written without zero quantities: its contribution
+        # by one lookup ({item: quantity} pairs as a set; the spec keeps combos within delta)
+        self.exact_combos: dict[frozenset[tuple[str, int]], Contribution] = {
+            frozenset((spec.counters.items[i], q) for i, q in pairs): pairs for pairs in self.combos
+        }
 
     def contribution(self, event: Mapping[str, Any]) -> Contribution:
         items = event.get("items")
+        if self.exact_combos and type(items) is dict:
+            try:
+                hit = self.exact_combos.get(frozenset(items.items()))
+            except TypeError:  # an unhashable quantity: refused below
+                hit = None
+            if hit is not None:
+                # True == 1 and 1.0 == 1 in the lookup: only integer quantities may pass
+                for quantity in items.values():
+                    if type(quantity) is not int:
+                        break
+                else:
+                    return hit
+        return self._checked(items)
+
+    def _checked(self, items: Any) -> Contribution:
         if not isinstance(items, dict) or not items:
             raise RejectedError(
                 "schema_violation", "field 'items' must be a non-empty object {item: quantity}"
             )
-        out: Contribution = []
+        out: list[tuple[int, int]] = []
         total = 0
         index = self.index
         for name, quantity in items.items():
@@ -150,7 +170,7 @@ class ItemExtractor(Extractor):
                     f"items: the order's total quantity exceeds the stream's bound "
                     f"delta = {self.delta}",
                 )
-            clipped: Contribution = []
+            clipped: list[tuple[int, int]] = []
             room = self.delta
             for i, q in out:
                 take = min(q, room)
@@ -191,7 +211,7 @@ class AttributeExtractor(Extractor):
         attrs = event.get("attributes")
         if not isinstance(attrs, dict):
             raise RejectedError("schema_violation", "field 'attributes' must be an object")
-        out: Contribution = [(0, 1)]
+        out: list[tuple[int, int]] = [(0, 1)]
         cell = self.cell_offset
         for name, table, allowed in zip(self.names, self.lookup, self.allowed, strict=True):
             value = attrs.get(name)
