@@ -133,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
     import faust
 
     from streamdp.daemon.gc_tuning import tune_garbage_collector
+    from streamdp.daemon.log_safety import plain_worker
 
     tune_garbage_collector()
-    worker = faust.Worker(app, loglevel=settings.log_level, quiet=True)
+    worker = plain_worker(faust.Worker(app, loglevel=settings.log_level, quiet=True))
     return worker.execute_from_commandline()  # runs until SIGTERM/SIGINT, then exits

@@ -39,6 +39,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from streamdp import __version__
 from streamdp.daemon.batch_input import BatchQueue, batching_consumer, last_offsets
 from streamdp.daemon.fetching import tuned_fetching
+from streamdp.daemon.log_safety import hold_value_loggers
 from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
@@ -203,6 +204,7 @@ def _broker_credentials(settings: DaemonSettings) -> Any:
 def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     """Build the Faust app of one worker (does not start it)."""
     settings.validate()
+    hold_value_loggers()
     spec = load_spec(settings.config)
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
