@@ -141,11 +141,15 @@ class ContinualCounter:
         )
 
     # ------------------------------------------------------------------ releasing
-    def close_period(self, counts: npt.NDArray[np.int64]) -> PeriodRelease:
+    def close_period(
+        self, counts: npt.NDArray[np.int64], *, stored: Any | None = None
+    ) -> PeriodRelease:
         """Close the next period with its true counts (shape ``(width,)``) and release it.
 
-        Draws noise for node ``t`` only. Raises :class:`HorizonError` past the horizon (roll
-        into :meth:`next_epoch`) and :class:`ConfigError` for counts of the wrong shape/type.
+        Draws noise for node ``t`` only, unless ``stored`` is given: node ``t``'s noisy value
+        as drawn and stored before a crash lost the rest of that step; it is used as it is and
+        never drawn again. Raises :class:`HorizonError` past the horizon (roll into
+        :meth:`next_epoch`) and :class:`ConfigError` for counts of the wrong shape/type.
         The counter is unchanged if anything raises (including the sampler).
         """
         t = self._closed + 1
@@ -159,18 +163,10 @@ class ContinualCounter:
         raw = a.copy()
         for j in kids:
             raw += self._pending[j]
-        scale = float(self._scales[t - 1])
-        if self.noise_label:
-            label = f"{self.noise_label}|e{self.epoch}|n{t}"
-            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width, label=label))
+        if stored is not None:
+            noisy_t = _int_vector(stored, self.width, "stored noisy node")
         else:
-            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width))
-        if noise.shape != (self.width,):
-            raise StateError(
-                f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
-                f"({self.width},)"
-            )
-        noisy_t = raw + noise.astype(np.int64)
+            noisy_t = raw + self._draw(t)
         # commit: the noisy node is stored before anything derived from it is returned
         self._noisy.append(noisy_t)
         for j in kids:
@@ -194,6 +190,21 @@ class ContinualCounter:
             count_std=math.sqrt(self.count_variance(t)),
             total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
         )
+
+    def _draw(self, t: int) -> Int64Array:
+        """Fresh noise for node ``t`` (labelled by stream, epoch and node when labelled)."""
+        scale = float(self._scales[t - 1])
+        if self.noise_label:
+            label = f"{self.noise_label}|e{self.epoch}|n{t}"
+            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width, label=label))
+        else:
+            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width))
+        if noise.shape != (self.width,):
+            raise StateError(
+                f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
+                f"({self.width},)"
+            )
+        return noise.astype(np.int64)
 
     def noisy_nodes(self) -> tuple[Int64Array, Int64Array, npt.NDArray[np.float64]]:
         """Every finalised node of this epoch: ``(indices (n,), noisy values (n, width),

@@ -49,6 +49,15 @@ def node_key(source: str, stream: str, epoch: int, t: int) -> str:
     return f"{source}{SEPARATOR}node{SEPARATOR}{stream}{SEPARATOR}{epoch}{SEPARATOR}{t}"
 
 
+def parse_node_key(source: str, key: str) -> NodeKey | None:
+    """``(stream, epoch, t)`` of a :func:`node_key` of ``source``; None for other keys."""
+    prefix = f"{source}{SEPARATOR}node{SEPARATOR}"
+    if not key.startswith(prefix):
+        return None
+    stream, epoch, t = key[len(prefix) :].rsplit(SEPARATOR, 2)
+    return stream, int(epoch), int(t)
+
+
 def outbox_key(source: str, seq: int) -> str:
     """Table key of one pending output record (zero-padded so keys sort by sequence)."""
     return f"{source}{SEPARATOR}out{SEPARATOR}{seq:012d}"

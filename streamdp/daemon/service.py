@@ -14,7 +14,9 @@ Only then may the adapter acknowledge the input records (so their offsets get co
 A crash anywhere in between is safe: input re-delivered after the last durable checkpoint is
 skipped by the engine's applied offsets (stored in the checkpoint), and a pending outbox is
 published again when the source is next loaded (same keys, same values). Noise is drawn in
-memory and published only after it is stored; noise lost in a crash was never published.
+memory and published only after it is stored; noise lost in a crash was never published, and
+a node stored by a checkpoint that never completed is reused when its period closes again, so
+no stored node is drawn twice.
 
 Records of one source must all arrive on one partition: producers key them by the source name
 (or the topic has a single partition). Others go to the dead-letter topic as
@@ -35,6 +37,7 @@ from streamdp.daemon.checkpoint import (
     node_key,
     outbox_key,
     outbox_prefix,
+    parse_node_key,
     parse_seen_key,
     seen_key,
     split_snapshot,
@@ -251,6 +254,7 @@ class ReleaseService:
             ledger_backend=MemoryLedgerBackend(),
         )
         slot = _SourceSlot(engine, home)
+        keys = [str(k) for k in list(self.state.keys())]
         if hot is not None:
             hot = dict(hot)
             daemon = dict(hot.pop(DAEMON_STATE_KEY))
@@ -262,7 +266,6 @@ class ReleaseService:
                 return None if value is None else list(value)
 
             snapshot = join_snapshot(hot, node)
-            keys = [str(k) for k in list(self.state.keys())]
             for key in keys:
                 parsed = parse_seen_key(source, key)
                 if parsed is not None:
@@ -283,6 +286,19 @@ class ReleaseService:
                     Publication(pending["topic"], pending["key"], pending["value"])
                 )
                 outcome.cleanup.append(StateWrite(slot.home, key, None))
+        # noisy nodes a crash left stored but unreferenced (it came after the node writes,
+        # before the hot state): their periods are closed again with the stored values, so no
+        # node is ever drawn twice
+        unreferenced: dict[tuple[str, int, int], list[int]] = {}
+        for key in keys:
+            parsed = parse_node_key(source, key)
+            if parsed is not None and parsed not in slot.stored_nodes:
+                value = self.state.get(key)
+                if value is not None:
+                    unreferenced[parsed] = list(value)
+        if unreferenced:
+            engine.adopt_stored_nodes(unreferenced)
+            slot.stored_nodes |= set(unreferenced)
         self.slots[source] = slot
         return slot
 

@@ -548,6 +548,15 @@ class Engine:
             "streams": {name: r.state(with_seen=with_seen) for name, r in self.streams.items()},
         }
 
+    def adopt_stored_nodes(self, nodes: Mapping[tuple[str, int, int], list[int]]) -> None:
+        """Noisy nodes ``(stream, epoch, node) -> values`` stored before a crash lost the state
+        that refers to them: reused when their periods close, never drawn again (see
+        :meth:`StreamRuntime.adopt_stored_nodes`)."""
+        for name, runtime in self.streams.items():
+            runtime.adopt_stored_nodes(
+                {(e, t): v for (stream, e, t), v in nodes.items() if stream == name}
+            )
+
     def seen_ids(self) -> dict[str, Mapping[int, AbstractSet[str]]]:
         """Per stream, the event ids counted in each open period (live views: read only)."""
         return {name: r.seen_ids() for name, r in self.streams.items()}

@@ -62,6 +62,8 @@ class StreamRuntime:
         self._open: dict[int, list[int]] = {}
         self._seen: dict[int, set[str]] = {}
         self._past_nodes: list[npt.NDArray[np.int64]] = []
+        # (epoch, node) -> noisy value stored before a crash lost the step that drew it
+        self._stored_nodes: dict[tuple[int, int], list[int]] = {}
         self.revision = 0
         self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
@@ -132,6 +134,14 @@ class StreamRuntime:
         for i, q in contribution:
             row[i] += q
 
+    def adopt_stored_nodes(self, nodes: Mapping[tuple[int, int], list[int]]) -> None:
+        """Noisy nodes ``(epoch, node) -> values`` found stored beyond this state (a crash
+        after they were written, before the state that refers to them): closing their periods
+        uses them instead of drawing again. Nodes of periods already closed are ignored."""
+        for (epoch, node), values in nodes.items():
+            if epoch * self.horizon + node > self.closed:
+                self._stored_nodes[(epoch, node)] = list(values)
+
     # ------------------------------------------------------------------ closing
     def close_until(
         self, ts: float, *, ignore_lateness: bool = False
@@ -158,7 +168,7 @@ class StreamRuntime:
             counter = counter.next_epoch()
         row = self._open.get(j)
         counts = np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
-        release = counter.close_period(counts)
+        release = counter.close_period(counts, stored=self._stored_nodes.pop((epoch, period), None))
         if rolled:
             self._past_nodes.append(self.counter.noisy_nodes()[1])
         self.counter = counter
