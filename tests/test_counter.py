@@ -265,3 +265,29 @@ def test_labelled_counter_restored_with_a_fresh_seeded_sampler_matches_uninterru
         for g, e in zip(got, expected, strict=True):
             assert np.array_equal(g.noisy_total, e.noisy_total)
             assert np.array_equal(g.noisy_count, e.noisy_count)
+
+
+def test_a_stored_node_is_used_as_it_is_and_no_noise_is_drawn_for_it() -> None:
+    """After a crash that kept a node but lost the state referring to it, the period is closed
+    again with the stored node: the sampler is not called for it (no noise drawn twice)."""
+
+    class Counting(InsecureSeededSampler):
+        def __init__(self, seed: int) -> None:
+            super().__init__(seed)
+            self.calls = 0
+
+        def discrete_laplace(self, scale: float, size: int, *, label: str = "") -> np.ndarray:
+            self.calls += 1
+            return super().discrete_laplace(scale, size, label=label)
+
+    strategy = build_strategy("fda", "total", 8)
+    sampler = Counting(1)
+    first = ContinualCounter(strategy, 1.0, 1.0, 2, sampler, noise_label="s")
+    first.close_period(np.array([3, 4]))
+    stored = first.noisy_nodes()[1][0]
+    again = ContinualCounter(strategy, 1.0, 1.0, 2, sampler, noise_label="s")
+    release = again.close_period(np.array([3, 4]), stored=stored)
+    assert sampler.calls == 1
+    assert release.noisy_total.tolist() == stored.tolist()
+    again.close_period(np.array([1, 1]))  # the next node is drawn as usual
+    assert sampler.calls == 2
