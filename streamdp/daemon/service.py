@@ -107,7 +107,7 @@ Run = Sequence[InputLike]
 
 def runs_of(records: Iterable[InputLike]) -> list[Run]:
     """``records`` cut into runs of consecutive records of the same (topic, partition)."""
-    runs: list[list[InputLike]] = []
+    runs: list[Run] = []
     current: list[InputLike] = []
     position: tuple[str, int] | None = None
     for record in records:
@@ -117,7 +117,7 @@ def runs_of(records: Iterable[InputLike]) -> list[Run]:
             runs.append(current)
             position = here
         current.append(record)
-    return list(runs)
+    return runs
 
 
 @dataclass(frozen=True)

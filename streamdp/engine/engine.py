@@ -128,6 +128,9 @@ class Engine:
         self._by_source: dict[str, list[StreamRuntime]] = {name: [] for name in spec.sources}
         for runtime in self.streams.values():
             self._by_source[runtime.spec.source].append(runtime)
+        self._stream_names = {
+            name: tuple(r.spec.name for r in runtimes) for name, runtimes in self._by_source.items()
+        }
         self._topics: dict[str, SourceSpec] = {}
         for source in spec.sources.values():
             self._topics[source.topic] = source
@@ -215,34 +218,14 @@ class Engine:
                 and type(event_id) is str
                 and 0 < len(event_id) <= MAX_ID_LENGTH
             ):
-                # a well-formed event of this topic's source: count it per stream
-                name = source.name
-                rejections: list[Rejection] = []
-                accepted: list[str] = []
-                for runtime in self._by_source[name]:
-                    try:
-                        runtime.ingest(event, event_id, ts)
-                    except RejectedError as rejected:
-                        rejections.append(
-                            Rejection(rejected.reason, rejected.message, runtime.spec.name)
-                        )
-                    else:
-                        accepted.append(runtime.spec.name)
-                if not rejections:
-                    self.stats.events_accepted += 1
-                    self._advance_into(name, ts, out)
-                    return ACCEPTED
-                result = self._refused(
-                    record,
-                    source,
-                    source_topic,
-                    offset,
-                    event_id,
-                    ts=ts,
-                    accepted=accepted,
-                    rejections=rejections,
+                # a well-formed event of this topic's source
+                refused = self._count_event(
+                    record, source, source_topic, offset, event, event_id, ts
                 )
-                return self._emit(result, out)
+                if refused is None:
+                    self._advance_into(source.name, ts, out)
+                    return ACCEPTED
+                return self._emit(refused, out)
         return self._emit(self._ingest_new(record, source_topic, offset), out)
 
     def mark_handled(
@@ -299,6 +282,25 @@ class Engine:
                 )
         except RejectedError as rejected:
             return self._reject_record(rejected, record, source_topic, offset)
+        refused = self._count_event(record, source, source_topic, offset, event, event_id, ts)
+        if refused is not None:
+            return refused
+        return IngestResult(
+            accepted=self._stream_names[source.name], event_time=ts, source=source.name
+        )
+
+    def _count_event(  # noqa: PLR0917 - the per-record path, called positionally
+        self,
+        record: RawRecord,
+        source: SourceSpec,
+        source_topic: str | None,
+        offset: int | None,
+        event: Mapping[str, Any],
+        event_id: str,
+        ts: float,
+    ) -> IngestResult | None:
+        """Count a well-formed event in every stream of its source. None when every stream
+        counted it; else the result with one dead letter per refusing stream."""
         accepted: list[str] = []
         rejections: list[Rejection] = []
         for runtime in self._by_source[source.name]:
@@ -309,31 +311,7 @@ class Engine:
                 rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
         if not rejections:
             self.stats.events_accepted += 1
-            return IngestResult(accepted=tuple(accepted), event_time=ts, source=source.name)
-        return self._refused(
-            record,
-            source,
-            source_topic,
-            offset,
-            event_id,
-            ts=ts,
-            accepted=accepted,
-            rejections=rejections,
-        )
-
-    def _refused(
-        self,
-        record: RawRecord,
-        source: SourceSpec,
-        source_topic: str | None,
-        offset: int | None,
-        event_id: str,
-        *,
-        ts: float,
-        accepted: list[str],
-        rejections: list[Rejection],
-    ) -> IngestResult:
-        """The result of a well-formed event that some stream refused."""
+            return None
         if accepted:
             self.stats.events_accepted += 1
         else:
@@ -482,16 +460,9 @@ class Engine:
         watermark, oldest first; consistent revisions follow their schedule. O(1) when nothing
         closes. The watermark never moves back.
         """
-        if source is not None:  # the common case, once per event
-            return self._advance_source(source, ts)
         out: list[OutputRecord] = []
-        for name in self._by_source:
-            out.extend(self._advance_source(name, ts))
-        return out
-
-    def _advance_source(self, name: str, ts: float) -> list[OutputRecord]:
-        out: list[OutputRecord] = []
-        self._advance_into(name, ts, out)
+        for name in self._by_source if source is None else (source,):
+            self._advance_into(name, ts, out)
         return out
 
     def _advance_into(
