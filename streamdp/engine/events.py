@@ -42,6 +42,7 @@ Reason = Literal[
     "too_far_in_future",
     "bad_control",
     "wrong_partition_key",
+    "control_on_input",
 ]
 REASONS: Final[tuple[str, ...]] = get_args(Reason)
 
