@@ -14,6 +14,15 @@ Record kinds (see ``schemas/``):
 
 ``event_time`` and instants are RFC 3339 text with a UTC offset, or seconds since the epoch.
 Rejection messages name fields and allowed values, never counts.
+
+Any bytes at all either decode to an event or raise :class:`RejectedError` with a reason, never
+another exception (a fuzz test checks): records over :data:`MAX_RECORD_BYTES` are refused unread
+("too_large"); text that is not UTF-8, not one JSON object, nested beyond Python's recursion
+limit, holding ``NaN``/``Infinity`` (not JSON), an integer of more than 4300 digits (Python's
+conversion limit) or a lone UTF-16 surrogate escape (``"\\ud800"``: no Unicode text) is
+"malformed". Duplicate object keys are not refused: the last one wins (as in Python and
+JavaScript), so a record always means one thing here. Quantities are at most
+:data:`MAX_QUANTITY`.
 """
 
 from __future__ import annotations
@@ -43,10 +52,18 @@ Reason = Literal[
     "bad_control",
     "wrong_partition_key",
     "control_on_input",
+    "too_large",
 ]
 REASONS: Final[tuple[str, ...]] = get_args(Reason)
 
 MAX_ID_LENGTH = 200
+#: Largest input record read (bytes; UTF-8 for text). An order or person record is well under
+#: 2 KiB even with a 200-character id; anything larger is refused unread as "too_large".
+MAX_RECORD_BYTES: Final = 65_536
+#: Largest quantity of an item (2^53 - 1: the largest integer every JSON reader holds exactly).
+MAX_QUANTITY: Final = 2**53 - 1
+#: Longest piece of input text quoted in a rejection message (characters, before escaping).
+MAX_QUOTED = 64
 
 # A contribution: (counter index, amount) pairs in counter order (read only: may be shared).
 Contribution = Sequence[tuple[int, int]]
@@ -61,40 +78,138 @@ class RejectedError(Exception):
         self.message = message
 
 
+class _NonFiniteConstantError(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity`` in a record (Python's json accepts them; JSON not)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFiniteConstantError(name)
+
+
+# strict JSON: NaN/Infinity refused (the hook runs only when one is met: no cost otherwise)
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 # the C scanner behind json.loads: (value, end) of the JSON value starting at an index
-_scan_json_value: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_scan_json_value: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+
+
+def quoted(value: object) -> str:
+    """``repr`` of a piece of input for a message: at most :data:`MAX_QUOTED` characters of it
+    (longer text is cut and marked with "..."); lone surrogates are escaped by ``repr``."""
+    if isinstance(value, str) and len(value) > MAX_QUOTED:
+        return repr(value[:MAX_QUOTED]) + "..."
+    text = repr(value)
+    return text if len(text) <= MAX_QUOTED + 2 else text[: MAX_QUOTED + 2] + "..."
+
+
+def is_unicode_text(text: str) -> bool:
+    """True unless ``text`` holds a lone UTF-16 surrogate (then it has no UTF-8 encoding)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _all_unicode(data: object) -> bool:
+    """True when every string (key or value) inside decoded JSON is Unicode text (iterative:
+    the nesting depth is whatever the decoder accepted)."""
+    pending = [data]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if not is_unicode_text(item):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return True
+
+
+def record_size(record: bytes | bytearray | str) -> int:
+    """Size of a raw record in bytes (text: its UTF-8 encoding, lone surrogates as 3 bytes)."""
+    if isinstance(record, str):
+        return len(record.encode("utf-8", "surrogatepass"))
+    return len(record)
 
 
 def decode(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any]:
-    """The record as a dict; raises :class:`RejectedError` ("malformed") unless a JSON object."""
+    """The record as a dict; raises :class:`RejectedError` ("too_large" over
+    :data:`MAX_RECORD_BYTES`, else "malformed") unless it is one strict JSON object of Unicode
+    text. Never raises anything else, whatever the bytes."""
     if not isinstance(record, bytes | bytearray | str):
         return dict(record)
+    # a str has at least as many UTF-8 bytes as characters: measure only when it may be over
+    if len(record) > MAX_RECORD_BYTES or (
+        isinstance(record, str) and 4 * len(record) > MAX_RECORD_BYTES
+    ):
+        size = record_size(record)
+        if size > MAX_RECORD_BYTES:
+            raise RejectedError(
+                "too_large",
+                f"record is {size} bytes; records larger than {MAX_RECORD_BYTES} bytes are "
+                "refused unread",
+            )
     try:
         # UTF-8 is the only encoding we accept; decoding first skips json's encoding sniffing
-        text = record if isinstance(record, str) else record.decode("utf-8")
+        if isinstance(record, str):
+            text = record
+            if not is_unicode_text(text):
+                raise UnicodeEncodeError("utf-8", text, 0, 1, "lone surrogate")
+        else:
+            text = record.decode("utf-8")
         # json.loads without its two whitespace regex matches and Python frames (a third of
         # its cost on a typical event); anything but one value filling the text exactly goes
-        # through json.loads itself, so what is accepted and refused is the same
+        # through the full decoder, so what is accepted and refused is the same
         try:
             data, end = _scan_json_value(text, 0)
         except StopIteration:
             end = -1
         if end != len(text):
-            data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise RejectedError("malformed", "record is not UTF-8 JSON") from None
+            data = _DECODER.decode(text)
+    except (UnicodeDecodeError, UnicodeEncodeError):
+        raise RejectedError("malformed", "record is not UTF-8 text") from None
+    except json.JSONDecodeError:
+        raise RejectedError("malformed", "record is not one JSON value") from None
+    except RecursionError:
+        raise RejectedError("malformed", "record nests arrays/objects too deeply") from None
+    except _NonFiniteConstantError as constant:
+        raise RejectedError(
+            "malformed", f"record holds {constant}, which is not a JSON number"
+        ) from None
+    except ValueError:  # int(): "Exceeds the limit (4300 digits) for integer string conversion"
+        raise RejectedError(
+            "malformed", "record holds an integer with too many digits to convert"
+        ) from None
     if not isinstance(data, dict):
         raise RejectedError("malformed", "record is JSON but not an object")
+    # an escaped lone surrogate ("\\ud800") decodes to text no UTF-8 output can carry; only
+    # a record with a \\u escape can hold one, so others skip the walk
+    if "\\u" in text and not _all_unicode(data):
+        raise RejectedError(
+            "malformed",
+            "record holds a lone UTF-16 surrogate escape (\\ud800-\\udfff not in a pair); "
+            "strings must be Unicode text",
+        )
     return data
 
 
 def event_id_of(event: Mapping[str, Any]) -> str:
-    """The ``event_id`` (non-empty string, at most 200 characters)."""
+    """The ``event_id``: non-empty Unicode text of at most :data:`MAX_ID_LENGTH` characters."""
     value = event.get("event_id")
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_LENGTH:
+    if (
+        not isinstance(value, str)
+        or not value
+        or len(value) > MAX_ID_LENGTH
+        or not is_unicode_text(value)
+    ):
         raise RejectedError(
             "schema_violation",
-            f"field 'event_id' must be a non-empty string of at most {MAX_ID_LENGTH} characters",
+            f"field 'event_id' must be a non-empty string of at most {MAX_ID_LENGTH} characters "
+            "of Unicode text (no lone surrogates)",
         )
     return value
 
@@ -153,12 +268,12 @@ class ItemExtractor(Extractor):
             i = index.get(name)
             if i is None:
                 raise RejectedError(
-                    "unknown_item", f"items: unknown item {name!r}; allowed: {self.allowed}"
+                    "unknown_item", f"items: unknown item {quoted(name)}; allowed: {self.allowed}"
                 )
-            if type(quantity) is not int or quantity < 0:
+            if type(quantity) is not int or not 0 <= quantity <= MAX_QUANTITY:
                 raise RejectedError(
                     "invalid_quantity",
-                    f"items.{name}: quantity must be a non-negative integer",
+                    f"items.{name}: quantity must be an integer from 0 to {MAX_QUANTITY}",
                 )
             if quantity:
                 out.append((i, quantity))

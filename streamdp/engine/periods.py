@@ -4,17 +4,39 @@ Absolute index j = 0, 1, 2, ... counts periods from the stream's start; with hor
 period is number ``j % N + 1`` of epoch ``j // N``. Calendar periods (day, month) are local to an
 IANA time zone and follow its daylight-saving changes (a day may last 23 or 25 hours); fixed
 periods all last ``length_seconds``.
+
+Instants are supported from :data:`EARLIEST_INSTANT` (year 1000) to :data:`LATEST_INSTANT`
+(year 9000): :func:`parse_instant` returns None outside (the engine refuses the record as
+``bad_timestamp``), which leaves room for time zones and for the end of the last period within
+Python's calendar (years 1-9999). The clock's methods are total: they never raise for any float
+or index; arguments beyond the supported range are clamped to it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from typing import Final
 from zoneinfo import ZoneInfo
 
 from streamdp.engine.spec import PeriodSpec
 
 _UTC = dt.UTC
+
+#: First instant an event or control record may name (1000-01-01T00:00:00Z), seconds.
+EARLIEST_INSTANT: Final = dt.datetime(1000, 1, 1, tzinfo=_UTC).timestamp()
+#: Last instant an event or control record may name (9000-01-01T00:00:00Z), seconds.
+LATEST_INSTANT: Final = dt.datetime(9000, 1, 1, tzinfo=_UTC).timestamp()
+#: Instants Python's calendar can show in any time zone (a day inside years 1 and 9999).
+_SHOWABLE_FIRST: Final = dt.datetime(1, 1, 2, tzinfo=_UTC).timestamp()
+_SHOWABLE_LAST: Final = dt.datetime(9999, 12, 30, tzinfo=_UTC).timestamp()
+
+
+def _clamped(ts: float, low: float, high: float) -> float:
+    """``ts`` within ``[low, high]``; NaN becomes ``low``."""
+    if ts >= low:
+        return min(ts, high)
+    return low
 
 
 class PeriodClock:
@@ -31,23 +53,34 @@ class PeriodClock:
             self._tz = ZoneInfo(spec.timezone)
             self._date0 = dt.date.fromisoformat(spec.start)
             self._start_ts = self._midnight(self._date0)
+        # the indices bounds() accepts: those of the supported instants, and one more
+        self._lowest = self._index(EARLIEST_INSTANT)
+        self._highest = self._index(LATEST_INSTANT) + 1
 
     def _midnight(self, day: dt.date) -> float:
         return dt.datetime(day.year, day.month, day.day, tzinfo=self._tz).timestamp()
 
-    def index_of(self, ts: float) -> int:
-        """Absolute 0-based period index of instant ``ts`` (negative before the start)."""
+    def _index(self, ts: float) -> int:
+        """Period index of ``ts`` (within the supported instants), counting back before the
+        start as well."""
         if self._unit == "fixed":
             return int((ts - self._start_ts) // self._length)
-        if ts < self._start_ts:
-            return -1
         local = dt.datetime.fromtimestamp(ts, self._tz)
         if self._unit == "day":
             return (local.date() - self._date0).days
         return (local.year - self._date0.year) * 12 + (local.month - self._date0.month)
 
+    def index_of(self, ts: float) -> int:
+        """Absolute 0-based period index of instant ``ts`` (negative before the start; NaN is
+        before the start; instants beyond the supported range count as its edges)."""
+        if not ts >= self._start_ts:  # also NaN
+            return -1
+        return self._index(min(ts, LATEST_INSTANT))
+
     def bounds(self, index: int) -> tuple[float, float]:
-        """``[start, end)`` of absolute period ``index`` in seconds since the Unix epoch."""
+        """``[start, end)`` of absolute period ``index`` in seconds since the Unix epoch
+        (indices beyond those of the supported instants are clamped to them)."""
+        index = min(max(index, self._lowest), self._highest)
         if self._unit == "fixed":
             start = self._start_ts + index * self._length
             return start, start + self._length
@@ -61,33 +94,43 @@ class PeriodClock:
         return dt.date(months // 12, months % 12 + 1, 1)
 
     def iso(self, ts: float) -> str:
-        """RFC 3339 text of ``ts`` in the stream's time zone (UTC for fixed periods)."""
-        return dt.datetime.fromtimestamp(ts, self._tz or _UTC).isoformat()
+        """RFC 3339 text of ``ts`` in the stream's time zone (UTC for fixed periods); instants
+        Python's calendar cannot show (beyond years 1-9999, NaN) are clamped into it."""
+        shown = _clamped(ts, _SHOWABLE_FIRST, _SHOWABLE_LAST)
+        return dt.datetime.fromtimestamp(shown, self._tz or _UTC).isoformat()
 
 
 def parse_instant(value: object) -> float | None:
     """Seconds since the Unix epoch from an RFC 3339 string with offset or a number of seconds.
 
-    Returns None for anything else (naive times, bools, non-finite numbers, bad text).
+    Returns None for anything else (naive times, bools, non-finite numbers, bad text) and for
+    instants outside ``[EARLIEST_INSTANT, LATEST_INSTANT]``; never raises.
     """
     if isinstance(value, str):
         try:
             parsed = dt.datetime.fromisoformat(value)
-        except ValueError:
+            if parsed.tzinfo is None:
+                return None
+            number = parsed.timestamp()
+        except (ValueError, OverflowError):  # bad text; year 1 or 9999 shifted by its offset
             return None
-        if parsed.tzinfo is None:
-            return None
-        return parsed.timestamp()
-    if isinstance(value, bool):
+    elif isinstance(value, bool):
         return None
-    if isinstance(value, int | float):
-        number = float(value)
+    elif isinstance(value, int | float):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer beyond the float range
+            return None
         if not math.isfinite(number):
             return None
-        return number
-    return None
+    else:
+        return None
+    if not EARLIEST_INSTANT <= number <= LATEST_INSTANT:
+        return None
+    return number
 
 
 def format_instant(ts: float) -> str:
-    """RFC 3339 UTC text of ``ts``."""
-    return dt.datetime.fromtimestamp(ts, _UTC).isoformat().replace("+00:00", "Z")
+    """RFC 3339 UTC text of ``ts`` (clamped into years 1-9999 like :meth:`PeriodClock.iso`)."""
+    shown = _clamped(ts, _SHOWABLE_FIRST, _SHOWABLE_LAST)
+    return dt.datetime.fromtimestamp(shown, _UTC).isoformat().replace("+00:00", "Z")
