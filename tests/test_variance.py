@@ -74,7 +74,8 @@ def test_profile_matches_dense_formulas(mechanism: str) -> None:
     strategy = build_strategy(mechanism, "total", N)  # type: ignore[arg-type]
     prof = variance_profile(strategy, 0.5, 3.0, "laplace")
     v = 2 * (3.0 / (0.5 * strategy.weights)) ** 2
-    np.testing.assert_allclose(prof.node, v, rtol=1e-14)
+    # scales are rounded up (at most ~2^-44 relative) so that the loss never exceeds epsilon
+    np.testing.assert_allclose(prof.node, v, rtol=1e-12)
     # read matrix R: s~ = R c~, count = D s~ with D the difference operator
     R = read_matrix(N) if mechanism != "naive" else np.tril(np.ones((N, N)))
     D = np.eye(N) - np.eye(N, k=-1)

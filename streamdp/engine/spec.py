@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_DOWN, Context, Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -437,6 +437,7 @@ def _stream(
                 "'clip' would turn orders into non-combos and break the combo constraint; "
                 "use 'reject'",
             )
+    _check_noise_limits(ctx, epsilon, delta, mechanism, objective, horizon)
     return StreamSpec(
         name=name,
         source=source.name,
@@ -454,6 +455,40 @@ def _stream(
         over_delta=over_delta,
         max_future_periods=max_future,
     )
+
+
+#: Significant digits of a stream's epsilon that the noise maths reads exactly (float's DBL_DIG).
+EPSILON_DIGITS = 15
+
+
+def _round_down(value: Decimal, digits: int) -> Decimal:
+    return Context(prec=digits, rounding=ROUND_DOWN).plus(value)
+
+
+def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
+    ctx: _Ctx,
+    epsilon: Decimal,
+    delta: int,
+    mechanism: Mechanism,
+    objective: Objective,
+    horizon: int,
+) -> None:
+    """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
+    (2^-40 .. 2^40 counts; see streamdp.continual.variance.MAX_NOISE_SCALE)."""
+    from streamdp.continual.strategy import build_strategy
+    from streamdp.continual.variance import node_budgets
+
+    digits = len(epsilon.normalize().as_tuple().digits)
+    if digits > EPSILON_DIGITS:
+        raise ctx.fail(
+            "epsilon",
+            f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
+            f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
+        )
+    try:
+        node_budgets(build_strategy(mechanism, objective, horizon), epsilon, delta)
+    except ConfigError as error:
+        raise ctx.fail("epsilon", str(error)) from None
 
 
 def _period(ctx: _Ctx, table: dict[str, Any]) -> PeriodSpec:

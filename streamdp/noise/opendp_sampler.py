@@ -27,6 +27,13 @@ def _measurement(scale: float) -> Any:
     )
 
 
+def opendp_privacy_loss(scale: float, sensitivity: int) -> float:
+    """OpenDP's privacy map of the measurement the sampler runs at ``scale``: the epsilon it
+    guarantees for inputs ``sensitivity`` apart in L1 (rounded up, as OpenDP always does)."""
+    b = check_scale(scale)
+    return float(_measurement(b).map(int(sensitivity)))
+
+
 class OpenDPDiscreteLaplace:
     """Exact discrete Laplace noise from OpenDP, seeded by the OS (secure, not reproducible)."""
 
