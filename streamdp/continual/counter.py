@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual import fenwick
 from streamdp.continual.strategy import Strategy, build_strategy
 from streamdp.continual.variance import check_privacy, node_scales, scale_variances
 from streamdp.errors import ConfigError, HorizonError, StateError
@@ -124,21 +123,11 @@ class ContinualCounter:
 
     def total_variance(self, t: int) -> float:
         """Exact ``Var(s~_t)`` of this epoch's tree (carry excluded); ``Var(s~_0) = 0``."""
-        if t == 0:
-            return 0.0
-        if self.strategy.is_tree:
-            return float(sum(self._node_var[i - 1] for i in fenwick.read_path(t)))
-        return float(self._node_var[0]) * t  # naive: every node has weight 1
+        return self.strategy.total_variance(self._node_var, t)
 
     def count_variance(self, t: int) -> float:
         """Exact ``Var(s~_t - s~_{t-1})`` (see :mod:`streamdp.continual.variance`)."""
-        if not self.strategy.is_tree:
-            return float(self._node_var[t - 1])
-        return (
-            float(self._node_var[t - 1])
-            + self.total_variance(t - 1)
-            - self.total_variance(t & (t - 1))
-        )
+        return self.strategy.count_variance(self._node_var, t)
 
     # ------------------------------------------------------------------ releasing
     def close_period(
@@ -174,12 +163,7 @@ class ContinualCounter:
         if self.strategy.parent(t) is not None:
             self._pending[t] = raw
         self._closed = t
-        if self.strategy.is_tree:
-            total = np.zeros(self.width, dtype=np.int64)
-            for i in fenwick.read_path(t):
-                total += self._noisy[i - 1]
-        else:
-            total = self._last_total + noisy_t
+        total = self.strategy.next_total(self._noisy, t, self._last_total)
         count = total - self._last_total
         self._last_total = total
         return PeriodRelease(
@@ -322,11 +306,8 @@ class ContinualCounter:
         counter._noisy = noisy
         counter._pending = pending
         if closed:
-            if strategy.is_tree:
-                total = np.zeros(counter.width, dtype=np.int64)
-                for i in fenwick.read_path(closed):
-                    total += noisy[i - 1]
-            else:
-                total = np.sum(np.stack(noisy), axis=0, dtype=np.int64)
-            counter._last_total = total
+            before = np.zeros(counter.width, dtype=np.int64)
+            for value in noisy[:-1]:
+                before += value  # s~_{closed-1} of the one-node-per-period sum (naive)
+            counter._last_total = strategy.next_total(noisy, closed, before)
         return counter

@@ -1,16 +1,36 @@
-"""A continual-counting strategy: which nodes exist, what each covers, and their weights.
+"""Continual-counting strategies: one interface, one class per family of mechanisms.
 
-``fda`` and ``binary`` use the Fenwick tree of DESIGN §3 (``fda``: optimal weights for the chosen
-objective; ``binary``: all weights ``1/L``, the objective is ignored). ``naive`` releases every
-period with its own full-budget noise: node ``i`` covers only period ``i`` (weight 1) and the
-read path of ``t`` is ``1..t``.
+Every strategy states, for a horizon ``N``:
+
+- its nodes and what each covers (:meth:`node_intervals`, 1-based periods) and each node's share
+  ``lambda_i`` of epsilon (``weights``; node noise scale ``Delta / (epsilon lambda_i)``);
+- how releases are decoded from node noise (:meth:`decode_noise`: release ``t`` is the exact
+  running total plus ``n_t``, a fixed linear image of the node noise);
+- the exact variance of every running total, period count and calendar range
+  (:meth:`total_variances`, :meth:`count_variances`, :meth:`range_variance`) for given node
+  noise variances;
+- what a counter must store per epoch (``state_values_per_counter`` noisy values per counter).
+
+Families:
+
+- :class:`Strategy` — one node released per period close (``fda``, ``binary``: the Fenwick tree
+  of DESIGN §3 with optimal or equal weights; ``naive``: node ``i`` is period ``i`` alone). The
+  counter draws node ``t``'s noise when period ``t`` closes
+  (:class:`streamdp.continual.counter.ContinualCounter`).
+- :class:`streamdp.continual.kary.KaryStrategy` — every block of a k-ary tree, noise drawn at
+  the epoch's start, decoded by negative digits (``kary_digits``) or GLS (``kary_gls``)
+  (:class:`streamdp.continual.factored_counter.FactoredCounter`).
+
+The Fenwick/naive differences live in two layout objects (:data:`FENWICK`, :data:`SINGLETONS`)
+chosen once from :data:`_FAMILIES`; no code branches on a mechanism's name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -23,10 +43,22 @@ from streamdp.continual.fda import (
     check_objective,
     optimal_weights,
 )
+from streamdp.continual.kary import (
+    KARY_MECHANISMS,
+    KaryStrategy,
+    check_kary_objective,
+    optimise,
+)
 from streamdp.errors import ConfigError
 
 Mechanism = Literal["fda", "binary", "naive"]
 MECHANISMS: tuple[Mechanism, ...] = ("fda", "binary", "naive")
+"""Mechanisms that release one node per period close (:class:`ContinualCounter`)."""
+ALL_MECHANISMS: tuple[str, ...] = (*MECHANISMS, *KARY_MECHANISMS)
+"""Every mechanism, including the k-ary ones drawn at the epoch's start."""
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
 
 
 def check_mechanism(mechanism: str) -> Mechanism:
@@ -37,53 +69,253 @@ def check_mechanism(mechanism: str) -> Mechanism:
     raise ConfigError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
 
 
+@runtime_checkable
+class CountingStrategy(Protocol):
+    """What every strategy states (see the module docstring); arrays over nodes or periods."""
+
+    @property
+    def mechanism(self) -> str: ...
+
+    @property
+    def objective(self) -> str: ...
+
+    @property
+    def horizon(self) -> int: ...
+
+    @property
+    def weights(self) -> FloatArray: ...
+
+    @property
+    def node_count(self) -> int: ...
+
+    @property
+    def state_values_per_counter(self) -> int: ...
+
+    def node_intervals(self) -> tuple[IntArray, IntArray]: ...
+
+    def decode_noise(self, z: FloatArray, node_var: FloatArray) -> FloatArray: ...
+
+    def total_variances(self, node_var: FloatArray) -> FloatArray: ...
+
+    def count_variances(self, node_var: FloatArray) -> FloatArray: ...
+
+    def range_variance(self, first: int, last: int, node_var: FloatArray) -> float: ...
+
+
+# ----------------------------------------------------------------------------- layouts
+class _Layout(Protocol):
+    """How nodes of a one-node-per-period strategy cover periods and combine into totals."""
+
+    def read_path(self, t: int) -> list[int]: ...
+
+    def covering_nodes(self, p: int, horizon: int) -> list[int]: ...
+
+    def children(self, t: int) -> list[int]: ...
+
+    def parent(self, j: int, horizon: int) -> int | None: ...
+
+    def interval(self, i: int) -> tuple[int, int]: ...
+
+    def path_sums(self, values: FloatArray) -> FloatArray: ...
+
+    def total_variance(self, node_var: FloatArray, t: int) -> float: ...
+
+    def count_variances(self, node_var: FloatArray) -> FloatArray: ...
+
+    def count_variance(self, node_var: FloatArray, t: int) -> float: ...
+
+    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray: ...
+
+
+class _Fenwick:
+    """Fenwick tree (DESIGN §3): node ``i`` covers ``i - lowbit(i) + 1 .. i``."""
+
+    def read_path(self, t: int) -> list[int]:
+        return fenwick.read_path(t)
+
+    def covering_nodes(self, p: int, horizon: int) -> list[int]:
+        return fenwick.update_chain(p, horizon)
+
+    def children(self, t: int) -> list[int]:
+        return fenwick.children(t)
+
+    def parent(self, j: int, horizon: int) -> int | None:
+        up = fenwick.parent(j)
+        return up if up <= horizon else None
+
+    def interval(self, i: int) -> tuple[int, int]:
+        return fenwick.interval(i)
+
+    def path_sums(self, values: FloatArray) -> FloatArray:
+        return fenwick.prefix_path_sums(values)
+
+    def total_variance(self, node_var: FloatArray, t: int) -> float:
+        return float(sum(node_var[i - 1] for i in fenwick.read_path(t)))
+
+    def count_variances(self, node_var: FloatArray) -> FloatArray:
+        # the paths of t and t-1 share the path of t - lowbit(t); the rest differs
+        v = np.asarray(node_var, dtype=np.float64)
+        T = np.concatenate([[0.0], fenwick.prefix_path_sums(v)])
+        t = np.arange(1, v.shape[0] + 1, dtype=np.int64)
+        out: FloatArray = v + T[t - 1] - T[t & (t - 1)]
+        return out
+
+    def count_variance(self, node_var: FloatArray, t: int) -> float:
+        return (
+            float(node_var[t - 1])
+            + self.total_variance(node_var, t - 1)
+            - self.total_variance(node_var, t & (t - 1))
+        )
+
+    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray:
+        total = np.zeros_like(previous)
+        for i in fenwick.read_path(t):
+            total += noisy[i - 1]
+        return total
+
+
+class _Singletons:
+    """Naive: node ``i`` is period ``i`` alone; the running total sums nodes ``1..t``."""
+
+    def read_path(self, t: int) -> list[int]:
+        return list(range(t, 0, -1))
+
+    def covering_nodes(self, p: int, horizon: int) -> list[int]:  # noqa: ARG002
+        return [p]
+
+    def children(self, t: int) -> list[int]:  # noqa: ARG002
+        return []
+
+    def parent(self, j: int, horizon: int) -> int | None:  # noqa: ARG002
+        return None
+
+    def interval(self, i: int) -> tuple[int, int]:
+        return i, i
+
+    def path_sums(self, values: FloatArray) -> FloatArray:
+        out: FloatArray = np.cumsum(np.asarray(values, dtype=np.float64), axis=0)
+        return out
+
+    def total_variance(self, node_var: FloatArray, t: int) -> float:
+        return float(node_var[0]) * t  # every node has the full budget
+
+    def count_variances(self, node_var: FloatArray) -> FloatArray:
+        out: FloatArray = np.asarray(node_var, dtype=np.float64).copy()
+        return out
+
+    def count_variance(self, node_var: FloatArray, t: int) -> float:
+        return float(node_var[t - 1])
+
+    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray:
+        return previous + noisy[t - 1]
+
+
+FENWICK: _Layout = _Fenwick()
+SINGLETONS: _Layout = _Singletons()
+
+_FAMILIES: dict[str, tuple[_Layout, Callable[[int, Objective], FloatArray]]] = {
+    "fda": (FENWICK, optimal_weights),
+    "binary": (FENWICK, lambda n, _objective: binary_weights(n)),
+    "naive": (SINGLETONS, lambda n, _objective: np.ones(n, dtype=np.float64)),
+}
+
+
 @dataclass(frozen=True)
 class Strategy:
     """Nodes ``1..horizon`` with weights ``weights[i-1] = lambda_i`` (read-only array, ``(N,)``).
 
-    Equality and hashing use ``(mechanism, objective, horizon)``, which determine the weights.
+    One node per period: node ``t`` is final when period ``t`` closes. Equality and hashing use
+    ``(mechanism, objective, horizon)``, which determine the weights.
     """
 
     mechanism: Mechanism
     objective: Objective
     horizon: int
     weights: npt.NDArray[np.float64] = field(compare=False, repr=False)
-
-    @property
-    def is_tree(self) -> bool:
-        """True for the Fenwick-tree mechanisms (fda, binary)."""
-        return self.mechanism != "naive"
+    layout: _Layout = field(compare=False, repr=False, default=FENWICK)
 
     def _check_period(self, t: int, what: str) -> None:
         if not 1 <= t <= self.horizon:
             raise ConfigError(f"{what} must be in 1..{self.horizon}, got {t}")
 
+    @property
+    def is_tree(self) -> bool:
+        """True for the Fenwick-tree layout (fda, binary); False for naive."""
+        return self.layout is FENWICK
+
+    @property
+    def node_count(self) -> int:
+        """``N``: one node per period."""
+        return self.horizon
+
+    @property
+    def state_values_per_counter(self) -> int:
+        """Noisy node values a counter holds at the end of an epoch (one per period)."""
+        return self.horizon
+
     def read_path(self, t: int) -> list[int]:
         """Node indices (1-based) summed for the noisy running total ``s~_t``."""
         self._check_period(t, "release")
-        if self.is_tree:
-            return fenwick.read_path(t)
-        return list(range(t, 0, -1))
+        return self.layout.read_path(t)
 
     def covering_nodes(self, p: int) -> list[int]:
         """Nodes whose sum includes period ``p``."""
         self._check_period(p, "period")
-        if self.is_tree:
-            return fenwick.update_chain(p, self.horizon)
-        return [p]
+        return self.layout.covering_nodes(p, self.horizon)
 
     def children(self, t: int) -> list[int]:
         """Nodes whose raw sums are folded into node ``t`` when it is finalised."""
         self._check_period(t, "node")
-        return fenwick.children(t) if self.is_tree else []
+        return self.layout.children(t)
 
     def parent(self, j: int) -> int | None:
         """The node that absorbs node ``j``'s raw sum, or None (beyond the horizon / naive)."""
         self._check_period(j, "node")
-        if not self.is_tree:
-            return None
-        up = fenwick.parent(j)
-        return up if up <= self.horizon else None
+        return self.layout.parent(j, self.horizon)
+
+    def node_intervals(self) -> tuple[IntArray, IntArray]:
+        """``(first, last)`` period covered by every node, 1-based; each shape ``(N,)``."""
+        pairs = np.array([self.layout.interval(i) for i in range(1, self.horizon + 1)])
+        return pairs[:, 0].astype(np.int64), pairs[:, 1].astype(np.int64)
+
+    def decode_noise(
+        self,
+        z: FloatArray,
+        node_var: FloatArray | None = None,  # noqa: ARG002 - the interface's; unused here
+    ) -> FloatArray:
+        """Noise of every running total: the read-path sums of node noise ``z``
+        (shape ``(N, ...)``); ``node_var`` is not needed (the decoding is fixed)."""
+        return self.layout.path_sums(np.asarray(z, dtype=np.float64))
+
+    def total_variances(self, node_var: FloatArray) -> FloatArray:
+        """``Var(s~_t)`` for ``t = 1..N``; shape ``(N,)``."""
+        return self.layout.path_sums(np.asarray(node_var, dtype=np.float64))
+
+    def count_variances(self, node_var: FloatArray) -> FloatArray:
+        """``Var(s~_t - s~_{t-1})`` for ``t = 1..N``; shape ``(N,)``."""
+        return self.layout.count_variances(node_var)
+
+    def total_variance(self, node_var: FloatArray, t: int) -> float:
+        """``Var(s~_t)`` of one release in O(path length); ``Var(s~_0) = 0``."""
+        return 0.0 if t == 0 else self.layout.total_variance(node_var, t)
+
+    def count_variance(self, node_var: FloatArray, t: int) -> float:
+        """``Var(s~_t - s~_{t-1})`` of one release."""
+        return self.layout.count_variance(node_var, t)
+
+    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray:
+        """``s~_t`` from the noisy nodes ``1..t`` (``noisy[i-1]``) and ``previous = s~_{t-1}``."""
+        return self.layout.next_total(noisy, t, previous)
+
+    def range_variance(self, first: int, last: int, node_var: FloatArray) -> float:
+        """``Var(s~_last - s~_{first-1})``: nodes on exactly one of the two read paths."""
+        if not 1 <= first <= last <= self.horizon:
+            raise ConfigError(
+                f"range must satisfy 1 <= first <= last <= {self.horizon}, got {first}..{last}"
+            )
+        upper = set(self.layout.read_path(last))
+        lower = set(self.layout.read_path(first - 1)) if first > 1 else set()
+        return float(sum(float(node_var[i - 1]) for i in upper ^ lower))
 
 
 @lru_cache(maxsize=128)
@@ -92,11 +324,25 @@ def build_strategy(mechanism: Mechanism, objective: Objective, horizon: int) -> 
     mech = check_mechanism(mechanism)
     obj = check_objective(objective)
     n = check_horizon(horizon)
-    if mech == "fda":
-        weights = optimal_weights(n, obj)
-    elif mech == "binary":
-        weights = binary_weights(n)
-    else:
-        weights = np.ones(n, dtype=np.float64)
+    layout, make_weights = _FAMILIES[mech]
+    weights = np.array(make_weights(n, obj), dtype=np.float64)
     weights.flags.writeable = False
-    return Strategy(mechanism=mech, objective=obj, horizon=n, weights=weights)
+    return Strategy(mechanism=mech, objective=obj, horizon=n, weights=weights, layout=layout)
+
+
+def build_any_strategy(
+    mechanism: str, objective: str, horizon: int, branching: int | None = None
+) -> Strategy | KaryStrategy:
+    """Any mechanism of :data:`ALL_MECHANISMS`; the k-ary ones optimise ``k`` (unless
+    ``branching`` is given) and their level budgets for ``objective`` and ``horizon``."""
+    if mechanism in KARY_MECHANISMS:
+        return optimise(mechanism, check_kary_objective(objective), horizon, branching)
+    if branching is not None:
+        raise ConfigError(
+            f"branching (k) applies to {', '.join(KARY_MECHANISMS)} only, not {mechanism!r}"
+        )
+    if mechanism not in MECHANISMS:
+        raise ConfigError(
+            f"mechanism must be one of {', '.join(ALL_MECHANISMS)}, got {mechanism!r}"
+        )
+    return build_strategy(check_mechanism(mechanism), check_objective(objective), horizon)

@@ -1,0 +1,344 @@
+"""A bank of counters for the k-ary strategies: all node noise drawn at the epoch's start.
+
+Same interface as :class:`streamdp.continual.counter.ContinualCounter` (``close_period``,
+``state``/``from_state``, ``next_epoch``, ``total_variance``, ``count_variance``,
+``noisy_nodes``). Differences, all from DESIGN §3 "Beyond FDA":
+
+- At construction (the epoch's start) the noise ``z_i`` of EVERY node of the epoch is drawn,
+  one sampler call per tree level (``size = blocks x width``, label ``<label>|e<epoch>|L<l>``),
+  and held in the state; :meth:`FactoredCounter.state` must be stored before any release uses
+  it. :meth:`FactoredCounter.from_state` reuses it and never draws.
+- Release ``t`` is ``s_t + n_t`` with ``s_t`` the exact running total and ``n = M z`` the
+  strategy's decoded noise (:meth:`streamdp.continual.kary.KaryStrategy.decode_noise`),
+  computed once per epoch in O(nodes) and read in O(1) per release. ``kary_digits`` releases
+  integers; ``kary_gls`` releases real numbers (float64): rounding them would change the exact
+  variances the releases declare.
+- ``noisy_nodes()`` returns the finalised blocks (every block whose last period has closed):
+  their exact sum plus their stored noise, the vector every release is post-processing of.
+
+State size per counter: ``nodes`` noise integers, about ``N k / (k - 1)`` (``N = 4095, k = 11``:
+4,505), plus as many finalised noisy node values by the end of the epoch, plus ``L`` raw block
+starts. At 8 bytes per value that is about ``16 N k / (k - 1)`` bytes per counter: 72 KB at
+``N = 4095``, 18 MB at ``N = 10^6`` (plus ``8 N`` bytes of decoded noise in memory). It stops
+being sensible around ``N = 10^6`` per counter for a JSON snapshot (tens of MB per counter):
+use a daily horizon of years, not seconds, or Fenwick FDA, whose state grows one node per period.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.continual.kary import KaryStrategy, exact_scale
+from streamdp.continual.variance import check_privacy
+from streamdp.errors import ConfigError, HorizonError, StateError
+from streamdp.noise.sampler import NoiseSampler, discrete_laplace_variance
+
+STATE_VERSION = 1
+STATE_KIND = "streamdp.factored-counter"
+
+Int64Array = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class FactoredRelease:
+    """One period close of a :class:`FactoredCounter`; fields as
+    :class:`streamdp.continual.counter.PeriodRelease` (arrays ``(width,)``, float64 for GLS,
+    integer-valued for negative digits; standard deviations exact, discrete Laplace)."""
+
+    epoch: int
+    period: int
+    noisy_count: FloatArray
+    noisy_total: FloatArray
+    count_std: float
+    total_std: float
+
+
+def level_scales(strategy: KaryStrategy, epsilon: float, sensitivity: float) -> list[float]:
+    """Noise scale of each level, ``Delta / (epsilon * budget_l)`` rounded up exactly."""
+    return [exact_scale(sensitivity, epsilon, share) for share in strategy.budgets]
+
+
+def _int_vector(values: Any, width: int, what: str) -> Int64Array:
+    array = np.asarray(values)
+    if array.shape != (width,):
+        raise ConfigError(f"{what} must have shape ({width},), got shape {array.shape}")
+    if array.dtype.kind not in "iub":
+        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
+    return array.astype(np.int64)
+
+
+class FactoredCounter:
+    """A bank of ``width`` counters sharing one k-ary strategy; noise drawn at epoch start."""
+
+    def __init__(
+        self,
+        strategy: KaryStrategy,
+        epsilon: float,
+        sensitivity: float,
+        width: int,
+        sampler: NoiseSampler,
+        *,
+        epoch: int = 0,
+        carry: npt.ArrayLike | None = None,
+        carry_variance: float = 0.0,
+        noise_label: str = "",
+        node_noise: Int64Array | None = None,
+    ) -> None:
+        self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
+        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
+            raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
+        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
+        if not math.isfinite(carry_variance) or carry_variance < 0.0:
+            raise ConfigError(
+                f"carry_variance must be a finite number >= 0, got {carry_variance!r}"
+            )
+        self.strategy = strategy
+        self.width = int(width)
+        self.sampler = sampler
+        self.noise_label = str(noise_label)
+        self.epoch = int(epoch)
+        self.carry: FloatArray = (
+            np.zeros(self.width) if carry is None else np.asarray(carry, dtype=np.float64)
+        )
+        if self.carry.shape != (self.width,):
+            raise ConfigError(f"carry must have shape ({self.width},), got {self.carry.shape}")
+        self.carry_variance = float(carry_variance)
+        self._scales = level_scales(strategy, self.epsilon, self.sensitivity)
+        level_var = np.array([discrete_laplace_variance(b) for b in self._scales])
+        self._node_var: FloatArray = level_var[strategy.node_levels]
+        if node_noise is None:
+            self._z = self._draw_all()
+        else:
+            z = np.asarray(node_noise)
+            if z.shape != (strategy.node_count, self.width) or z.dtype.kind not in "iu":
+                raise StateError(
+                    f"node noise must be integers of shape ({strategy.node_count}, "
+                    f"{self.width}), got {z.dtype} {z.shape}"
+                )
+            self._z = z.astype(np.int64)
+        self._noise = strategy.decode_noise(self._z.astype(np.float64), self._node_var)
+        self._total_var = strategy.total_variances(self._node_var)
+        self._count_var = strategy.count_variances(self._node_var)
+        first, last = strategy.node_intervals()
+        self._node_last = last
+        self._closed = 0
+        self._exact_total: Int64Array = np.zeros(self.width, dtype=np.int64)  # raw s_t
+        # raw running total at the start of each level's open block
+        self._block_start: Int64Array = np.zeros((strategy.levels, self.width), dtype=np.int64)
+        self._final: list[Int64Array] = []  # noisy values of finalised nodes, in finalising order
+        self._final_ids: list[int] = []  # their 1-based node ids
+        self._first = first
+
+    # ------------------------------------------------------------------ noise
+    def _draw_all(self) -> Int64Array:
+        """Every node's noise, one call per level; the whole epoch's draw happens here."""
+        parts = []
+        for level, blocks in enumerate(self.strategy.blocks):
+            scale = self._scales[level]
+            size = blocks * self.width
+            if self.noise_label:
+                label = f"{self.noise_label}|e{self.epoch}|L{level}"
+                noise = np.asarray(self.sampler.discrete_laplace(scale, size, label=label))
+            else:
+                noise = np.asarray(self.sampler.discrete_laplace(scale, size))
+            if noise.shape != (size,):
+                raise StateError(
+                    f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
+                    f"({size},)"
+                )
+            parts.append(noise.astype(np.int64).reshape(blocks, self.width))
+        return np.concatenate(parts)
+
+    # ------------------------------------------------------------------ views
+    @property
+    def horizon(self) -> int:
+        """Periods per epoch."""
+        return self.strategy.horizon
+
+    @property
+    def periods_closed(self) -> int:
+        """Number of periods of this epoch already closed (0..horizon)."""
+        return self._closed
+
+    def total_variance(self, t: int) -> float:
+        """Exact ``Var(s~_t)`` of this epoch (carry excluded); ``Var(s~_0) = 0``."""
+        return 0.0 if t == 0 else float(self._total_var[t - 1])
+
+    def count_variance(self, t: int) -> float:
+        """Exact ``Var(s~_t - s~_{t-1})``."""
+        return float(self._count_var[t - 1])
+
+    def range_variance(self, first: int, last: int) -> float:
+        """Exact variance of the released sum over periods ``first..last`` of this epoch."""
+        return self.strategy.range_variance(first, last, self._node_var)
+
+    # ------------------------------------------------------------------ releasing
+    def close_period(
+        self, counts: npt.NDArray[np.int64], *, stored: Any | None = None
+    ) -> FactoredRelease:
+        """Close the next period with its true counts (shape ``(width,)``) and release it.
+
+        No noise is drawn here (it was drawn at the epoch's start). ``stored`` is accepted for
+        interface compatibility with :class:`ContinualCounter` and must be None: this
+        counter's noise is all in its state already. O(width) plus the blocks that end now
+        (O(1) amortised).
+        """
+        if stored is not None:
+            raise StateError(
+                "a factored counter holds every node's noise from the epoch's start; restore "
+                "it with from_state() instead of passing a stored node"
+            )
+        t = self._closed + 1
+        if t > self.horizon:
+            raise HorizonError(
+                f"epoch {self.epoch} already released all {self.horizon} periods of its horizon; "
+                "call next_epoch() to start a new epoch (its totals carry this epoch's noisy total)"
+            )
+        a = _int_vector(counts, self.width, "counts")
+        total = self._exact_total + a
+        # finalise the blocks ending at t (one per level whose block size divides t, or N)
+        for level, offset in enumerate(self.strategy.level_offsets):
+            size = self.strategy.branching**level
+            if t % size == 0 or t == self.horizon:
+                block = (t - 1) // size
+                if block < self.strategy.blocks[level]:
+                    node = offset + block
+                    self._final.append(total - self._block_start[level] + self._z[node])
+                    self._final_ids.append(node + 1)
+                self._block_start[level] = total
+        self._exact_total = total
+        self._closed = t
+        noisy_total = total + self._noise[t - 1]
+        before = self._exact_total - a + self._noise[t - 2] if t > 1 else np.zeros(self.width)
+        return FactoredRelease(
+            epoch=self.epoch,
+            period=t,
+            noisy_count=noisy_total - before,
+            noisy_total=noisy_total + self.carry,
+            count_std=math.sqrt(self.count_variance(t)),
+            total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
+        )
+
+    def noisy_nodes(self) -> tuple[Int64Array, Int64Array, FloatArray]:
+        """Finalised nodes: ``(ids (n,), noisy values (n, width), noise variances (n,))``."""
+        ids = np.asarray(self._final_ids, dtype=np.int64)
+        values = np.stack(self._final) if self._final else np.zeros((0, self.width), dtype=np.int64)
+        return ids, values, self._node_var[ids - 1].copy()
+
+    def next_epoch(self) -> FactoredCounter:
+        """A fresh epoch (all its noise drawn now) whose totals carry this epoch's noisy total."""
+        last = (
+            self._exact_total + self._noise[self._closed - 1]
+            if self._closed
+            else np.zeros(self.width)
+        )
+        return FactoredCounter(
+            self.strategy,
+            self.epsilon,
+            self.sensitivity,
+            self.width,
+            self.sampler,
+            epoch=self.epoch + 1,
+            carry=last + self.carry,
+            carry_variance=self.total_variance(self._closed) + self.carry_variance,
+            noise_label=self.noise_label,
+        )
+
+    # ------------------------------------------------------------------ persistence
+    def state(self) -> dict[str, Any]:
+        """Plain, JSON-serialisable state, including every node's noise of the epoch.
+
+        Holds raw running totals: protect it like the input data. Store it before the first
+        release of the epoch.
+        """
+        s = self.strategy
+        return {
+            "kind": STATE_KIND,
+            "version": STATE_VERSION,
+            "mechanism": s.mechanism,
+            "objective": s.objective,
+            "horizon": s.horizon,
+            "branching": s.branching,
+            "budgets": list(s.budgets),
+            "epsilon": self.epsilon,
+            "sensitivity": self.sensitivity,
+            "width": self.width,
+            "epoch": self.epoch,
+            "sampler": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "noise_label": self.noise_label,
+            "periods_closed": self._closed,
+            "carry": self.carry.tolist(),
+            "carry_variance": self.carry_variance,
+            "node_noise": self._z.tolist(),
+            "exact_total": self._exact_total.tolist(),
+            "block_start": self._block_start.tolist(),
+            "final_ids": list(self._final_ids),
+            "final_values": [v.tolist() for v in self._final],
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], sampler: NoiseSampler) -> FactoredCounter:
+        """Restore without drawing; :class:`StateError` if malformed or of another sampler kind."""
+        try:
+            if state.get("kind") != STATE_KIND or state.get("version") != STATE_VERSION:
+                raise StateError(
+                    f"not a factored-counter state of version {STATE_VERSION} "
+                    f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
+                )
+            recorded = state["sampler"]
+            if bool(recorded["secure"]) != bool(sampler.secure):
+                raise StateError(
+                    f"state was produced with sampler {recorded['name']!r} "
+                    f"(secure={recorded['secure']}); restoring with {sampler.name!r} "
+                    f"(secure={sampler.secure}) is refused: use a sampler of the same kind"
+                )
+            strategy = KaryStrategy(
+                mechanism=state["mechanism"],
+                objective=state["objective"],
+                horizon=int(state["horizon"]),
+                branching=int(state["branching"]),
+                budgets=tuple(float(b) for b in state["budgets"]),
+            )
+            counter = cls(
+                strategy,
+                state["epsilon"],
+                state["sensitivity"],
+                state["width"],
+                sampler,
+                epoch=state["epoch"],
+                carry=np.asarray(state["carry"], dtype=np.float64),
+                carry_variance=state["carry_variance"],
+                noise_label=state.get("noise_label", ""),
+                node_noise=np.asarray(state["node_noise"], dtype=np.int64),
+            )
+            closed = state["periods_closed"]
+            if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
+                raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
+            ids = [int(i) for i in state["final_ids"]]
+            values = [_int_vector(v, counter.width, "noisy node") for v in state["final_values"]]
+            real = counter._first <= counter._node_last  # digits: some blocks lie past N
+            expected = (np.flatnonzero(real & (counter._node_last <= closed)) + 1).tolist()
+            if sorted(ids) != expected or len(values) != len(ids):
+                raise StateError(
+                    f"finalised nodes {sorted(ids)[:10]}... do not match {closed} closed periods"
+                )
+            counter._exact_total = _int_vector(state["exact_total"], counter.width, "total")
+            starts = np.asarray(state["block_start"], dtype=np.int64)
+            if starts.shape != (strategy.levels, counter.width):
+                raise StateError(f"block_start must have shape ({strategy.levels}, width)")
+            counter._block_start = starts
+        except StateError:
+            raise
+        except (KeyError, TypeError, ValueError, ConfigError) as error:
+            raise StateError(f"factored-counter state is malformed: {error}") from error
+        counter._closed = closed
+        counter._final_ids = ids
+        counter._final = values
+        return counter
