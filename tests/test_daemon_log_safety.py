@@ -1,18 +1,25 @@
-"""A worker's logs carry no record values, even at --log-level debug, and its root logger keeps
-the level asked for (Faust's start-up spinner would set it to DEBUG)."""
+"""A worker's logs carry no record values or bytes, even at --log-level debug (a real produce
+and fetch on the embedded broker), and its root logger keeps the level asked for (Faust's
+start-up spinner would set it to DEBUG)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterator
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
 import faust
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from streamdp.broker import EmbeddedBroker
 from streamdp.daemon.app import create_app
-from streamdp.daemon.log_safety import VALUE_LOGGERS, plain_worker
+from streamdp.daemon.log_safety import VALUE_LOGGERS, hold_value_loggers, plain_worker
 from streamdp.daemon.settings import DaemonSettings
 
 SPEC = Path(str(resources.files("streamdp").joinpath("examples", "restaurant.toml")))
@@ -20,14 +27,16 @@ SPEC = Path(str(resources.files("streamdp").joinpath("examples", "restaurant.tom
 
 @pytest.fixture
 def clean_logging() -> Iterator[None]:
-    """Restore the logger levels and root handlers a test changes."""
+    """Restore the logger levels, root handlers and record factory a test changes."""
     names = ["", *VALUE_LOGGERS]
     levels = {name: logging.getLogger(name).level for name in names}
     handlers = list(logging.root.handlers)
+    factory = logging.getLogRecordFactory()
     yield
     for name, level in levels.items():
         logging.getLogger(name).setLevel(level)
     logging.root.handlers[:] = handlers
+    logging.setLogRecordFactory(factory)
 
 
 def test_value_loggers_print_nothing_at_debug(
@@ -57,3 +66,85 @@ def test_the_worker_keeps_the_root_logger_at_the_level_asked_for(
     plain = plain_worker(faust.Worker(app, loglevel="warning", quiet=True))
     plain._setup_logging()
     assert logging.root.level == logging.WARNING
+
+
+def test_record_bytes_are_withheld_from_every_logger_at_every_level(
+    tmp_path: Path, clean_logging: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    create_app(DaemonSettings(config=SPEC, data_dir=tmp_path, log_level="debug"))
+    caplog.set_level(logging.DEBUG)
+    secret = b"restaurant-orders|o2|RAW-RECORD-5521"
+    other = logging.getLogger("some.library.nobody.held")
+    other.debug("fetched %r", secret)
+    other.error("batch %s", [secret, 3])
+    other.warning("by name %(value)s", {"value": bytearray(secret)})
+    other.info(secret)
+    other.info("still logs %d %s", 42, "plain text")
+    assert "RAW-RECORD-5521" not in caplog.text
+    assert f"<{len(secret)} bytes withheld>" in caplog.text
+    assert "still logs 42 plain text" in caplog.text
+
+
+def _produce_and_fetch(bootstrap: str, topic: str, marker: str) -> None:
+    """One record holding ``marker`` produced and fetched back through aiokafka."""
+
+    async def go() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+        await producer.start()
+        try:
+            value = f'{{"event_id": "{marker}", "note": "{marker}"}}'.encode()
+            await producer.send_and_wait(topic, value, key=marker.encode())
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+            group_id=None, enable_auto_commit=False,
+        )  # fmt: skip
+        await consumer.start()
+        try:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                batches = await consumer.getmany(timeout_ms=500)
+                values = [m.value for ms in batches.values() for m in ms if m.value]
+                if any(marker.encode() in v for v in values):
+                    return
+            raise AssertionError(f"record with {marker} not fetched back within 30 s")
+        finally:
+            await consumer.stop()
+
+    asyncio.run(go())
+
+
+def test_a_real_produce_and_fetch_at_debug_logs_no_record_bytes(
+    broker: EmbeddedBroker,
+    new_topic: Callable[..., str],
+    clean_logging: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    # control: without the defences, aiokafka prints the record bytes at DEBUG
+    logging.setLogRecordFactory(logging.LogRecord)
+    for name in VALUE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    leaked = f"LEAK{uuid.uuid4().hex[:12]}"
+    _produce_and_fetch(broker.bootstrap, new_topic(), leaked)
+    assert leaked in caplog.text
+    caplog.clear()
+
+    hold_value_loggers()  # what create_app does
+    secret = f"MARK{uuid.uuid4().hex[:12]}"
+    _produce_and_fetch(broker.bootstrap, new_topic(), secret)
+    debug_lines = [r for r in caplog.records if r.levelno == logging.DEBUG]
+    assert any(r.name.startswith("aiokafka") for r in debug_lines)  # DEBUG was really on
+    assert secret not in caplog.text
+    caplog.clear()
+
+    # the record factory alone, with aiokafka's connection logger let through at DEBUG
+    for name in VALUE_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+    secret = f"MARK{uuid.uuid4().hex[:12]}"
+    _produce_and_fetch(broker.bootstrap, new_topic(), secret)
+    assert any(r.name == "aiokafka.conn" for r in caplog.records)
+    assert re.search(r"<Produce\w* withheld>", caplog.text)
+    assert re.search(r"<Fetch\w* withheld>", caplog.text)
+    assert secret not in caplog.text

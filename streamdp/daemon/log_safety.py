@@ -1,9 +1,19 @@
-"""Logging in a worker process: no protected values in any log line, and no cost below the level.
+"""Logging in a worker process: no record bytes or values in any log line at any level, and no
+cost below the level.
 
-Two libraries log record values at DEBUG: Faust's topic sender (``send: topic=... v=...``) and
-aiokafka's producer (``Sending (key=... value=...)``). A worker sends its state table's changelog
-through them, and that holds raw counts: at ``--log-level debug`` they would print un-noised
-data. Their loggers are held at INFO whatever the level asked for.
+Three libraries log record contents at DEBUG: Faust's topic sender (``send: topic=... v=...``),
+aiokafka's producer (``Sending (key=... value=...)``) and aiokafka's connection
+(``Request to ...: ProduceRequest(... records=b'...')`` and ``Response from ...:
+FetchResponse(... records=b'...')``: about 100-byte prefixes of every produced and fetched
+batch). A worker's input holds raw records and its state changelog raw counts: at
+``--log-level debug`` these lines would print them. Two defences, both installed by
+:func:`hold_value_loggers`:
+
+1. those loggers are held at INFO whatever the level asked for;
+2. a log-record factory for the whole process replaces, in every record of every logger and
+   level, any argument that can carry record contents (bytes-like values, Kafka protocol
+   requests and responses, consumed records, Faust messages, and containers holding them)
+   by a placeholder such as ``<312 bytes withheld>``.
 
 Faust's worker also sets the root logger to DEBUG when it shows its start-up spinner (the
 spinner turns once per log record), so every DEBUG call of Faust, mode and aiokafka builds a
@@ -14,20 +24,80 @@ asked for.
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import Any, TypeVar
 
 Worker = TypeVar("Worker")
 
-#: Loggers whose DEBUG lines carry record keys and values.
-VALUE_LOGGERS = ("faust.topics", "aiokafka.producer.producer")
+#: Loggers whose DEBUG lines carry record keys, values or batches.
+VALUE_LOGGERS = ("faust.topics", "aiokafka.producer.producer", "aiokafka.conn")
+
+_MARK = "_streamdp_withholds_record_bytes"
 
 
 def hold_value_loggers() -> None:
-    """Keep the loggers that print record values at INFO or above."""
+    """Keep the loggers that print record contents at INFO or above, and withhold record
+    contents from every log record of the process (see the module docstring)."""
     for name in VALUE_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level < logging.INFO:  # NOTSET (0) follows the root, which may go to DEBUG
             logger.setLevel(logging.INFO)
+    current = logging.getLogRecordFactory()
+    if not getattr(current, _MARK, False):
+        logging.setLogRecordFactory(withholding_factory(current))
+
+
+@lru_cache(maxsize=1)
+def _record_types() -> tuple[type, ...]:
+    """Types whose repr shows record contents (imported on first use)."""
+    from aiokafka.protocol.struct import Struct
+    from aiokafka.structs import ConsumerRecord
+    from faust.types.tuples import Message
+
+    return (Struct, ConsumerRecord, Message)
+
+
+def _carries_record(value: Any, depth: int = 0) -> bool:
+    if isinstance(value, (bytes | bytearray | memoryview, *_record_types())):
+        return True
+    if depth >= 2:
+        return False
+    if isinstance(value, list | tuple | set | frozenset):
+        return any(_carries_record(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return any(
+            _carries_record(k, depth + 1) or _carries_record(v, depth + 1) for k, v in value.items()
+        )
+    return False
+
+
+def withheld(value: Any) -> Any:
+    """``value``, or a placeholder naming its type and size if it can carry record contents."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"<{len(value)} bytes withheld>"
+    if _carries_record(value):
+        return f"<{type(value).__name__} withheld>"
+    return value
+
+
+def withholding_factory(base: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+    """A log-record factory that builds records with ``base`` and withholds record contents
+    from their message and arguments."""
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = base(*args, **kwargs)
+        if not isinstance(record.msg, str):
+            record.msg = withheld(record.msg)
+        if isinstance(record.args, Mapping):
+            if any(_carries_record(v) for v in record.args.values()):
+                record.args = {k: withheld(v) for k, v in record.args.items()}
+        elif record.args and any(_carries_record(v) for v in record.args):
+            record.args = tuple(withheld(v) for v in record.args)
+        return record
+
+    setattr(factory, _MARK, True)
+    return factory
 
 
 def plain_worker(worker: Worker) -> Worker:
