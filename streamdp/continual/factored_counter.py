@@ -28,13 +28,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.kary import KaryStrategy, exact_scale
-from streamdp.continual.variance import check_privacy
+from streamdp.continual.variance import (
+    MAX_NOISE_SCALE,
+    MIN_NOISE_SCALE,
+    check_privacy,
+    exact_epsilon,
+)
 from streamdp.errors import ConfigError, HorizonError, StateError
 from streamdp.noise.sampler import NoiseSampler, discrete_laplace_variance
 
@@ -59,9 +65,26 @@ class FactoredRelease:
     total_std: float
 
 
-def level_scales(strategy: KaryStrategy, epsilon: float, sensitivity: float) -> list[float]:
-    """Noise scale of each level, ``Delta / (epsilon * budget_l)`` rounded up exactly."""
-    return [exact_scale(sensitivity, epsilon, share) for share in strategy.budgets]
+def level_scales(
+    strategy: KaryStrategy, epsilon: float | Fraction, sensitivity: float
+) -> list[float]:
+    """Noise scale of each level, ``Delta / (epsilon * budget_l)`` rounded up so the loss is at
+    most ``epsilon * budget_l`` exactly, against epsilon as written (``0.1`` = 1/10).
+
+    Raises :class:`ConfigError` when a scale leaves ``[2^-40, 2^40]`` (see
+    :data:`streamdp.continual.variance.MAX_NOISE_SCALE`).
+    """
+    check_privacy(epsilon, sensitivity)
+    eps = exact_epsilon(epsilon)
+    scales = [exact_scale(float(sensitivity), eps, share) for share in strategy.budgets]
+    for level, scale in enumerate(scales):
+        if not MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE:
+            raise ConfigError(
+                f"epsilon {float(eps):.6g} with Delta {sensitivity:g} gives level {level} of "
+                f"{strategy.mechanism} the noise scale {scale:.6g}, outside [2^-40, 2^40]; "
+                "choose epsilon and Delta so that Delta / epsilon is within about 2^38"
+            )
+    return scales
 
 
 def _int_vector(values: Any, width: int, what: str) -> Int64Array:
@@ -110,7 +133,7 @@ class FactoredCounter:
         if self.carry.shape != (self.width,):
             raise ConfigError(f"carry must have shape ({self.width},), got {self.carry.shape}")
         self.carry_variance = float(carry_variance)
-        self._scales = level_scales(strategy, self.epsilon, self.sensitivity)
+        self._scales = level_scales(strategy, epsilon, self.sensitivity)
         level_var = np.array([discrete_laplace_variance(b) for b in self._scales])
         self._node_var: FloatArray = level_var[strategy.node_levels]
         if node_noise is None:

@@ -99,11 +99,12 @@ def exact_budgets(fractions: npt.ArrayLike) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
-def exact_scale(sensitivity: float, epsilon: float, weight: float) -> float:
+def exact_scale(sensitivity: float, epsilon: float | Fraction, weight: float) -> float:
     """``Delta / (epsilon * weight)`` rounded UP so that ``Delta / b <= epsilon * weight``
-    holds exactly (as rationals): a node never spends more than its share."""
-    b = sensitivity / (epsilon * weight)
-    while Fraction(sensitivity) / Fraction(b) > Fraction(epsilon) * Fraction(weight):
+    holds exactly (as rationals, ``epsilon`` exact): a node never spends more than its share."""
+    eps = Fraction(epsilon)
+    b = sensitivity / (float(eps) * weight)
+    while Fraction(sensitivity) / Fraction(b) > eps * Fraction(weight):
         b = math.nextafter(b, math.inf)
     return b
 
