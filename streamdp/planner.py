@@ -1,8 +1,9 @@
 """Accuracy planner: the error a continual counter will have, before any budget is spent.
 
-Pure maths on public parameters only (mechanism, objective, horizon N, epsilon, Delta, noise).
-Reports the variance of the noisy running total ``s~_t`` averaged and maximised over
-``t = 1..N`` (:mod:`streamdp.continual.variance`), and the 95% error bound at chosen ``t``:
+Pure maths on public parameters only (mechanism, objective, horizon N, epsilon, Delta, noise;
+k for the k-ary mechanisms). Reports the variance of the noisy running total ``s~_t`` and of
+the period count ``s~_t - s~_{t-1}``, averaged and maximised over ``t = 1..N``, the values a
+counter stores per epoch, and the 95% error bound at chosen ``t``:
 the ``q`` with ``P(|s~_t - s_t| <= q) >= 0.95``, computed from the exact distribution of the sum
 of the independent node noises on the read path (numerical convolution on a lattice), not from a
 normal approximation (a single Laplace node has a 95% bound of ``b ln 20 = 2.12 sigma``).
@@ -21,8 +22,10 @@ import numpy.typing as npt
 from scipy.signal import fftconvolve
 from scipy.special import ndtri
 
-from streamdp.continual.fda import Objective, check_objective
-from streamdp.continual.strategy import Mechanism, Strategy, build_strategy, check_mechanism
+from streamdp.continual.factored_counter import level_scales
+from streamdp.continual.fda import check_objective
+from streamdp.continual.kary import KARY_MECHANISMS, check_kary_objective, optimise
+from streamdp.continual.strategy import Strategy, build_strategy, check_mechanism
 from streamdp.continual.variance import (
     Noise,
     check_noise,
@@ -52,8 +55,8 @@ class ReleaseError:
 class Plan:
     """Expected accuracy of one configuration; variances in counts^2."""
 
-    mechanism: Mechanism
-    objective: Objective
+    mechanism: str
+    objective: str
     horizon: int
     epsilon: float
     sensitivity: float
@@ -61,6 +64,11 @@ class Plan:
     mean_variance: float
     max_variance: float
     releases: list[ReleaseError] = field(default_factory=list)
+    mean_count_variance: float = math.nan
+    max_count_variance: float = math.nan
+    state_values_per_counter: int = 0
+    branching: int | None = None
+    level_budgets: tuple[float, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
@@ -75,6 +83,11 @@ class Plan:
             "max_variance": self.max_variance,
             "mean_std": math.sqrt(self.mean_variance),
             "max_std": math.sqrt(self.max_variance),
+            "mean_count_variance": self.mean_count_variance,
+            "max_count_variance": self.max_count_variance,
+            "state_values_per_counter": self.state_values_per_counter,
+            "branching": self.branching,
+            "level_budgets": list(self.level_budgets),
             "releases": [
                 {"t": r.t, "total_std": r.total_std, "error95": r.error95} for r in self.releases
             ],
@@ -127,6 +140,16 @@ def report_points(horizon: int) -> list[int]:
     return sorted(points)
 
 
+def _check_horizon(horizon: int) -> int:
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
+    if horizon > MAX_HORIZON:
+        raise ConfigError(
+            f"horizon {horizon} exceeds {MAX_HORIZON}; use epochs (a new tree every N periods)"
+        )
+    return horizon
+
+
 def plan(  # noqa: PLR0917 - the planner's six public parameters, in CLI order
     mechanism: str,
     objective: str,
@@ -136,18 +159,26 @@ def plan(  # noqa: PLR0917 - the planner's six public parameters, in CLI order
     noise: str = "discrete-laplace",
     *,
     points: list[int] | None = None,
+    branching: int | None = None,
 ) -> Plan:
-    """Expected accuracy of a configuration (validates every argument, :class:`ConfigError`)."""
+    """Expected accuracy of a configuration (validates every argument, :class:`ConfigError`).
+
+    ``mechanism``: any of :data:`streamdp.continual.strategy.ALL_MECHANISMS`; the k-ary ones
+    take ``objective`` ``total``, ``minimax`` or ``count`` and optionally ``branching`` (k).
+    """
+    if mechanism in KARY_MECHANISMS:
+        return _plan_kary(
+            mechanism, objective, horizon, epsilon, sensitivity, noise, points, branching
+        )
+    if branching is not None:
+        raise ConfigError(
+            f"branching (k) applies to {', '.join(KARY_MECHANISMS)} only, not {mechanism!r}"
+        )
     mech = check_mechanism(mechanism)
     obj = check_objective(objective)
     kind = check_noise(noise)
     eps, delta = check_privacy(epsilon, sensitivity)
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
-    if horizon > MAX_HORIZON:
-        raise ConfigError(
-            f"horizon {horizon} exceeds {MAX_HORIZON}; use epochs (a new tree every N periods)"
-        )
+    _check_horizon(horizon)
     strategy: Strategy = build_strategy(mech, obj, horizon)
     profile = variance_profile(strategy, eps, delta, kind)
     scales = node_scales(strategy, eps, delta)
@@ -173,4 +204,86 @@ def plan(  # noqa: PLR0917 - the planner's six public parameters, in CLI order
         mean_variance=profile.mean_variance,
         max_variance=profile.max_variance,
         releases=releases,
+        mean_count_variance=float(profile.count.mean()),
+        max_count_variance=float(profile.count.max()),
+        state_values_per_counter=strategy.state_values_per_counter,
     )
+
+
+def _plan_kary(  # noqa: PLR0917 - plan()'s parameters
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    epsilon: float,
+    sensitivity: float,
+    noise: str,
+    points: list[int] | None,
+    branching: int | None,
+) -> Plan:
+    """:func:`plan` for the k-ary strategies (negative digits, GLS).
+
+    The 95% bound: a release's noise is ``sum_i m_i z_i``; with at most ``EXACT_MAX_NODES``
+    nonzero ``m_i`` it is computed by convolution (exact for digits, whose ``m_i`` are +-1;
+    for GLS's fractional ``m_i`` the discrete noise is treated as continuous Laplace of scale
+    ``|m_i| b_i``), otherwise from the normal quantile of the exact variance.
+    """
+    kind = check_noise(noise)
+    eps, delta = check_privacy(epsilon, sensitivity)
+    _check_horizon(horizon)
+    strategy = optimise(mechanism, check_kary_objective(objective), horizon, branching)
+    scales = np.asarray(level_scales(strategy, epsilon, delta))[strategy.node_levels]
+    node_var = scale_variances(scales, kind)
+    total = strategy.total_variances(node_var)
+    count = strategy.count_variances(node_var)
+    releases = []
+    for t in points if points is not None else report_points(horizon):
+        if not 1 <= t <= horizon:
+            raise ConfigError(f"release t must be in 1..{horizon}, got {t}")
+        m = strategy.range_coefficients(1, t, node_var)
+        used = np.flatnonzero(np.abs(m) > 1e-12)
+        variance = float(total[t - 1])
+        if used.shape[0] > EXACT_MAX_NODES:
+            bound = float(ndtri(0.975)) * math.sqrt(variance)
+        elif np.allclose(np.abs(m[used]), 1.0):
+            bound = error_bound(scales[used], kind)
+        else:
+            bound = error_bound(np.abs(m[used]) * scales[used], "laplace")
+        releases.append(ReleaseError(t=t, total_std=math.sqrt(variance), error95=bound))
+    return Plan(
+        mechanism=strategy.mechanism,
+        objective=strategy.objective,
+        horizon=horizon,
+        epsilon=eps,
+        sensitivity=delta,
+        noise=kind,
+        mean_variance=float(total.mean()),
+        max_variance=float(total.max()),
+        releases=releases,
+        mean_count_variance=float(count.mean()),
+        max_count_variance=float(count.max()),
+        state_values_per_counter=strategy.state_values_per_counter,
+        branching=strategy.branching,
+        level_budgets=strategy.budgets,
+    )
+
+
+COMPARED: tuple[tuple[str, str], ...] = (
+    ("naive", "total"),
+    ("binary", "total"),
+    ("fda", "total"),
+    ("fda", "minimax"),
+    ("kary_digits", "total"),
+    ("kary_gls", "total"),
+    ("kary_gls", "minimax"),
+    ("kary_gls", "count"),
+)
+
+
+def compare(
+    horizon: int, epsilon: float, sensitivity: float, noise: str = "discrete-laplace"
+) -> list[Plan]:
+    """:func:`plan` of every mechanism (and objective) of :data:`COMPARED`, in that order."""
+    return [
+        plan(mechanism, objective, horizon, epsilon, sensitivity, noise, points=[horizon])
+        for mechanism, objective in COMPARED
+    ]

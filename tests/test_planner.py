@@ -120,3 +120,50 @@ def test_plan_reports_release_errors() -> None:
     p = plan("fda", "total", 100, 1.0, 1.0)
     assert [r.t for r in p.releases] == [1, 25, 50, 75, 100]
     assert all(r.error95 > r.total_std for r in p.releases)
+
+
+def test_kary_gls_plan_meets_the_issue_target_at_4095(capsys) -> None:
+    """Issue 13's acceptance: N = 4095, epsilon = Delta = 1, Laplace: mean <= 195, max <= 320."""
+    argv = ["plan", "--mechanism", "kary_gls", "--horizon", "4095", "--epsilon", "1"]
+    assert main([*argv, "--noise", "laplace", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["mean_variance"] <= 195.0
+    assert data["max_variance"] <= 320.0
+    assert data["branching"] >= 2
+    assert sum(data["level_budgets"]) <= 1.0
+    assert data["mean_count_variance"] < data["mean_variance"]
+    # the same with the discrete Laplace the counter samples: its exact variance is smaller
+    assert main([*argv, "--format", "json"]) == 0
+    discrete = json.loads(capsys.readouterr().out)
+    assert discrete["mean_variance"] < data["mean_variance"]
+
+
+@pytest.mark.parametrize("mechanism", ["kary_digits", "kary_gls"])
+def test_kary_plan_with_fixed_branching(mechanism: str) -> None:
+    result = plan(mechanism, "minimax", 200, 0.5, 2.0, "laplace", branching=4)
+    assert result.branching == 4
+    assert result.max_variance >= result.mean_variance > 0
+    assert [r.t for r in result.releases] == [1, 50, 100, 150, 200]
+    # the 95% bound of a sum of Laplace noises lies between 1.96 and 2.12 standard deviations
+    for r in result.releases:
+        assert 1.9 * r.total_std <= r.error95 <= 2.2 * r.total_std
+
+
+def test_compare_lists_every_mechanism(capsys) -> None:
+    argv = ["plan", "--compare", "--horizon", "365", "--epsilon", "1", "--noise", "laplace"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    for name in ("naive", "binary", "fda", "kary_digits", "kary_gls"):
+        assert name in out
+    assert main([*argv, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {(r["mechanism"], r["objective"]): r for r in rows}
+    gls = by_name[("kary_gls", "total")]["mean_variance"]
+    assert gls < by_name[("fda", "total")]["mean_variance"]
+    assert gls < by_name[("binary", "total")]["mean_variance"]
+
+
+def test_branching_for_a_fenwick_mechanism_is_an_error(capsys) -> None:
+    argv = ["plan", "--mechanism", "fda", "--branching", "4", "--horizon", "10", "--epsilon", "1"]
+    assert main(argv) == 2
+    assert "branching" in capsys.readouterr().err
