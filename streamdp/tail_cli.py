@@ -152,8 +152,11 @@ async def _tail(
     except KafkaError as error:
         raise BrokerError(f"cannot reach the broker at {bootstrap}: {error}") from error
     try:
-        topics = await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic) if topic in topics else None
+        # the metadata of every topic; the consumer's own cluster view covers only the topics
+        # it reads, which on Apache Kafka is none yet (Tansu answered with all of them)
+        cluster = await consumer._client.fetch_all_metadata()
+        topics = cluster.topics()
+        partitions = cluster.partitions_for_topic(topic) if topic in topics else None
         if not partitions:
             known = ", ".join(sorted(t for t in topics if not t.startswith("__"))) or "none"
             raise ConfigError(f"topic {topic!r} does not exist on {bootstrap} (topics: {known})")

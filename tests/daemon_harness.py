@@ -23,7 +23,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from streamdp.broker import EmbeddedBroker
+from streamdp.broker import EmbeddedBroker, KafkaCluster
 from streamdp.broker.tansu import free_loopback_port
 from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
@@ -33,6 +33,7 @@ from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import Line, generate
 
 SEED = 41
+AnyBroker = EmbeddedBroker | KafkaCluster
 
 
 @dataclass
@@ -92,7 +93,7 @@ def replay_outputs(
 
 
 def create_topics(
-    broker: EmbeddedBroker,
+    broker: AnyBroker,
     scenario: Scenario,
     config: Path,
     partitions: int,
@@ -118,7 +119,7 @@ class Worker:
 
     def __init__(
         self,
-        broker: EmbeddedBroker,
+        broker: AnyBroker,
         config: Path,
         *,
         app_id: str,
@@ -142,12 +143,13 @@ class Worker:
             "--data-dir", str(data_dir),
             "--session-timeout", "6",
             "--stall-exit", "12",
-            "--single-record-batches",
             "--topic-namespace", namespace,
             "--input-path", input_path,
         ]  # fmt: skip
         if seed is not None:
             self.args += ["--insecure-seed", str(seed)]
+        if isinstance(broker, EmbeddedBroker):  # Tansu's ListOffsets defect (dev-broker-notes)
+            self.args.append("--single-record-batches")
         self._log = log_path.open("ab")
         self.restarts = 0
         self._supervising = supervise
@@ -224,11 +226,11 @@ class Worker:
         return "\n".join(lines[-n:])
 
 
-def produce(broker: EmbeddedBroker, records: Iterable[tuple[str, bytes, bytes]]) -> None:
+def produce(broker: AnyBroker, records: Iterable[tuple[str, bytes, bytes]]) -> None:
     """Send (topic, key, value) records in order and wait for every acknowledgement."""
 
     async def go() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5)
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
         await producer.start()
         try:
             futures = [await producer.send(t, v, key=k) for t, k, v in records]
@@ -252,7 +254,7 @@ def lines_as_records(
 
 
 def collect(
-    broker: EmbeddedBroker,
+    broker: AnyBroker,
     topics: list[str],
     done: Callable[[dict[str, dict[str, list[str]]]], bool],
     *,
@@ -303,7 +305,7 @@ def env_without_proxies() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
 
 
-def record_counts(broker: EmbeddedBroker, topic: str, total: int) -> dict[int, int]:
+def record_counts(broker: AnyBroker, topic: str, total: int) -> dict[int, int]:
     """How many records each partition of ``topic`` holds, read from the beginning until
     ``total`` records were seen (records counted, not ListOffsets: see docs/dev-broker-notes)."""
 
@@ -329,7 +331,7 @@ def record_counts(broker: EmbeddedBroker, topic: str, total: int) -> dict[int, i
 
 
 def committed_offsets(
-    broker: EmbeddedBroker, group: str, topic: str, partitions: Iterable[int]
+    broker: AnyBroker, group: str, topic: str, partitions: Iterable[int]
 ) -> dict[int, int | None]:
     """The consumer group's committed offsets for ``topic`` (asked of the group coordinator
     without joining the group)."""
