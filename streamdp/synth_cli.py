@@ -7,8 +7,9 @@ import math
 import sys
 from pathlib import Path
 
+from streamdp.engine.periods import format_instant
 from streamdp.errors import ConfigError
-from streamdp.synth import SCENARIOS, generate
+from streamdp.synth import SCENARIOS, example_spec, generate, release_instant
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -53,4 +54,6 @@ def run(args: argparse.Namespace) -> int:
             else:
                 bad += 1
     sys.stderr.write(f"wrote {good} good and {bad} bad records to {args.output}\n")
+    as_of = format_instant(release_instant(example_spec(args.scenario), args.periods))
+    sys.stderr.write(f"every generated period is released by: replay ... --as-of {as_of}\n")
     return 0

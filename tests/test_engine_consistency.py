@@ -18,7 +18,7 @@ from test_engine_support import consistent, drive, releases
 from streamdp.continual.strategy import build_strategy
 from streamdp.engine import Engine, parse_spec
 from streamdp.noise import InsecureSeededSampler, discrete_laplace_variance
-from streamdp.synth import example_spec, generate
+from streamdp.synth import example_spec, generate, release_instant
 
 
 def _node_matrix(n: int) -> np.ndarray:
@@ -88,7 +88,9 @@ def test_restaurant_revision_is_the_dense_wls_solution_and_respects_combos() -> 
     stream = spec.streams["restaurant-items"]
     engine = Engine(spec, sampler=InsecureSeededSampler(11))
     outputs, letters = drive(
-        engine, (line.text for line in generate("restaurant", 365, 50, seed=5))
+        engine,
+        (line.text for line in generate("restaurant", 365, 50, seed=5)),
+        as_of=release_instant(spec, 365),
     )
     assert not letters
     outputs += engine.revise("restaurant-items")
@@ -157,16 +159,6 @@ def _census_lines(periods: int, seed: int) -> list[str]:
                     }
                 )
             )
-    lines.append(
-        json.dumps(
-            {
-                "type": "control",
-                "action": "close",
-                "stream": "census",
-                "through": 1704067200 + 3600 * periods,
-            }
-        )
-    )
     return lines
 
 
@@ -176,7 +168,8 @@ def test_census_revision_across_epochs_is_the_dense_wls_solution() -> None:
     names = stream.counters.names
     assert names[:6] == ("total", "sex=f", "sex=m", "age=young", "age=mid", "age=old")
     engine = Engine(spec, sampler=InsecureSeededSampler(3))
-    outputs, letters = drive(engine, _census_lines(40, seed=8))  # 3 epochs of 16, 16, 8
+    # 3 epochs of 16, 16, 8
+    outputs, letters = drive(engine, _census_lines(40, seed=8), as_of=1704067200 + 3600 * 40)
     assert not letters
     outputs += engine.revise("census")
     counts, totals, covered = _revision_arrays(consistent(outputs), names)

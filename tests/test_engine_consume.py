@@ -1,4 +1,4 @@
-"""Engine.consume (the daemon's per-record path) against Engine.ingest + advance_watermark.
+"""Engine.consume (the daemon's per-record path) against Engine.ingest, under one clock.
 
 ``consume`` counts the common well-formed event without building a result object and hands
 everything else to the general path. These tests prove the two forms are the same function:
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+from datetime import datetime
 from importlib import resources
 from typing import Any
 
@@ -32,7 +33,7 @@ ODD_RECORDS: list[dict[str, Any] | str] = [
     {"event_id": "odd-3", "event_time": "2024-01-02T00:00:00Z", "source": ["x"]},
     {"event_id": "odd-4", "event_time": "2024-01-02T00:00:00Z", "type": "other"},
     {"type": "control", "action": "watermark", "time": 1704240000, "source": ["x"]},
-    {"type": "control", "action": "watermark", "time": 1704240000},
+    {"type": "control", "action": "close", "stream": "restaurant-items", "through": 1704240000},
     {"type": "control", "action": "close", "stream": ["x"], "through": 1704240000},
     "[1, 2]",
     '{"event_id": "odd-5"} trailing',
@@ -89,27 +90,44 @@ def _positions(n: int, seed: int) -> list[int]:
     return out
 
 
+def _arrivals(texts: list[bytes], positions: list[int]) -> list[float]:
+    """A public clock for the test: it follows the largest plausible event time read so far
+    (the same schedule for both engines compared)."""
+    out: list[float] = []
+    latest = 1704067200.0
+    for offset in positions:
+        data = _object(texts[offset].decode("utf-8", "replace"))
+        when = data.get("event_time") if data is not None else None
+        if isinstance(when, str) and when.startswith("2024-") and "T" in when:
+            try:
+                latest = max(latest, datetime.fromisoformat(when).timestamp())
+            except ValueError:
+                pass
+        out.append(latest)
+    return out
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     scenario=st.sampled_from(SCENARIOS),
     seed=st.integers(0, 10_000),
     bad=st.sampled_from([0.0, 0.2, 0.6]),
 )
-def test_consume_is_ingest_then_advance_watermark(scenario: str, seed: int, bad: float) -> None:
+def test_consume_is_ingest_under_the_same_clock(scenario: str, seed: int, bad: float) -> None:
     spec = example_spec(scenario)
     topic = next(iter(spec.sources.values())).topic
     fast = Engine(spec, sampler=InsecureSeededSampler(5))
     general = Engine(spec, sampler=InsecureSeededSampler(5))
     texts = _texts(scenario, seed, bad)
+    positions = _positions(len(texts), seed)
     kinds = set()
-    for offset in _positions(len(texts), seed):
+    for offset, now in zip(positions, _arrivals(texts, positions), strict=True):
         text = texts[offset]
-        out: list[Any] = []
+        out: list[Any] = [*fast.advance_clock(now)]
+        expected: list[Any] = [*general.advance_clock(now)]
         code = fast.consume(text, topic, 0, offset, out)
         result = general.ingest(text, source_topic=topic, partition=0, offset=offset)
-        expected = [*result.dead_letters, *result.outputs]
-        if result.event_time is not None:
-            expected += general.advance_watermark(result.event_time, source=result.source)
+        expected += [*result.dead_letters, *result.outputs]
         assert [o.to_json() for o in out] == [o.to_json() for o in expected], (offset, text)
         want = SKIPPED if result.skipped else ACCEPTED if result.accepted else NOT_COUNTED
         assert code == want, (offset, text)
@@ -118,20 +136,8 @@ def test_consume_is_ingest_then_advance_watermark(scenario: str, seed: int, bad:
     assert kinds >= {SKIPPED, ACCEPTED, NOT_COUNTED}
 
 
-def test_consume_refuses_a_bad_watermark_source_without_raising() -> None:
-    """An unhashable 'source' in a watermark control record once raised TypeError."""
-    spec = example_spec("restaurant")
-    engine = Engine(spec, sampler=InsecureSeededSampler(1))
-    record = {"type": "control", "action": "watermark", "time": 1704240000, "source": ["x"]}
-    out: list[Any] = []
-    assert engine.consume(json.dumps(record).encode(), "restaurant-orders", 0, 0, out) == (
-        NOT_COUNTED
-    )
-    assert [letter.reason for letter in out] == ["unknown_source"]
-
-
-def test_a_control_record_on_a_sources_topic_acts_on_that_source_only() -> None:
-    """In the daemon each source has its own engine; a full engine must agree with it."""
+def test_a_control_record_on_an_input_topic_is_refused_and_never_obeyed() -> None:
+    """Any producer can write an input topic: a close there must not close anything."""
     files = resources.files("streamdp").joinpath("examples")
     spec = parse_spec(
         files.joinpath("restaurant.toml").read_text("utf-8")
@@ -139,14 +145,31 @@ def test_a_control_record_on_a_sources_topic_acts_on_that_source_only() -> None:
         + files.joinpath("hospital.toml").read_text("utf-8")
     )
     engine = Engine(spec, sampler=InsecureSeededSampler(1))
-    other = {"type": "control", "action": "close", "stream": "hiv-admissions", "through": 1e9}
-    result = engine.ingest(
-        json.dumps(other), source_topic="restaurant-orders", partition=0, offset=0
-    )
-    assert [r.reason for r in result.rejections] == ["unknown_stream"]
-    assert "restaurant-items" in result.rejections[0].message
-    # the same record on the control topic (or in a file) closes the stream it names
-    assert engine.ingest(json.dumps(other)).ok
+    engine.advance_clock(1704067200.0 + 86400 * 40)  # 2024-02-10: January has ended
+    closed = {name: runtime.closed for name, runtime in engine.streams.items()}
+    assert closed["restaurant-items"] == 39  # the clock closed every day due by then
+    close = {"type": "control", "action": "close", "stream": "restaurant-items", "through": 2e9}
+    for offset, record in enumerate((close, {"type": "control", "action": "watermark", "time": 2})):
+        out: list[Any] = []
+        code = engine.consume(json.dumps(record).encode(), "restaurant-orders", 0, offset, out)
+        assert code == NOT_COUNTED
+        assert [letter.reason for letter in out] == ["control_on_input"]
+        result = engine.ingest(json.dumps(record))  # a file is input too
+        assert [r.reason for r in result.rejections] == ["control_on_input"]
+    assert {name: runtime.closed for name, runtime in engine.streams.items()} == closed
+    # the operator's path: bounded by the clock (the future cannot be released)
+    refused = engine.control(json.dumps(close))
+    assert [r.reason for r in refused.rejections] == ["bad_control"]
+    assert "after the worker's clock" in refused.rejections[0].message
+    # day 40 (Feb 9) has ended but waits for its hour of allowed lateness: released now
+    through = {**close, "through": "2024-02-10T00:00:00Z"}
+    applied = engine.control(json.dumps(through))
+    assert applied.ok
+    assert [r.period for r in applied.outputs if r.counter == "cola"] == [40]
+    assert engine.streams["restaurant-items"].closed == 40
+    assert engine.streams["hiv-admissions"].closed == closed["hiv-admissions"]
+    watermark = engine.control(json.dumps({"type": "control", "action": "watermark", "time": 1}))
+    assert [r.reason for r in watermark.rejections] == ["bad_control"]
 
 
 def _restaurant_spec(over_delta: str, delta: int) -> Any:

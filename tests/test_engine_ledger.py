@@ -141,7 +141,7 @@ def test_roll_carries_the_noisy_total_and_stop_rejects_after_the_horizon() -> No
     assert engine.ledger.sequential_spent("people") == Decimal("2.1")
 
     stop = Engine(parse_spec(SPEC.format(end="stop")), sampler=InsecureSeededSampler(2))
-    outputs, letters = drive(stop, _events(7))
+    outputs, letters = drive(stop, _events(7), as_of=1704067200 + 60 * 7)
     assert len(releases(outputs)) == 4
     assert {d.reason for d in letters} == {"after_horizon"}
     assert len(letters) == 3 * 3  # periods 5..7, three events each
@@ -153,7 +153,7 @@ def test_a_failed_spend_at_epoch_roll_changes_nothing_and_can_be_retried() -> No
     backend = Recorder(journal)
     engine = Engine(spec, sampler=JournalSampler(journal), ledger_backend=backend)
     lines = _events(6)
-    drive(engine, lines[: 3 * 4])  # periods 1..4 get events; 1..3 closed by the watermark
+    drive(engine, lines[: 3 * 4])  # periods 1..4 get events; 1..3 closed by the clock
     engine.close("flags", 1704067200 + 60 * 4)  # epoch 0 complete
     before = json.dumps(engine.snapshot(), sort_keys=True)
     backend.fail = True

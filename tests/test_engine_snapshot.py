@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from test_engine_support import drive
+from test_engine_support import arrivals_following, drive_clocked
 
 from streamdp.engine import Engine, MemoryLedgerBackend, parse_spec
 from streamdp.errors import StateError
@@ -52,12 +52,13 @@ def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> 
         _restaurant_rolling_spec() if scenario == "restaurant-rolling" else example_spec(scenario)
     )
     base = "restaurant" if scenario.startswith("restaurant") else scenario
-    lines = [
-        line.text for line in generate(base, periods, rate, seed=9, bad_fraction=0.05, spec=spec)
-    ]
+    generated = list(generate(base, periods, rate, seed=9, bad_fraction=0.05, spec=spec))
+    lines = [line.text for line in generated]
+    # the daemon's mode: the clock advances between records, closing periods on the way
+    arrivals = arrivals_following(generated)
     reference_sampler = IndexedSampler(1)
     reference = Engine(spec, sampler=reference_sampler)
-    ref_out, ref_dead = drive(reference, lines)
+    ref_out, ref_dead = drive_clocked(reference, lines, arrivals)
     ref_json = [r.to_json() for r in ref_out]
     assert any('"epoch":1' in j for j in ref_json) or scenario == "hospital"
 
@@ -66,7 +67,7 @@ def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> 
     for cut in cuts:
         sampler = IndexedSampler(1)
         first = Engine(spec, sampler=sampler, ledger_backend=MemoryLedgerBackend())
-        out1, dead1 = drive(first, lines[:cut])
+        out1, dead1 = drive_clocked(first, lines[:cut], arrivals[:cut])
         state = json.loads(json.dumps(first.snapshot()))  # plain JSON-able data
         calls_at_cut = sampler.calls
 
@@ -74,7 +75,7 @@ def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> 
         second = Engine(spec, sampler=restored_sampler, ledger_backend=MemoryLedgerBackend())
         second.restore(state)
         assert restored_sampler.calls == calls_at_cut  # restoring draws nothing
-        out2, dead2 = drive(second, lines[cut:])
+        out2, dead2 = drive_clocked(second, lines[cut:], arrivals[cut:])
 
         assert [r.to_json() for r in out1 + out2] == ref_json
         assert [d.to_json() for d in dead1 + dead2] == [d.to_json() for d in ref_dead]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, ReleaseRecord
+from streamdp.engine.periods import parse_instant
 
 
 class CountingSampler:
@@ -39,17 +41,60 @@ class ConstantSampler:
         return np.full(size, self.offset, dtype=np.int64)
 
 
-def drive(engine: Engine, lines: Iterable[str | bytes]) -> tuple[list[Any], list[DeadLetterRecord]]:
-    """Feed lines like the replay does; return (releases + consistent records, dead letters)."""
+def drive(
+    engine: Engine, lines: Iterable[str | bytes], *, as_of: float | None = None
+) -> tuple[list[Any], list[DeadLetterRecord]]:
+    """Feed lines like the replay does (one batch), then advance the public clock to ``as_of``
+    (default: the latest event time among the lines, a test convenience); return (releases +
+    consistent records, dead letters)."""
     outputs: list[Any] = []
     letters: list[DeadLetterRecord] = []
+    latest = float("-inf")
     for line in lines:
         result = engine.ingest(line)
         letters.extend(result.dead_letters)
         outputs.extend(result.outputs)
-        if result.event_time is not None:
-            outputs.extend(engine.advance_watermark(result.event_time, source=result.source))
+        if result.accepted:
+            latest = max(latest, latest_time(line))
+    outputs.extend(engine.advance_clock(latest if as_of is None else as_of))
     return outputs, letters
+
+
+def drive_clocked(
+    engine: Engine, lines: Iterable[str | bytes], arrivals: Iterable[float]
+) -> tuple[list[Any], list[DeadLetterRecord]]:
+    """Stream mode, like the daemon: before each line the public clock is advanced to that
+    line's arrival instant (the test's clock); return (outputs, dead letters)."""
+    outputs: list[Any] = []
+    letters: list[DeadLetterRecord] = []
+    for line, arrival in zip(lines, arrivals, strict=True):
+        outputs.extend(engine.advance_clock(arrival))
+        result = engine.ingest(line)
+        letters.extend(result.dead_letters)
+        outputs.extend(result.outputs)
+    return outputs, letters
+
+
+def arrivals_following(lines: Iterable[Any]) -> list[float]:
+    """A test clock that follows the data: each synth line arrives at the latest event time
+    of the good lines so far (an operator's schedule chosen in advance, the same for every
+    run it is compared with)."""
+    out: list[float] = []
+    latest = float("-inf")
+    for line in lines:
+        if line.expect is None:
+            latest = max(latest, latest_time(line.text))
+        out.append(latest)
+    return out
+
+
+def latest_time(line: str | bytes) -> float:
+    """The event time of a JSON line (-inf if it has none)."""
+    try:
+        value = parse_instant(json.loads(line).get("event_time"))
+    except (ValueError, AttributeError):
+        return float("-inf")
+    return float("-inf") if value is None else value
 
 
 def releases(outputs: Iterable[Any]) -> list[ReleaseRecord]:

@@ -2,11 +2,18 @@
 tests all drive the same way (DESIGN §2, §5).
 
     engine = Engine(spec, sampler=production_sampler(), ledger_backend=JsonLinesLedgerBackend(p))
+    publish(engine.advance_clock(now))          # the public clock: closes due periods
     result = engine.ingest(raw_bytes, source_topic="orders", partition=0, offset=42)
-    publish(result.dead_letters); publish(result.outputs)          # control records only
-    if result.event_time is not None:
-        publish(engine.advance_watermark(result.event_time, source=result.source))
+    publish(result.dead_letters)
+    publish(engine.control(raw_control_bytes))  # operator actions (the control topic only)
     state = engine.snapshot();  Engine(spec, sampler=...).restore(state)
+
+The release schedule is public: a period closes when the public clock (the worker's, never an
+event's time) passes its end plus the allowed lateness, or when an operator's close control
+record says so. Whether an event counts depends on that event alone and on the clock reading
+at its arrival (:meth:`advance_clock` sets it; every record ingested after it arrived then):
+never on any other event. Duplicates are true duplicates only (the same bytes in the same
+period: a producer retry); a record reusing another's event id counts on its own.
 
 Every output record has ``.key`` and ``.to_json()`` (see :mod:`streamdp.engine.records`).
 Raw counts live only in the streams' protected state (and in :meth:`Engine.snapshot`); no
@@ -16,6 +23,7 @@ release, dead letter, exception message or statistic carries them.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping
@@ -26,7 +34,7 @@ from typing import Any
 
 from streamdp.engine.events import MAX_ID_LENGTH, Reason, RejectedError, decode, event_id_of
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
-from streamdp.engine.periods import parse_instant
+from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
@@ -34,16 +42,17 @@ from streamdp.errors import InputGapError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
 ENGINE_STATE_KIND = "streamdp.engine"
-ENGINE_STATE_VERSION = 1
+# 2: the public clock reading ("clock") replaces the event-time watermarks of version 1
+ENGINE_STATE_VERSION = 2
+_RESTORABLE_VERSIONS = (1, 2)
 
 OutputRecord = ReleaseRecord | ConsistentRecord
 RawRecord = bytes | bytearray | str | Mapping[str, Any]
-_TIME_VALID = frozenset({"after_horizon", "duplicate_event", "late"})
 
 # what Engine.consume did with a record
 SKIPPED = 0  # its offset was already applied (a replay after a crash)
 ACCEPTED = 1  # at least one stream counted it
-NOT_COUNTED = 2  # refused by every stream, or a control record
+NOT_COUNTED = 2  # refused by every stream
 _NEVER = float("-inf")
 
 
@@ -61,20 +70,16 @@ class IngestResult:
     """What :meth:`Engine.ingest` did with one record.
 
     ``accepted``: streams that counted the event. ``rejections``/``dead_letters``: one per
-    refusing stream (or one for the record). ``outputs``: records a control record produced.
-    ``event_time``/``source``: set when at least one stream accepted the event (or refused it
-    only as late, duplicate or after its horizon), so the caller can advance that source's
-    watermark; None for junk, so a bad record cannot move time. ``skipped``: the
-    (topic, partition, offset) was already applied (a replay after a crash); nothing was done.
-    Treat it as read-only (not frozen: a frozen dataclass costs a microsecond per event).
+    refusing stream (or one for the record). ``outputs``: records an operator action produced.
+    ``skipped``: the (topic, partition, offset) was already applied (a replay after a crash);
+    nothing was done. Treat it as read-only (not frozen: a frozen dataclass costs a
+    microsecond per event).
     """
 
     accepted: tuple[str, ...] = ()
     rejections: tuple[Rejection, ...] = ()
     dead_letters: tuple[DeadLetterRecord, ...] = ()
     outputs: tuple[OutputRecord, ...] = ()
-    event_time: float | None = None
-    source: str | None = None
     skipped: bool = False
 
     @property
@@ -108,7 +113,15 @@ class EngineStats:
 
 
 class Engine:
-    """Ingest events, close periods on the watermark, release, revise, account budget."""
+    """Ingest events, close periods on the public clock, release, revise, account budget.
+
+    ``batch``: the file replay's mode. Every event of a period still open counts (there is no
+    arrival time to judge lateness by: the file is one batch), and periods close only when the
+    caller advances the clock, once, to the replay's public ``--as-of`` instant.
+    ``pace``: the most periods one stream closes per :meth:`advance_clock` or control record
+    (the rest stay due and close at the next call), so one clock jump cannot make one batch
+    of unbounded size; None: no limit.
+    """
 
     def __init__(
         self,
@@ -116,9 +129,15 @@ class Engine:
         *,
         sampler: NoiseSampler,
         ledger_backend: LedgerBackend | None = None,
+        batch: bool = False,
+        pace: int | None = None,
     ) -> None:
         self.spec = spec
         self.sampler = sampler
+        self.batch = batch
+        if pace is not None and pace < 1:
+            raise ValueError(f"pace must be >= 1 period per step, got {pace}")
+        self.pace = pace
         self.ledger = BudgetLedger(
             {name: s.epsilon_cap for name, s in spec.sources.items()}, ledger_backend
         )
@@ -136,11 +155,10 @@ class Engine:
             self._topics[source.topic] = source
             self._topics[source.name] = source
         self._single_source = next(iter(spec.sources.values())) if len(spec.sources) == 1 else None
-        self.watermarks: dict[str, float] = {}
-        self._deadline: dict[str, float] = {}
+        # the public clock's latest reading: records ingested now arrived at this instant
+        self.now: float = _NEVER
         self._offsets: dict[tuple[str, int], int] = {}
         self.stats = EngineStats()
-        self._refresh_deadlines()
 
     # ------------------------------------------------------------------ budget
     def _spend(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> object:
@@ -149,10 +167,6 @@ class Engine:
     def epsilon_spent(self) -> dict[str, Decimal]:
         """Event-level epsilon spent per source, from the durable ledger."""
         return {name: self.ledger.spent(name) for name in self.spec.sources}
-
-    def applied_offset(self, topic: str, partition: int) -> int | None:
-        """The last input offset applied from ``(topic, partition)``, if any."""
-        return self._offsets.get((topic, partition))
 
     # ------------------------------------------------------------------ ingest
     def ingest(
@@ -163,14 +177,14 @@ class Engine:
         partition: int | None = None,
         offset: int | None = None,
     ) -> IngestResult:
-        """Validate and count one input record (event or control). Never raises on bad input.
+        """Validate and count one input record, arrived at the clock's current reading
+        (:meth:`advance_clock`). Never raises on bad input.
 
         ``source_topic``: the topic it was read from (else the record's ``source`` field, else
-        the only configured source); a control record read from a source's topic acts on that
-        source only. ``partition``/``offset``: its position; an offset at or below the last
-        applied one of that (topic, partition) is skipped (at-least-once input, exactly-once
-        effect). Raises only :class:`~streamdp.errors.BudgetError` (a control record whose
-        release would exceed a cap; nothing is released then).
+        the only configured source). ``partition``/``offset``: its position; an offset at or
+        below the last applied one of that (topic, partition) is skipped (at-least-once input,
+        exactly-once effect). A control record here is refused (``control_on_input``): operator
+        actions come only through :meth:`control`.
         """
         if (
             source_topic is not None
@@ -190,16 +204,15 @@ class Engine:
         out: list[OutputRecord | DeadLetterRecord],
         strict: bool = False,
     ) -> int:
-        """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``,
-        then :meth:`advance_watermark` to its event time: the daemon's per-record path.
-        ``strict``: raise :class:`~streamdp.errors.InputGapError` (changing nothing) when the
-        offset is not the one after the last applied, i.e. records were lost below the reader.
+        """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``:
+        the daemon's per-record path. ``strict``: raise
+        :class:`~streamdp.errors.InputGapError` (changing nothing) when the offset is not the
+        one after the last applied, i.e. records were lost below the reader.
 
-        Appends the dead letters, the control record's outputs and the releases the watermark
-        closes to ``out``, in that order, and returns :data:`SKIPPED` (already applied),
-        :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused, or a control
-        record). State and outputs are exactly those of the two-call form (a property test
-        checks); an event every stream accepts costs no result object.
+        Appends the dead letters to ``out`` and returns :data:`SKIPPED` (already applied),
+        :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused). State and
+        outputs are exactly those of :meth:`ingest` (a property test checks); an event every
+        stream accepts costs no result object.
         """
         if not self._take_position(source_topic, partition, offset, strict):
             return SKIPPED
@@ -223,7 +236,6 @@ class Engine:
                     record, source, source_topic, offset, event, event_id, ts
                 )
                 if refused is None:
-                    self._advance_into(source.name, ts, out)
                     return ACCEPTED
                 return self._emit(refused, out)
         return self._emit(self._ingest_new(record, source_topic, offset), out)
@@ -254,11 +266,10 @@ class Engine:
         self._offsets[position] = offset
         return True
 
-    def _emit(self, result: IngestResult, out: list[OutputRecord | DeadLetterRecord]) -> int:
+    @staticmethod
+    def _emit(result: IngestResult, out: list[OutputRecord | DeadLetterRecord]) -> int:
         out += result.dead_letters
         out += result.outputs
-        if result.event_time is not None and result.source is not None:
-            self._advance_into(result.source, result.event_time, out)
         return ACCEPTED if result.accepted else NOT_COUNTED
 
     def _ingest_new(
@@ -267,8 +278,11 @@ class Engine:
         try:
             event = decode(record)
             if event.get("type") == "control":
-                within = self._topics.get(source_topic) if source_topic is not None else None
-                return self._control(event, within)
+                raise RejectedError(
+                    "control_on_input",
+                    "control records are obeyed only from the control topic (an operator "
+                    "surface), never from an input topic or file that any producer can write",
+                )
             source = self._resolve_source(event, source_topic)
             event_id = event_id_of(event)
             if "event_time" not in event:
@@ -285,9 +299,7 @@ class Engine:
         refused = self._count_event(record, source, source_topic, offset, event, event_id, ts)
         if refused is not None:
             return refused
-        return IngestResult(
-            accepted=self._stream_names[source.name], event_time=ts, source=source.name
-        )
+        return IngestResult(accepted=self._stream_names[source.name])
 
     def _count_event(  # noqa: PLR0917 - the per-record path, called positionally
         self,
@@ -303,9 +315,10 @@ class Engine:
         counted it; else the result with one dead letter per refusing stream."""
         accepted: list[str] = []
         rejections: list[Rejection] = []
+        key = content_key(record)
         for runtime in self._by_source[source.name]:
             try:
-                runtime.ingest(event, event_id, ts)
+                runtime.ingest(event, key, ts)
                 accepted.append(runtime.spec.name)
             except RejectedError as rejected:
                 rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
@@ -333,15 +346,8 @@ class Engine:
                     event_id=event_id,
                 )
             )
-        # the event's time is evidence of the clock when some stream took it, or refused it
-        # only for timing reasons (never for junk content or an implausible time)
-        timely = bool(accepted) or all(r.reason in _TIME_VALID for r in rejections)
         return IngestResult(
-            accepted=tuple(accepted),
-            rejections=tuple(rejections),
-            dead_letters=tuple(letters),
-            event_time=ts if timely else None,
-            source=source.name if timely else None,
+            accepted=tuple(accepted), rejections=tuple(rejections), dead_letters=tuple(letters)
         )
 
     def _resolve_source(self, event: Mapping[str, Any], topic: str | None) -> SourceSpec:
@@ -403,89 +409,109 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ control
-    def _control(self, event: Mapping[str, Any], within: SourceSpec | None) -> IngestResult:
-        """A control record; ``within``: the source whose topic it was read from (it may act
-        on that source only), None for the control topic or a file."""
+    def control(
+        self,
+        record: RawRecord,
+        *,
+        topic: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> IngestResult:
+        """An operator's control record (from the control topic; never from input).
+
+        The one action is ``close``: ``{"type": "control", "action": "close", "stream": S,
+        "through": T}`` releases every period of ``S`` ending at or before ``T`` without
+        waiting for its allowed lateness. ``T`` may not be after the clock's reading (the
+        future cannot be released), so a close is bounded by the clock; the periods it makes
+        due close ``pace`` at a time. Operators must never derive ``T`` from the data (e.g.
+        "close when the orders stop"): that would make the schedule depend on events.
+        Refused records come back as dead letters (``bad_control``, ``unknown_stream``).
+        """
+        if (
+            topic is not None
+            and partition is not None
+            and offset is not None
+            and not self._take_position(topic, partition, offset, strict=False)
+        ):
+            return IngestResult(skipped=True)
+        try:
+            event = decode(record)
+            if event.get("type") != "control":
+                raise RejectedError(
+                    "bad_control", "records on the control topic must have type 'control'"
+                )
+            outputs = self._close_action(event)
+        except RejectedError as rejected:
+            return self._reject_record(rejected, record, topic, offset)
+        self.stats.controls += 1
+        return IngestResult(outputs=tuple(outputs))
+
+    def _close_action(self, event: Mapping[str, Any]) -> list[OutputRecord]:
         action = event.get("action")
-        if action == "close":
-            stream = event.get("stream")
-            allowed = [
-                name
-                for name, s in self.spec.streams.items()
-                if within is None or s.source == within.name
-            ]
-            if not isinstance(stream, str) or stream not in allowed:
-                where = "" if within is None else f" on the topic of source {within.name!r}"
-                raise RejectedError(
-                    "unknown_stream",
-                    f"control record{where} names stream {stream!r}; it may name: "
-                    + ", ".join(allowed),
-                )
-            through = parse_instant(event.get("through"))
-            if through is None:
-                raise RejectedError(
-                    "bad_control",
-                    "close control record needs 'through': RFC 3339 text with offset or seconds",
-                )
-            self.stats.controls += 1
-            return IngestResult(outputs=tuple(self.close(stream, through)))
-        if action == "watermark":
-            ts = parse_instant(event.get("time"))
-            if ts is None:
-                raise RejectedError(
-                    "bad_control", "watermark control record needs 'time' (RFC 3339 or seconds)"
-                )
-            src = event.get("source")
-            named = self._topics.get(src) if isinstance(src, str) else None
-            if src is not None and (named is None or (within is not None and named is not within)):
-                where = "" if within is None else f" on the topic of source {within.name!r}"
-                raise RejectedError(
-                    "unknown_source", f"control record{where} names another source {src!r}"
-                )
-            self.stats.controls += 1
-            target = named or within
-            source = target.name if target is not None else None
-            return IngestResult(outputs=tuple(self.advance_watermark(ts, source=source)))
-        raise RejectedError("bad_control", "control 'action' must be 'close' or 'watermark'")
+        if action != "close":
+            raise RejectedError(
+                "bad_control",
+                f"control 'action' must be 'close', got {action!r} (the 'watermark' action "
+                "was removed: periods close on the public clock)",
+            )
+        stream = event.get("stream")
+        if not isinstance(stream, str) or stream not in self.streams:
+            raise RejectedError(
+                "unknown_stream",
+                f"control record names stream {stream!r}; it may name: "
+                + ", ".join(self.streams),
+            )
+        through = parse_instant(event.get("through"))
+        if through is None:
+            raise RejectedError(
+                "bad_control",
+                "close control record needs 'through': RFC 3339 text with offset or seconds",
+            )
+        if through > self.now:
+            raise RejectedError(
+                "bad_control",
+                f"close 'through' {format_instant(through)} is after the worker's clock "
+                f"({format_instant(self.now) if self.now > _NEVER else 'not started'}): only "
+                "periods that have ended can be released early",
+            )
+        return self._count(self.streams[stream].close_through(through, self.now, self.pace))
 
     # ------------------------------------------------------------------ time
-    def _refresh_deadlines(self) -> None:
-        for name, runtimes in self._by_source.items():
-            self._deadline[name] = min((r.next_deadline for r in runtimes), default=float("inf"))
+    def advance_clock(self, now: float) -> list[OutputRecord]:
+        """Move the public clock to ``now`` (it never moves back) and close every due period.
 
-    def advance_watermark(self, ts: float, *, source: str | None = None) -> list[OutputRecord]:
-        """Move the event-time watermark of ``source`` (all sources if None) to ``ts``.
-
-        Closes (and releases) every period whose end plus allowed lateness is at or before the
-        watermark, oldest first; consistent revisions follow their schedule. O(1) when nothing
-        closes. The watermark never moves back.
+        A period is due when its end plus the allowed lateness is at or before the clock, or
+        when an operator's close asked for it; each stream closes at most ``pace`` periods per
+        call, oldest first. Records ingested after this call arrived at the clock's reading.
+        O(streams) when nothing closes.
         """
+        self.now = max(self.now, now)
         out: list[OutputRecord] = []
-        for name in self._by_source if source is None else (source,):
-            self._advance_into(name, ts, out)
+        current = self.now
+        for runtime in self.streams.values():
+            if runtime.next_deadline <= current:
+                out.extend(self._count(runtime.close_due(current, self.pace)))
+            runtime.set_arrival(current, batch=self.batch)
         return out
 
-    def _advance_into(
-        self, name: str, ts: float, out: list[OutputRecord] | list[OutputRecord | DeadLetterRecord]
-    ) -> None:
-        watermark = self.watermarks.get(name, _NEVER)
-        if ts > watermark:
-            self.watermarks[name] = watermark = ts
-        if watermark < self._deadline[name]:
-            return  # nothing to close
-        for runtime in self._by_source[name]:
-            if runtime.next_deadline <= ts:
-                out.extend(self._count(runtime.close_until(ts)))
-        self._deadline[name] = min(
-            (r.next_deadline for r in self._by_source[name]), default=float("inf")
-        )
+    def start_batch(self, as_of: float) -> None:
+        """Batch mode (a file replay): set the clock's reading to ``as_of`` for judging the
+        records that follow (only the future limit applies) without closing anything; the
+        caller closes with :meth:`advance_clock` once the whole batch is in."""
+        if not self.batch:
+            raise ValueError("start_batch needs an engine made with batch=True")
+        self.now = max(self.now, as_of)
+        for runtime in self.streams.values():
+            runtime.set_arrival(self.now, batch=True)
 
     def close(self, stream: str, through: float) -> list[OutputRecord]:
-        """Close every period of ``stream`` ending at or before ``through`` (lateness ignored)."""
-        runtime = self.streams[stream]
-        out = self._count(runtime.close_until(through, ignore_lateness=True))
-        self._refresh_deadlines()
-        return out
+        """Close every period of ``stream`` ending at or before ``through`` now (an operator
+        action from code: no clock bound, no pacing)."""
+        return self._count(self.streams[stream].close_through(through, self.now))
+
+    def due(self) -> bool:
+        """True when some stream has a period to close at the clock's reading."""
+        return any(r.next_deadline <= self.now for r in self.streams.values())
 
     def revise(self, stream: str) -> list[ConsistentRecord]:
         """Publish a consistent revision of ``stream`` now (outside its schedule)."""
@@ -506,13 +532,13 @@ class Engine:
     def snapshot(self, *, with_seen: bool = True) -> dict[str, Any]:
         """The complete state as plain JSON-able data (protect it like the input topic).
 
-        ``with_seen=False`` leaves out the open periods' event ids (see :meth:`seen_ids`)."""
+        ``with_seen=False`` leaves out the open periods' content keys (see :meth:`seen_ids`)."""
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
             "spec_fingerprint": self.spec.fingerprint(),
             "noise": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
-            "watermarks": dict(self.watermarks),
+            "clock": self.now if self.now > _NEVER else None,
             "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],
             "ledger": self.ledger.state(),
             "stats": self.stats.to_dict(),
@@ -529,12 +555,15 @@ class Engine:
             )
 
     def seen_ids(self) -> dict[str, Mapping[int, AbstractSet[str]]]:
-        """Per stream, the event ids counted in each open period (live views: read only)."""
+        """Per stream, the content keys counted in each open period (live views: read only)."""
         return {name: r.seen_ids() for name, r in self.streams.items()}
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`snapshot` output into this engine (same spec); draws no noise."""
-        if state.get("kind") != ENGINE_STATE_KIND or state.get("version") != ENGINE_STATE_VERSION:
+        if (
+            state.get("kind") != ENGINE_STATE_KIND
+            or state.get("version") not in _RESTORABLE_VERSIONS
+        ):
             raise StateError(
                 f"not an engine snapshot of version {ENGINE_STATE_VERSION} "
                 f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
@@ -551,7 +580,8 @@ class Engine:
                     raise StateError(f"snapshot has no state for stream {name!r}")
                 runtime.restore(streams[name])
             self.ledger.merge(list(state["ledger"]))
-            self.watermarks = {str(k): float(v) for k, v in dict(state["watermarks"]).items()}
+            clock = state.get("clock")
+            self.now = _NEVER if clock is None else float(clock)
             self._offsets = {(str(t), int(p)): int(o) for t, p, o in state["offsets"]}
             stats = dict(state["stats"])
         except StateError:
@@ -567,16 +597,21 @@ class Engine:
             periods_released=Counter(dict(stats.get("periods_released", {}))),
             revisions=Counter(dict(stats.get("revisions", {}))),
         )
-        self._refresh_deadlines()
+        if self.now > _NEVER:
+            for runtime in self.streams.values():
+                runtime.set_arrival(self.now, batch=self.batch)
 
-    def stream_state(self, stream: str) -> dict[str, Any]:
-        """One stream's state alone (the unit the daemon partitions by)."""
-        return self.streams[stream].state()
 
-    def restore_stream(self, stream: str, state: Mapping[str, Any]) -> None:
-        """Restore one stream's state (see :meth:`stream_state`)."""
-        self.streams[stream].restore(state)
-        self._refresh_deadlines()
+def content_key(record: RawRecord) -> str:
+    """A digest of the record's exact content (128-bit BLAKE2b, hex): equal for a producer's
+    retry or a redelivery of the same record, different for any other record."""
+    if isinstance(record, Mapping):
+        data = json.dumps(record, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
+    elif isinstance(record, str):
+        data = record.encode("utf-8", "surrogatepass")
+    else:
+        data = bytes(record)
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
 def raw_text(record: RawRecord) -> tuple[str, str]:

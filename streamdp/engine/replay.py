@@ -1,11 +1,16 @@
 """File replay: drive the engine over a JSON-lines file (the backfill path; streamdp without Kafka).
 
+A file is one batch: every event of the file is judged on its own (schema, contribution bound,
+start and horizon, the future limit against ``as_of``) and counts if valid; nothing closes
+while the file is read. Then the public instant ``as_of`` (``--as-of``) closes every period whose
+end plus allowed lateness is at or before it. Which events count and which periods are released
+depend on each event alone and on ``as_of``, never on other events (there is no event-time
+watermark). Control records in the file are refused (``control_on_input``).
+
 Writes into an output directory: ``releases.jsonl``, ``consistent.jsonl``, ``dead_letter.jsonl``
 (protected like the input: it holds raw records), ``ledger.jsonl`` (the durable budget ledger,
 fsync'ed before any release depending on it) and ``snapshot.json`` (the final engine state;
-protected: it holds open-period counts). The watermark of a source follows the largest event
-time accepted from it; periods close when it passes their end plus the allowed lateness, or on
-a close control record.
+protected: it holds open-period counts).
 """
 
 from __future__ import annotations
@@ -42,15 +47,22 @@ class ReplaySummary:
     epsilon_caps: dict[str, Decimal] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def render(self) -> str:
-        """A short human-readable report."""
-        rejected = sum(self.rejected_by_reason.values())
-        lines = [
-            f"lines read: {self.lines} in {self.seconds:.2f} s",
-            f"events accepted: {self.accepted}",
-            f"records rejected: {rejected}",
-        ]
-        lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
+    def render(self, *, show_counts: bool = False) -> str:
+        """A short human-readable report. Record counts (lines, accepted, rejected by reason)
+        are derived from the raw input and shown only with ``show_counts``."""
+        lines: list[str] = [f"replayed in {self.seconds:.2f} s"]
+        if show_counts:
+            rejected = sum(self.rejected_by_reason.values())
+            lines += [
+                f"lines read: {self.lines}",
+                f"events accepted: {self.accepted}",
+                f"records rejected: {rejected}",
+            ]
+            lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
+        else:
+            lines.append(
+                "record counts hidden (derived from raw input; --show-counts prints them)"
+            )
         lines.append("periods released:")
         lines += [
             f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
@@ -98,10 +110,12 @@ def replay(
     input_path: str | Path,
     output_dir: str | Path,
     *,
+    as_of: float,
     sampler: NoiseSampler,
     progress: IO[str] | None = None,
 ) -> ReplaySummary:
-    """Run the engine over ``input_path`` and write the outputs into ``output_dir``.
+    """Run the engine over ``input_path`` as one batch, release every period due at the public
+    instant ``as_of``, and write the outputs into ``output_dir``.
 
     Refuses an output directory that already holds a ledger: replaying the same data again with
     fresh noise would spend the budget a second time.
@@ -118,7 +132,10 @@ def replay(
             "Replaying again would draw fresh noise for the same data and spend the budget "
             "twice; use a new --output-dir"
         )
-    engine = Engine(spec, sampler=sampler, ledger_backend=JsonLinesLedgerBackend(ledger_path))
+    engine = Engine(
+        spec, sampler=sampler, ledger_backend=JsonLinesLedgerBackend(ledger_path), batch=True
+    )
+    engine.start_batch(as_of)
     bar = _Progress(source.stat().st_size, progress if progress is not None else sys.stderr)
     started = time.perf_counter()
     handles: dict[str, IO[str]] = {
@@ -127,6 +144,7 @@ def replay(
     try:
         with source.open("rb") as lines:
             summary = _drive(engine, lines, handles, bar)
+        _write_outputs(engine.advance_clock(as_of), handles)
     finally:
         for handle in handles.values():
             handle.close()
@@ -146,7 +164,7 @@ def _drive(
     engine: Engine, lines: Iterable[bytes], handles: dict[str, IO[str]], bar: _Progress
 ) -> ReplaySummary:
     summary = ReplaySummary()
-    releases, consistent, dead = (handles[n] for n in OUTPUT_FILES)
+    dead = handles["dead_letter.jsonl"]
     done = 0
     for number, line in enumerate(lines, start=1):
         done += len(line)
@@ -156,16 +174,17 @@ def _drive(
         result = engine.ingest(line.rstrip(b"\r\n"), offset=number)
         for letter in result.dead_letters:
             dead.write(letter.to_json() + "\n")
-        outputs: list[OutputRecord] = list(result.outputs)
-        if result.event_time is not None:
-            outputs.extend(engine.advance_watermark(result.event_time, source=result.source))
-        for record in outputs:
-            (releases if isinstance(record, ReleaseRecord) else consistent).write(
-                record.to_json() + "\n"
-            )
         if number % 4096 == 0:
             bar.update(done, summary.lines)
     return summary
+
+
+def _write_outputs(outputs: Iterable[OutputRecord], handles: dict[str, IO[str]]) -> None:
+    releases, consistent, _ = (handles[n] for n in OUTPUT_FILES)
+    for record in outputs:
+        (releases if isinstance(record, ReleaseRecord) else consistent).write(
+            record.to_json() + "\n"
+        )
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -29,7 +29,11 @@ from streamdp.engine.spec import StreamSpec
 from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
-STREAM_STATE_VERSION = 1
+# 2: "seen" holds content digests of the open periods' records (1: event ids) and
+# "close_target" an operator's pending close; version 1 states restore (their ids stay as
+# opaque entries that match no digest)
+STREAM_STATE_VERSION = 2
+_RESTORABLE_VERSIONS = (1, 2)
 
 # (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
 SpendHook = Callable[[str, str, int, Any], object]
@@ -70,6 +74,13 @@ class StreamRuntime:
         self._lateness = spec.allowed_lateness_seconds
         self._stop = spec.on_epoch_end == "stop"
         self._max_future = spec.max_future_periods
+        # the acceptance window for the current arrival instant (see set_arrival): events of
+        # periods below _time_lo arrived after their period's public close instant; events of
+        # periods above _future_hi are too far ahead of the clock
+        self._time_lo = 0
+        self._future_hi: float = float("inf")
+        # periods below this index must close now (an operator's close control record)
+        self._close_target = 0
         self.next_deadline = self._deadline()
 
     def _fresh_counter(self) -> ContinualCounter:
@@ -88,13 +99,37 @@ class StreamRuntime:
         return self._stop and self.closed >= self.horizon
 
     def _deadline(self) -> float:
+        """The public instant at which the oldest open period must close (-inf: now)."""
         if self.finished:
             return float("inf")
+        if self.closed < self._close_target:
+            return float("-inf")
         return self.clock.bounds(self.closed)[1] + self._lateness
 
+    def set_arrival(self, now: float, *, batch: bool = False) -> None:
+        """Set the acceptance window for events arriving at public instant ``now``.
+
+        Stream mode: an event of period ``j`` counts only if ``j``'s close instant (its end plus
+        the allowed lateness) is after ``now``, and ``j`` is at most ``max_future_periods``
+        periods after the period holding ``now``. Batch mode (a file replay): every period
+        still open counts; the future limit applies against ``now`` (the replay's ``--as-of``).
+        Both depend on the event and the public clock only, never on other events.
+        """
+        self._time_lo = 0 if batch else max(0, self.clock.index_of(now - self._lateness))
+        self._future_hi = (
+            self.clock.index_of(now) + self._max_future if self._max_future else float("inf")
+        )
+
     # ------------------------------------------------------------------ ingest
-    def ingest(self, event: Mapping[str, Any], event_id: str, ts: float) -> None:
-        """Count one decoded event at instant ``ts``; raises :class:`RejectedError`."""
+    def ingest(self, event: Mapping[str, Any], content_key: str, ts: float) -> None:
+        """Count one decoded event with event time ``ts``, arriving within the window of the
+        last :meth:`set_arrival`; raises :class:`RejectedError`.
+
+        ``content_key`` identifies the record's exact content (a digest of its bytes): a
+        record whose content was already counted in its period is a true duplicate (a
+        producer retry, a redelivery) and is refused; a different record that reuses an
+        event id is a different record and counts on its own (it can never displace another).
+        """
         contribution: Contribution = self.extractor.contribution(event)
         lo, hi, j = self._cache
         if not lo <= ts < hi:
@@ -104,9 +139,11 @@ class StreamRuntime:
                 self._cache = (lo, hi, j)
         if j < 0:
             raise RejectedError("before_start", "event_time is before the stream's first period")
-        if j < self.closed:
+        if j < self.closed or j < self._time_lo:
             raise RejectedError(
-                "late", "event_time falls in a period that is already closed and released"
+                "late",
+                "the record arrived after its period's public close instant (period end plus "
+                "allowed_lateness) or after an operator closed the period",
             )
         if self._stop and j >= self.horizon:
             raise RejectedError(
@@ -114,23 +151,24 @@ class StreamRuntime:
                 f"the stream released all {self.horizon} periods of its horizon and stops "
                 "(on_epoch_end = 'stop')",
             )
-        if self._max_future and j > self.closed + self._max_future:
+        if j > self._future_hi:
             raise RejectedError(
                 "too_far_in_future",
                 f"event_time is more than max_future_periods = {self._max_future} periods "
-                "after the oldest open period",
+                "after the period of the record's arrival on the public clock",
             )
         ids = self._seen.get(j)
         if ids is None:
             ids = self._seen[j] = set()
             row = self._open[j] = [0] * self.width
         else:
-            if event_id in ids:
+            if content_key in ids:
                 raise RejectedError(
-                    "duplicate_event", "event_id was already counted in this period"
+                    "duplicate_event",
+                    "a record with exactly this content was already counted in this period",
                 )
             row = self._open[j]
-        ids.add(event_id)
+        ids.add(content_key)
         for i, q in contribution:
             row[i] += q
 
@@ -143,16 +181,53 @@ class StreamRuntime:
                 self._stored_nodes[(epoch, node)] = list(values)
 
     # ------------------------------------------------------------------ closing
-    def close_until(
-        self, ts: float, *, ignore_lateness: bool = False
+    def close_due(
+        self, now: float, max_periods: int | None = None
     ) -> list[ReleaseRecord | ConsistentRecord]:
-        """Close, in order, every period whose end (+ lateness unless ignored) is <= ``ts``."""
+        """Close, oldest first, every period whose public close instant (end + allowed
+        lateness) is at or before ``now`` or that an operator asked to close; at most
+        ``max_periods`` of them (the rest stay due: a clock jump is worked off in paced steps).
+        """
         out: list[ReleaseRecord | ConsistentRecord] = []
-        lateness = 0.0 if ignore_lateness else self._lateness
-        while not self.finished and self.clock.bounds(self.closed)[1] + lateness <= ts:
+        done = 0
+        while (
+            not self.finished
+            and (max_periods is None or done < max_periods)
+            and (
+                self.closed < self._close_target
+                or self.clock.bounds(self.closed)[1] + self._lateness <= now
+            )
+        ):
             out.extend(self.close_next())
+            done += 1
         self.next_deadline = self._deadline()
         return out
+
+    def close_through(
+        self, through: float, now: float, max_periods: int | None = None
+    ) -> list[ReleaseRecord | ConsistentRecord]:
+        """:meth:`request_close` then :meth:`close_due`; if closing fails (a refused spend),
+        the request is withdrawn too, so a failed close changes nothing."""
+        target = self._close_target
+        self.request_close(through)
+        try:
+            return self.close_due(now, max_periods)
+        except BaseException:
+            self._close_target = max(target, self.closed)
+            self.next_deadline = self._deadline()
+            raise
+
+    def request_close(self, through: float) -> int:
+        """An operator's close: every period ending at or before ``through`` closes without
+        waiting for its allowed lateness (at the next :meth:`close_due`). Returns how many
+        periods that adds."""
+        target = max(0, self.clock.index_of(through))
+        if self._stop:
+            target = min(target, self.horizon)
+        added = max(0, target - max(self.closed, self._close_target))
+        self._close_target = max(self._close_target, target)
+        self.next_deadline = self._deadline()
+        return added
 
     def close_next(self) -> list[ReleaseRecord | ConsistentRecord]:
         """Close the oldest open period: spend (durably), draw its node, release every counter."""
@@ -276,6 +351,7 @@ class StreamRuntime:
             "version": STREAM_STATE_VERSION,
             "stream": self.spec.name,
             "closed": self.closed,
+            "close_target": self._close_target,
             "revision": self.revision,
             "open": [[j, list(row)] for j, row in sorted(self._open.items())],
             "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
@@ -294,7 +370,7 @@ class StreamRuntime:
         """Restore :meth:`state` output (no noise is drawn)."""
         try:
             if (
-                state.get("version") != STREAM_STATE_VERSION
+                state.get("version") not in _RESTORABLE_VERSIONS
                 or state.get("stream") != self.spec.name
             ):
                 raise StateError(
@@ -309,6 +385,7 @@ class StreamRuntime:
                 np.asarray(n, dtype=np.int64).reshape(-1, self.width) for n in state["past_nodes"]
             ]
             closed = int(state["closed"])
+            close_target = int(state.get("close_target", 0))
             revision = int(state["revision"])
         except StateError:
             raise
@@ -325,5 +402,6 @@ class StreamRuntime:
         self.counter = counter
         self._open, self._seen, self._past_nodes = open_, seen, past
         self.closed, self.revision = closed, revision
+        self._close_target = close_target
         self._cache = (1.0, 0.0, -1)
         self.next_deadline = self._deadline()

@@ -42,11 +42,9 @@ COMMON_BAD = (
     "bad_timestamp",
     "unknown_source",
     "duplicate_event",
-    "late",
     "before_start",
     "too_far_in_future",
-    "unknown_stream",
-    "bad_control",
+    "control_on_input",
 )
 ORDER_BAD = ("unknown_item", "invalid_quantity", "not_a_combo", "contribution_over_delta")
 PERSON_BAD = ("unknown_category",)
@@ -78,8 +76,10 @@ def generate(
     """Yield ``periods`` periods of events (Poisson(``rate``) per period), time ordered.
 
     Bad records are mixed in with probability ``bad_fraction`` per good event, cycling through
-    every rejection kind the scenario supports. The last lines are close control records for
-    every stream, through the end of the last generated period.
+    every rejection kind the scenario supports. Their expected reasons hold when the lines are
+    replayed as one batch released at :func:`release_instant` (or read by a worker whose clock
+    stands at it with every period still open): a file has no arrival times, so no line is
+    ``late``; ``too_far_in_future`` is judged against that instant.
     """
     spec = spec if spec is not None else example_spec(scenario)
     rng = np.random.default_rng(seed)
@@ -93,14 +93,6 @@ def generate(
     )
     bad_index = 0
     number = 0
-    # a "late" record goes to the very first period, once every stream has closed it
-    late_after = (
-        max(
-            PeriodClock(s.period).bounds(0)[1] + s.allowed_lateness_seconds
-            for s in spec.streams.values()
-        )
-        + 86400.0
-    )
     for j in range(periods):
         lo, hi = clock.bounds(j)
         n = int(rng.poisson(rate))
@@ -116,8 +108,6 @@ def generate(
             yield Line(json.dumps(event), None)
             if bad_fraction > 0 and rng.uniform() < bad_fraction:
                 kind = bad_kinds[bad_index % len(bad_kinds)]
-                if kind == "late" and lo < late_after:
-                    continue
                 bad_index += 1
                 expect = kind
                 if kind == "too_far_in_future" and any(
@@ -125,10 +115,19 @@ def generate(
                 ):
                     expect = "after_horizon"  # beyond a stopping stream's horizon first
                 yield Line(_bad(kind, event, clock, j, grid_stream, number), expect)
-    end = clock.bounds(periods - 1)[1] if periods else clock.bounds(0)[0]
-    for name in spec.streams:
-        control = {"type": "control", "action": "close", "stream": name, "through": end}
-        yield Line(json.dumps(control), None)
+
+
+def generated_end(spec: EngineSpec, periods: int) -> float:
+    """The end of the last of ``periods`` generated periods (of the spec's first stream)."""
+    clock = PeriodClock(next(iter(spec.streams.values())).period)
+    return clock.bounds(periods - 1)[1] if periods else clock.bounds(0)[0]
+
+
+def release_instant(spec: EngineSpec, periods: int) -> float:
+    """The public instant at which every generated period is due: the end of the last one
+    plus the largest allowed lateness of the spec's streams."""
+    lateness = max(s.allowed_lateness_seconds for s in spec.streams.values())
+    return generated_end(spec, periods) + lateness
 
 
 def _maker(scenario: str, spec: EngineSpec, rng: np.random.Generator) -> Any:
@@ -185,18 +184,13 @@ def _bad(  # noqa: PLR0917
         bad["source"] = "no-such-source"
     elif kind == "duplicate_event":
         return json.dumps(good)
-    elif kind == "late":
-        bad["event_time"] = format_instant(clock.bounds(0)[0] + 1.0)
     elif kind == "before_start":
         bad["event_time"] = format_instant(clock.bounds(0)[0] - 86400.0 * 40)
     elif kind == "too_far_in_future":
         bad["event_time"] = format_instant(clock.bounds(j + 200)[0] + 1.0)
-    elif kind == "unknown_stream":
-        return json.dumps(
-            {"type": "control", "action": "close", "stream": "no-such-stream", "through": hi}
-        )
-    elif kind == "bad_control":
-        return json.dumps({"type": "control", "action": "close", "stream": stream.name})
+    elif kind == "control_on_input":
+        control = {"type": "control", "action": "close", "stream": stream.name, "through": hi}
+        return json.dumps(control)
     elif kind == "unknown_item":
         bad["items"] = {"pizza": 1}
     elif kind == "invalid_quantity":
