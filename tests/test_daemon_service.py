@@ -7,7 +7,12 @@ What these tests prove:
   but before publishing, after publishing but before acknowledging) followed by a restart from the
   stored state and re-delivery of every unacknowledged record gives, per output key, exactly the
   values of an uninterrupted run, publishes every key, and draws no noise twice;
-- records not keyed by their source are dead-lettered before touching any state.
+- records not keyed by their source, or on another partition than the source's home, are
+  dead-lettered before touching any state; control records act only from the control topic.
+
+Time: every service here runs on a test clock (:class:`StepClock`) set before each batch, as a
+worker's wall clock would be read; the reference replay advances an engine to the same
+readings, so both see every record arrive at the same public instant.
 """
 
 from __future__ import annotations
@@ -17,14 +22,33 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_engine_support import arrivals_following, drive
 
 from streamdp.daemon.checkpoint import join_snapshot, split_snapshot
-from streamdp.daemon.service import InputRecord, OutputTopics, ReleaseService
+from streamdp.daemon.service import InputRecord, OutputTopics, ReleaseService, home_partition
 from streamdp.engine import Engine
 from streamdp.noise import InsecureSeededSampler
-from streamdp.synth.generators import example_spec, generate
+from streamdp.synth.generators import example_spec, generate, release_instant
 
 TOPICS = OutputTopics()
+START = 1704067200.0  # 2024-01-01T00:00:00Z, where the example streams start
+
+
+class StepClock:
+    """A public clock the test sets by hand (a worker reads its wall clock instead)."""
+
+    def __init__(self, value: float = START) -> None:
+        self.value = value
+
+    def __call__(self) -> float:
+        return self.value
+
+
+def _service(spec: Any, state: dict[str, Any], clock: StepClock | None = None, **kw: Any) -> Any:
+    return ReleaseService(
+        spec, sampler=kw.pop("sampler", InsecureSeededSampler(1)), state=state,
+        clock=clock or StepClock(), **kw,
+    )  # fmt: skip
 
 
 class CountingSampler:
@@ -42,37 +66,40 @@ class CountingSampler:
         return self.inner.discrete_laplace(scale, size, label=label)
 
 
-def _records(scenario: str, periods: int, rate: float, bad: float = 0.0) -> list[InputRecord]:
+def _records(
+    scenario: str, periods: int, rate: float, bad: float = 0.0
+) -> tuple[list[InputRecord], list[float]]:
+    """The scenario's records on partition 0 and, per record, a test clock reading that follows
+    the data (see test_engine_support.arrivals_following)."""
     spec = example_spec(scenario)
-    out = []
-    for offset, line in enumerate(generate(scenario, periods, rate, seed=3, bad_fraction=bad)):
-        try:
-            data = json.loads(line.text)
-        except ValueError:
-            data = {}
-        stream = data.get("stream") if isinstance(data, dict) else None
-        if isinstance(stream, str) and stream in spec.streams:
-            source = spec.streams[stream].source
-        else:
-            source = next(iter(spec.sources))
-        topic = spec.sources[source].topic
-        out.append(InputRecord(topic, 0, offset, source.encode(), line.text.encode()))
-    return out
+    lines = list(generate(scenario, periods, rate, seed=3, bad_fraction=bad))
+    topic = next(iter(spec.sources.values())).topic
+    source = next(iter(spec.sources))
+    out = [
+        InputRecord(topic, 0, offset, source.encode(), line.text.encode())
+        for offset, line in enumerate(lines)
+    ]
+    return out, [max(START, t) for t in arrivals_following(lines)]
 
 
-def _replay(scenario: str, records: list[InputRecord]) -> dict[str, str]:
+def _replay(
+    scenario: str, records: list[InputRecord], arrivals: list[float], batch: int, final: float
+) -> dict[str, str]:
+    """A plain engine advanced to the clock reading of each batch before its records."""
     spec = example_spec(scenario)
     engine = Engine(spec, sampler=InsecureSeededSampler(9))
     published: dict[str, str] = {}
-    for r in records:
-        result = engine.ingest(
-            r.value, source_topic=r.topic, partition=r.partition, offset=r.offset
-        )
-        outs = list(result.outputs)
-        if result.event_time is not None:
-            outs += engine.advance_watermark(result.event_time, source=result.source)
-        for o in outs:
-            published[f"{TOPICS.for_record(o)}/{o.key}"] = o.to_json()
+    outs: list[Any] = []
+    for first in range(0, len(records), batch):
+        outs += engine.advance_clock(arrivals[first])
+        for r in records[first : first + batch]:
+            result = engine.ingest(
+                r.value, source_topic=r.topic, partition=r.partition, offset=r.offset
+            )
+            outs += result.dead_letters
+    outs += engine.advance_clock(final)
+    for o in outs:
+        published[f"{TOPICS.for_record(o)}/{o.key}"] = o.to_json()
     return published
 
 
@@ -85,22 +112,45 @@ def _apply(state: dict[str, Any], writes: Any) -> None:
 
 
 def _run(
-    scenario: str, records: list[InputRecord], *, batch: int, crash_plan: dict[int, str]
+    scenario: str,
+    records: list[InputRecord],
+    arrivals: list[float],
+    *,
+    batch: int,
+    crash_plan: dict[int, str],
+    final: float,
 ) -> tuple[dict[str, str], list[str]]:
-    """Drive services batch by batch; ``crash_plan[batch_no]`` names where the process dies."""
+    """Drive services batch by batch; ``crash_plan[batch_no]`` names where the process dies.
+    The clock reads ``arrivals[i]`` when the batch starting at record ``i`` is processed (a
+    re-delivered batch starts at the same record, so it reads the same); a last tick at
+    ``final`` closes what is left."""
     spec = example_spec(scenario)
     state: dict[str, Any] = {}
     drawn: list[str] = []
     published: dict[str, str] = {}
     acked = 0  # records before this index are acknowledged (their offsets committed)
+    clock = StepClock()
 
     def service() -> ReleaseService:
-        return ReleaseService(spec, sampler=CountingSampler(9, drawn), state=state, topics=TOPICS)
+        return ReleaseService(
+            spec, sampler=CountingSampler(9, drawn), state=state, topics=TOPICS, clock=clock
+        )
+
+    def publish(outcome: Any) -> None:
+        for p in outcome.publications:
+            key = f"{p.topic}/{p.key}"
+            if p.topic == TOPICS.releases:
+                assert published.get(key, p.value) == p.value, "a release changed on republication"
+            if p.topic == TOPICS.consistent and key in published:
+                # a compacted topic keeps the latest revision; never go back to an older one
+                assert json.loads(p.value)["revision"] >= json.loads(published[key])["revision"]
+            published[key] = p.value
 
     svc = service()
     batch_no = 0
     while acked < len(records):
         chunk = records[acked : acked + batch]
+        clock.value = arrivals[acked]
         outcome = svc.process(chunk)
         where = crash_plan.get(batch_no)
         batch_no += 1
@@ -119,19 +169,20 @@ def _run(
         if where == "before-publish":
             svc = service()
             continue
-        for p in outcome.publications:
-            key = f"{p.topic}/{p.key}"
-            if p.topic == TOPICS.releases:
-                assert published.get(key, p.value) == p.value, "a release changed on republication"
-            if p.topic == TOPICS.consistent and key in published:
-                # a compacted topic keeps the latest revision; never go back to an older one
-                assert json.loads(p.value)["revision"] >= json.loads(published[key])["revision"]
-            published[key] = p.value
+        publish(outcome)
         if where == "before-ack":
             svc = service()
             continue
         _apply(state, outcome.cleanup)
         acked += len(chunk)
+    clock.value = final
+    while True:
+        outcome = svc.tick()
+        _apply(state, outcome.writes)
+        publish(outcome)
+        _apply(state, outcome.cleanup)
+        if not svc.due():
+            break
     return published, drawn
 
 
@@ -141,10 +192,11 @@ def _without_dead_letters(published: dict[str, str]) -> dict[str, str]:
 
 @pytest.mark.parametrize("scenario", ["restaurant", "hospital"])
 def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
-    records = _records(scenario, periods=40, rate=6)
-    expected = _replay(scenario, records)
-    got, drawn = _run(scenario, records, batch=17, crash_plan={})
-    assert _without_dead_letters(got) == _without_dead_letters(expected)
+    records, arrivals = _records(scenario, periods=40, rate=6)
+    final = release_instant(example_spec(scenario), 40)
+    expected = _replay(scenario, records, arrivals, 17, final)
+    got, drawn = _run(scenario, records, arrivals, batch=17, crash_plan={}, final=final)
+    assert got == expected
     assert any(k.startswith(TOPICS.consistent) for k in got)
     assert len(drawn) == len(set(drawn))
 
@@ -153,10 +205,13 @@ def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
     "where", ["before-writes", "half-writes", "mid-writes", "before-publish", "before-ack"]
 )
 def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -> None:
-    records = _records("restaurant", periods=30, rate=5, bad=0.1)
-    clean, clean_drawn = _run("restaurant", records, batch=11, crash_plan={})
+    records, arrivals = _records("restaurant", periods=30, rate=5, bad=0.1)
+    final = release_instant(example_spec("restaurant"), 30)
+    clean, clean_drawn = _run(
+        "restaurant", records, arrivals, batch=11, crash_plan={}, final=final
+    )
     plan = dict.fromkeys(range(1, 200, 3), where)
-    crashed, drawn = _run("restaurant", records, batch=11, crash_plan=plan)
+    crashed, drawn = _run("restaurant", records, arrivals, batch=11, crash_plan=plan, final=final)
     assert crashed == clean  # every key published, each with the uninterrupted value
     # noise that reached the state is never drawn again (a node stored by a checkpoint that
     # did not complete is reused); only draws that were never stored repeat
@@ -166,40 +221,46 @@ def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -
         assert len(drawn) == len(set(drawn)), "a stored node was drawn twice"
 
 
+def _on(record: InputRecord, partition: int, offset: int | None = None, key: bytes | None = None):  # type: ignore[no-untyped-def]
+    return InputRecord(
+        record.topic,
+        partition,
+        record.offset if offset is None else offset,
+        record.key if key is None else key,
+        record.value,
+    )
+
+
+def _events_only(scenario: str, periods: int, rate: float) -> list[InputRecord]:
+    records, _ = _records(scenario, periods=periods, rate=rate)
+    return [r for r in records if b'"control"' not in r.value]
+
+
 def test_records_not_keyed_by_their_source_are_dead_lettered_untouched() -> None:
     spec = example_spec("restaurant")
-    state: dict[str, Any] = {}
-    svc = ReleaseService(
-        spec,
-        sampler=InsecureSeededSampler(1),
-        state=state,
-        topic_partitions={"restaurant-orders": 4},
-    )
-    good = _records("restaurant", periods=2, rate=3)[0]
-    wrong = InputRecord(good.topic, 1, 0, b"someone-else", good.value)
+    home = home_partition("restaurant-orders", 4)
+    svc = _service(spec, {}, topic_partitions={"restaurant-orders": 4})
+    good = _on(_events_only("restaurant", 2, 3)[0], home)
+    wrong = _on(good, home, key=b"someone-else")
     outcome = svc.process([wrong])
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
     assert outcome.accepted == 0
     # the engine never saw it: the same record correctly keyed is accepted afterwards
-    assert svc.process([good]).accepted == 1
+    assert svc.process([_on(good, home, offset=1)]).accepted == 1
 
 
 def test_a_wrongly_keyed_record_leaves_no_hole_in_the_applied_offsets() -> None:
     """A refused record between two good ones (or last before a restart) is not input lost
     below the worker: no InputGapError now, after a restart, or when it is re-delivered."""
     spec = example_spec("restaurant")
-    events = [r for r in _records("restaurant", periods=2, rate=6) if b'"control"' not in r.value]
+    home = home_partition("restaurant-orders", 4)
+    events = [_on(r, home) for r in _events_only("restaurant", 2, 6)]
     first, second, third, fourth = events[:4]
-    wrong = InputRecord(second.topic, 0, 1, b"someone-else", second.value)
+    wrong = _on(second, home, offset=1, key=b"someone-else")
     state: dict[str, Any] = {}
 
     def service() -> ReleaseService:
-        return ReleaseService(
-            spec,
-            sampler=InsecureSeededSampler(1),
-            state=state,
-            topic_partitions={"restaurant-orders": 4},
-        )
+        return _service(spec, state, topic_partitions={"restaurant-orders": 4})
 
     svc = service()
     outcome = svc.process([first, wrong])
@@ -209,8 +270,8 @@ def test_a_wrongly_keyed_record_leaves_no_hole_in_the_applied_offsets() -> None:
     svc = service()
     again = svc.process([wrong, third])  # the refused record re-delivered, then a new one
     assert (again.skipped, again.accepted, again.dead_letters) == (1, 1, [])
-    wrong_again = InputRecord(fourth.topic, 0, 3, b"someone-else", fourth.value)
-    following = InputRecord(fourth.topic, 0, 4, fourth.key, fourth.value)
+    wrong_again = _on(fourth, home, offset=3, key=b"someone-else")
+    following = _on(fourth, home, offset=4)
     outcome = svc.process([wrong_again, following])
     assert outcome.accepted == 1
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
@@ -221,8 +282,9 @@ def test_control_records_of_several_sources_share_the_control_topic() -> None:
     from streamdp.engine import parse_spec
 
     spec = parse_spec(_combined_text())
-    svc = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
-    orders = [r for r in _records("restaurant", periods=3, rate=4) if b'"control"' not in r.value]
+    clock = StepClock()
+    svc = _service(spec, {}, clock)
+    orders = _events_only("restaurant", 3, 4)
     assert svc.process(orders).accepted == len(orders)
 
     def close(offset: int, stream: str, through: str) -> InputRecord:
@@ -230,43 +292,46 @@ def test_control_records_of_several_sources_share_the_control_topic() -> None:
         value = {"type": "control", "action": "close", "stream": stream, "through": through}
         return InputRecord(TOPICS.control, 0, offset, source.encode(), json.dumps(value).encode())
 
+    # Jan 4, 00:30: day 3 ended 30 min ago and waits for its hour of lateness; day 2 is due
+    clock.value = START + 3 * 86400 + 1800
     outcome = svc.process(
         [
             close(0, "restaurant-items", "2024-01-04T00:00:00Z"),
-            close(1, "hiv-admissions", "2024-02-02T00:00:00Z"),
-            close(2, "restaurant-items", "2024-01-05T00:00:00Z"),
+            close(1, "hiv-admissions", "2024-01-04T00:00:00Z"),  # January has not ended
+            close(2, "restaurant-items", "2024-01-04T00:10:00Z"),
         ]
     )
     assert outcome.dead_letters == []
-    assert sorted({(r.stream, r.period) for r in outcome.releases}) == [
-        ("hiv-admissions", 1),
+    assert [(r.stream, r.period) for r in outcome.releases if r.counter == "cola"] == [
+        ("restaurant-items", 1),
+        ("restaurant-items", 2),
         ("restaurant-items", 3),
-        ("restaurant-items", 4),
     ]
+    assert svc.slots["hospital-admissions"].engine.streams["hiv-admissions"].closed == 0
 
 
-def test_a_control_record_on_an_input_topic_acts_on_that_topics_source_only() -> None:
+def test_a_control_record_on_an_input_topic_is_refused_for_any_source() -> None:
     from streamdp.engine import parse_spec
 
     spec = parse_spec(_combined_text())
-    svc = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
-    events = [r for r in _records("restaurant", periods=2, rate=6) if b'"control"' not in r.value]
-    first, _, third = events[:3]
-    other = {"type": "control", "action": "close", "stream": "hiv-admissions", "through": 1e9}
-    misplaced = InputRecord(first.topic, 0, 1, first.key, json.dumps(other).encode())
-    outcome = svc.process([first, misplaced, third])
-    assert [d.reason for d in outcome.dead_letters] == ["unknown_stream"]
-    assert outcome.accepted == 2
-    assert outcome.releases == []
+    clock = StepClock(START + 40 * 86400)
+    svc = _service(spec, {}, clock)
+    first = _events_only("restaurant", 2, 6)[0]
+    svc.process([_on(first, 0, offset=0)])  # late by now, but it starts the source's state
+    while svc.due():  # the clock's own releases (paced), before the control records
+        svc.tick()
+    for offset, stream in enumerate(("hiv-admissions", "restaurant-items"), start=1):
+        close = {"type": "control", "action": "close", "stream": stream, "through": START + 1e6}
+        misplaced = InputRecord(first.topic, 0, offset, first.key, json.dumps(close).encode())
+        outcome = svc.process([misplaced])
+        assert [d.reason for d in outcome.dead_letters] == ["control_on_input"]
+        assert outcome.releases == []
 
 
 def test_split_and_join_round_trip_an_engine_snapshot() -> None:
     spec = example_spec("hospital")
     engine = Engine(spec, sampler=InsecureSeededSampler(2))
-    for line in generate("hospital", 20, 4, seed=1):
-        r = engine.ingest(line.text)
-        if r.event_time is not None:
-            engine.advance_watermark(r.event_time, source=r.source)
+    drive(engine, [line.text for line in generate("hospital", 20, 4, seed=1)])
     snapshot = json.loads(json.dumps(engine.snapshot()))
     hot, nodes = split_snapshot(snapshot)
     assert "noisy_nodes" not in json.dumps(hot)
@@ -278,21 +343,56 @@ def test_split_and_join_round_trip_an_engine_snapshot() -> None:
         join_snapshot(hot, lambda s, e, t: None if (s, e, t) == missing else nodes[(s, e, t)])
 
 
-def test_records_of_a_source_on_another_partition_than_its_state_are_refused() -> None:
-    """A producer with a different partitioner must not split a source's state in two."""
+def test_records_of_a_source_on_another_partition_than_its_home_are_refused() -> None:
+    """A producer with a different partitioner must not split a source's state in two: the
+    home is the partition the default partitioner maps the source name to, whatever arrives
+    first."""
     spec = example_spec("restaurant")
-    svc = ReleaseService(
-        spec,
-        sampler=InsecureSeededSampler(1),
-        state={},
-        topic_partitions={"restaurant-orders": 4},
-    )
-    first, second = _records("restaurant", periods=2, rate=3)[:2]
-    assert svc.process([first]).accepted == 1  # the state now lives on partition 0
-    moved = InputRecord(second.topic, 3, 0, second.key, second.value)
-    outcome = svc.process([moved])
-    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
-    assert outcome.accepted == 0
+    home = home_partition("restaurant-orders", 4)
+    other = (home + 1) % 4
+    svc = _service(spec, {}, topic_partitions={"restaurant-orders": 4})
+    first, second = _events_only("restaurant", 2, 3)[:2]
+    moved = svc.process([_on(first, other, offset=0)])  # first, but not on the home partition
+    assert [d.reason for d in moved.dead_letters] == ["wrong_partition_key"]
+    assert "restaurant-orders" not in svc.slots
+    assert svc.process([_on(second, home, offset=0)]).accepted == 1
+    again = svc.process([_on(first, other, offset=1)])
+    assert [d.reason for d in again.dead_letters] == ["wrong_partition_key"]
+    assert again.accepted == 0
+
+
+def test_an_assigned_home_partition_starts_its_sources_and_the_clock_releases_them() -> None:
+    """Periods are released on schedule even when no record ever arrives."""
+    spec = example_spec("restaurant")
+    home = home_partition("restaurant-orders", 4)
+    clock = StepClock()
+    state: dict[str, Any] = {}
+    svc = _service(spec, state, clock, topic_partitions={"restaurant-orders": 4})
+    assert svc.assign({(home + 1) % 4}).writes == []  # not this source's home
+    started = svc.assign({home})
+    assert "restaurant-orders" in svc.slots
+    _apply(state, started.writes)
+    clock.value = START + 3 * 86400 + 3600  # Jan 4, 01:00: days 1-3 are due
+    ticked = svc.tick()
+    assert [r.period for r in ticked.releases if r.counter == "cola"] == [1, 2, 3]
+    assert svc.tick().releases == []  # nothing more is due
+
+
+def test_a_clock_jump_is_worked_off_in_paced_steps() -> None:
+    spec = example_spec("restaurant")
+    home = home_partition("restaurant-orders", 4)
+    clock = StepClock()
+    svc = _service(spec, {}, clock, topic_partitions={"restaurant-orders": 4}, pace=10)
+    svc.assign({home})
+    # 100 days at once: in April London is on summer time, so day 100 ended at 23:00 UTC and
+    # its hour of lateness has passed too
+    clock.value = START + 100 * 86400
+    steps = []
+    while True:
+        steps.append(len([r for r in svc.tick().releases if r.counter == "cola"]))
+        if not svc.due():
+            break
+    assert steps == [10] * 10, steps
 
 
 def test_editing_another_sources_configuration_keeps_this_sources_state_restorable() -> None:
@@ -300,15 +400,15 @@ def test_editing_another_sources_configuration_keeps_this_sources_state_restorab
 
     text = _combined_text()
     state: dict[str, Any] = {}
-    svc = ReleaseService(parse_spec(text), sampler=InsecureSeededSampler(1), state=state)
-    record = _records("restaurant", periods=2, rate=3)[0]
+    svc = _service(parse_spec(text), state)
+    record = _events_only("restaurant", 2, 3)[0]
     _apply(state, svc.process([record]).writes)
     edited = text.replace(
         "epsilon_cap = 1.0\n\n[streams.admissions-census]",
         "epsilon_cap = 1.5\n\n[streams.admissions-census]",
     )
     assert edited != text
-    again = ReleaseService(parse_spec(edited), sampler=InsecureSeededSampler(1), state=state)
+    again = _service(parse_spec(edited), state)
     again.process([record])  # restores the restaurant source without a StateError
     assert again.slots["restaurant-orders"].engine.stats.skipped == 1
 
@@ -329,13 +429,13 @@ def test_a_hole_in_input_offsets_stops_the_batch_unless_holes_are_allowed() -> N
     from streamdp.errors import InputGapError
 
     spec = example_spec("restaurant")
-    records = _records("restaurant", periods=3, rate=4)[:4]
+    records = _events_only("restaurant", 3, 4)[:4]
     after_hole = InputRecord(records[2].topic, 0, 7, records[2].key, records[2].value)
-    strict = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
+    strict = _service(spec, {})
     strict.process(records[:2])
     with pytest.raises(InputGapError, match="jumped from offset 1 to 7"):
         strict.process([after_hole])
-    lenient = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={}, allow_gaps=True)
+    lenient = _service(spec, {}, allow_gaps=True)
     lenient.process(records[:2])
     assert lenient.process([after_hole]).accepted == 1
 
@@ -345,10 +445,7 @@ def test_revisions_report_one_exact_pass_and_a_residual_at_rounding_level(scenar
     """The diagnostics exported as streamdp_consistency_* come from the revision itself."""
     spec = example_spec(scenario)
     engine = Engine(spec, sampler=InsecureSeededSampler(4))
-    for line in generate(scenario, 30, 8, seed=2):
-        result = engine.ingest(line.text)
-        if result.event_time is not None:
-            engine.advance_watermark(result.event_time, source=result.source)
+    drive(engine, [line.text for line in generate(scenario, 30, 8, seed=2)])
     stats = [runtime.last_revision for runtime in engine.streams.values()]
     assert all(s is not None for s in stats)
     for s in stats:
@@ -359,9 +456,9 @@ def test_revisions_report_one_exact_pass_and_a_residual_at_rounding_level(scenar
 
 
 def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -> None:
-    """A period's event ids live in chunk keys, one per checkpoint that added some, not in the
-    hot state (whose size stays flat however busy a period is); a duplicate sent after a restart
-    is still refused; once a period closes its chunks are deleted."""
+    """A period's content keys live in chunk keys, one per checkpoint that added some, not in
+    the hot state (whose size stays flat however busy a period is); a duplicate sent after a
+    restart is still refused; once a period closes its chunks are deleted."""
     spec = example_spec("restaurant")
     state: dict[str, Any] = {}
     lines = list(generate("restaurant", 3, 6000, seed=5))  # three busy days
@@ -378,7 +475,8 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
         sizes.append(len(json.dumps(state["restaurant-orders"])))
         return outcome
 
-    service = ReleaseService(spec, sampler=InsecureSeededSampler(1), state=state)
+    clock = StepClock()
+    service = _service(spec, state, clock)
     first_day = [r for r in records if '"event_time": "2024-01-01' in r.value.decode()]
     assert len(first_day) > 4000
     half = len(first_day) // 2
@@ -391,14 +489,15 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
     assert max(sizes) < 20_000, "the hot state grew with the number of events"
 
     # a restarted service (state from the table only) still knows every id of the open day
-    restarted = ReleaseService(spec, sampler=InsecureSeededSampler(1), state=state)
+    restarted = _service(spec, state, clock)
     again = InputRecord(
         "restaurant-orders", 0, len(first_day) - 1, b"restaurant-orders", records[0].value
     )
     outcome = run(restarted, [again])
     assert [d.reason for d in outcome.dead_letters] == ["duplicate_event"]
 
-    # the rest closes days 1 and 2: their chunks go, only open periods keep any
+    # the rest arrives on Jan 3: days 1 and 2 close, their chunks go, open periods keep theirs
+    clock.value = START + 2 * 86400 + 3600
     run(restarted, records[len(first_day) :])
     left = {k.split("|")[3] for k in state if "|seen|" in k}
     open_periods = {

@@ -18,18 +18,26 @@ memory and published only after it is stored; noise lost in a crash was never pu
 a node stored by a checkpoint that never completed is reused when its period closes again, so
 no stored node is drawn twice.
 
-Records of one source must all arrive on one partition: producers key them by the source name
-(or the topic has a single partition). Others go to the dead-letter topic as
-``wrong_partition_key`` before touching any state.
+Records of one source must all arrive on one partition, its *home*: the partition the default
+(murmur2) partitioner maps the source name to (or the only partition). A record on any other
+partition, or keyed otherwise, goes to the dead-letter topic as ``wrong_partition_key`` before
+touching any state, so two workers can never each count part of a source.
+
+Time is the public clock the service is given (the worker's wall clock in production): every
+batch first advances each source it touches to the clock's reading, and :meth:`tick` does so
+for every source this worker owns, so periods close on schedule whether or not records arrive.
+Records of a batch arrived at that reading. Control records come only from the control topic.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from aiokafka.partitioner import murmur2
 
 from streamdp.daemon.checkpoint import (
     hot_key,
@@ -52,6 +60,17 @@ from streamdp.noise.sampler import NoiseSampler
 
 DAEMON_STATE_KEY = "daemon"
 OutputRecord = ReleaseRecord | ConsistentRecord | DeadLetterRecord
+#: Most periods one stream closes per batch or tick (a clock jump is worked off in steps).
+CLOSE_PACE = 32
+#: Most content keys in one stored chunk (33-34 bytes each in JSON: ~560 KB, under Kafka's
+#: default 1 MB message limit whatever the event ids look like).
+SEEN_CHUNK_KEYS = 16_384
+
+
+def home_partition(source: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner sends records keyed ``source`` to."""
+    hashed: int = murmur2(source.encode("utf-8"))
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 @dataclass(frozen=True)
@@ -200,7 +219,6 @@ class _SourceSlot:
         self.home = home
         self.stored_nodes: set[tuple[str, int, int]] = set()
         self.next_outbox = 0
-        self.last_event = time.monotonic()
         # per (stream, open period): the event ids stored in its chunks, and how many chunks
         self.stored_seen: dict[tuple[str, int], set[str]] = {}
         self.seen_chunks: dict[tuple[str, int], int] = {}
@@ -222,8 +240,12 @@ class ReleaseService:
         topics: OutputTopics | None = None,
         topic_partitions: Mapping[str, int] | None = None,
         allow_gaps: bool = False,
+        clock: Callable[[], float] = time.time,
+        pace: int = CLOSE_PACE,
     ) -> None:
         self.spec = spec
+        self.clock = clock
+        self.pace = pace
         self.sampler = sampler
         self.state = state
         self.topics = topics or OutputTopics()
@@ -235,6 +257,12 @@ class ReleaseService:
         self._source_keys = {name: name.encode() for name in spec.sources}
         # topics whose records need no key (one partition: nothing can land elsewhere)
         self._unkeyed_topics = {t for t, n in self.topic_partitions.items() if n == 1}
+        # each source's home partition, where its topic's partition count is known
+        self._homes: dict[str, int] = {}
+        for source in spec.sources.values():
+            n = self.topic_partitions.get(source.topic)
+            if n:
+                self._homes[source.name] = home_partition(source.name, n)
 
     # ------------------------------------------------------------------ loading
     def _load(
@@ -252,6 +280,7 @@ class ReleaseService:
             source_spec(self.spec, source),
             sampler=self.sampler,
             ledger_backend=MemoryLedgerBackend(),
+            pace=self.pace,
         )
         slot = _SourceSlot(engine, home)
         keys = [str(k) for k in list(self.state.keys())]
@@ -356,7 +385,7 @@ class ReleaseService:
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
         outputs: dict[str, list[OutputRecord]] = {}
-        now = time.monotonic()
+        now = self.clock()
         try:
             for run in runs:
                 if not run:
@@ -391,6 +420,12 @@ class ReleaseService:
         name = owner.name
         key = self._source_keys[name]
         any_key = topic in self._unkeyed_topics
+        home = self._homes.get(name)
+        if home is not None and partition != home:
+            # not the source's home partition: nothing of its state may change here
+            for record in run:
+                self._emit_unrouted(self._misplaced(record, owner), outcome)
+            return
         slot = self.slots.get(name)
         start = 0
         while slot is None and start < len(run):
@@ -408,10 +443,7 @@ class ReleaseService:
             for record in records:
                 self._emit_unrouted(self._misplaced(record, owner), outcome)
             return
-        touched[name] = slot
-        produced = outputs.get(name)
-        if produced is None:
-            produced = outputs[name] = []
+        produced = self._touch(name, slot, touched, outputs, now)
         engine = slot.engine
         consume = engine.consume
         strict = not self.allow_gaps
@@ -431,10 +463,25 @@ class ReleaseService:
                 produced.append(self._misplaced(record, owner))
             else:
                 skipped += 1
-        if accepted:
-            slot.last_event = now
         outcome.accepted += accepted
         outcome.skipped += skipped
+
+    def _touch(
+        self,
+        name: str,
+        slot: _SourceSlot,
+        touched: dict[str, _SourceSlot],
+        outputs: dict[str, list[OutputRecord]],
+        now: float,
+    ) -> list[OutputRecord]:
+        """The batch's output list of source ``name``; the first time in a batch, the source's
+        clock is advanced to ``now`` (records of the batch arrived then)."""
+        produced = outputs.get(name)
+        if produced is None:
+            touched[name] = slot
+            produced = outputs[name] = []
+            produced += slot.engine.advance_clock(now)
+        return produced
 
     def _from_other_topic(
         self,
@@ -451,10 +498,10 @@ class ReleaseService:
         if source is None:
             letter = self._dead_letter(
                 record,
-                "unknown_source",
+                "unknown_source" if record.topic != self.topics.control else "bad_control",
                 "the topic is not configured"
                 if record.topic != self.topics.control
-                else "a control record must name a configured 'stream' or 'source'",
+                else "a control record must be a JSON object naming a configured 'stream'",
             )
             self._emit_unrouted(letter, outcome)
             return
@@ -465,27 +512,40 @@ class ReleaseService:
         if not keyed or slot is None or partition != slot.home:
             self._emit_unrouted(self._misplaced(record, source), outcome)
             return
-        touched[name] = slot
-        produced = outputs.setdefault(name, [])
-        code = slot.engine.consume(value, topic, partition, record.offset, produced, False)
-        if code == ACCEPTED:
-            outcome.accepted += 1
-            slot.last_event = now
-        elif code == SKIPPED:
+        produced = self._touch(name, slot, touched, outputs, now)
+        result = slot.engine.control(value, topic=topic, partition=partition, offset=record.offset)
+        if result.skipped:
             outcome.skipped += 1
+        produced += result.dead_letters
+        produced += result.outputs
 
-    def close_idle(self, now: float, idle_seconds: float) -> BatchOutcome:
-        """Advance to wall-clock ``now`` the watermark of every loaded source that has seen no
-        event for ``idle_seconds`` (closes periods when input stops); checkpoints what changed."""
+    def assign(self, partitions: Iterable[int]) -> BatchOutcome:
+        """Load (or start) every source whose home partition is among ``partitions`` (just
+        assigned to this worker), so that its periods close on schedule even if no record
+        ever arrives; checkpoints the sources it starts and re-publishes pending outboxes."""
         outcome = BatchOutcome()
-        mono = time.monotonic()
+        mine = set(partitions)
+        for name, home in sorted(self._homes.items()):
+            if home in mine and name not in self.slots:
+                slot = self._load(name, home, outcome)
+                if slot is not None and self.state.get(hot_key(name)) is None:
+                    self._checkpoint(name, slot, [], outcome)
+        return outcome
+
+    def tick(self) -> BatchOutcome:
+        """Advance every loaded source to the public clock's reading: closes (and releases)
+        every due period, ``pace`` per stream at most; checkpoints what changed."""
+        outcome = BatchOutcome()
+        now = self.clock()
         for name, slot in self.slots.items():
-            if mono - slot.last_event < idle_seconds:
-                continue
-            produced: list[OutputRecord] = list(slot.engine.advance_watermark(now, source=name))
+            produced: list[OutputRecord] = list(slot.engine.advance_clock(now))
             if produced:
                 self._checkpoint(name, slot, produced, outcome)
         return outcome
+
+    def due(self) -> bool:
+        """True when a loaded source has a period to close at the clock's last reading."""
+        return any(slot.engine.due() for slot in self.slots.values())
 
     def _checkpoint(
         self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
@@ -546,12 +606,17 @@ class ReleaseService:
                 stored = slot.stored_seen.setdefault(key, set())
                 n = slot.seen_chunks.get(key, 0)
                 if len(ids) != len(stored):  # ids only grow while a period is open
-                    new = ids - stored
-                    outcome.writes.append(
-                        StateWrite(slot.home, seen_key(source, stream, period, n), sorted(new))
-                    )
+                    new = sorted(ids - stored)
+                    # bounded chunks: a content key is a 32-character digest whatever the
+                    # record, so no chunk nears the producer's message size limit
+                    for first in range(0, len(new), SEEN_CHUNK_KEYS):
+                        part = new[first : first + SEEN_CHUNK_KEYS]
+                        outcome.writes.append(
+                            StateWrite(slot.home, seen_key(source, stream, period, n), part)
+                        )
+                        n += 1
                     stored.update(new)
-                    n = slot.seen_chunks[key] = n + 1
+                    slot.seen_chunks[key] = n
                 counts.append([stream, period, n])
         for key in (slot.stored_seen.keys() | slot.seen_present.keys()) - open_now:
             runtime = slot.engine.streams.get(key[0])
