@@ -12,10 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdp.daemon.service import OutputTopics
+from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Bytes a Kafka record batch adds around one record's key and value (header 61, record ~20).
+RECORD_OVERHEAD_BYTES = 1024
+#: The largest single record each kind of write can make, bytes of key + value; every one must
+#: fit the producer's request limit (checked by :meth:`DaemonSettings.validate`).
+WRITE_BOUNDS: dict[str, int] = {"dead letter": MAX_DEAD_LETTER_BYTES}
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,9 @@ class DaemonSettings:
     # Tansu (the embedded broker) answers ListOffsets with the base offset of the last record
     # batch + 1; one record per produce batch keeps changelog recovery exact on it.
     single_record_batches: bool = False
+    # the producer's request limit (Kafka's max.request.size; brokers default to about the
+    # same message.max.bytes): every write the worker makes is bounded below it
+    max_request_size: int = 1_000_000
     # a jump in input offsets means records were skipped below the worker (a Faust 0.15 issue
     # around rebalances): the worker exits and restarts from its checkpoint, unless holes are
     # legitimate on the input topics (transaction markers)
@@ -105,6 +114,13 @@ class DaemonSettings:
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
             raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
+        needed = max(WRITE_BOUNDS.values()) + RECORD_OVERHEAD_BYTES
+        if self.max_request_size < needed:
+            largest = max(WRITE_BOUNDS, key=lambda kind: WRITE_BOUNDS[kind])
+            raise ConfigError(
+                f"STREAMDP_MAX_REQUEST_SIZE must be at least {needed} bytes (a {largest} can "
+                f"take {WRITE_BOUNDS[largest]} bytes), got {self.max_request_size}"
+            )
         if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
             raise ConfigError(f"--idle-close must be > 0 seconds, got {self.idle_close_seconds}")
         return self
@@ -138,6 +154,7 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
         "STREAMDP_WEB_PORT": "web_port",
         "STREAMDP_PARTITIONS": "partitions",
         "STREAMDP_STANDBY_REPLICAS": "standby_replicas",
+        "STREAMDP_MAX_REQUEST_SIZE": "max_request_size",
     }
     for name, key in int_keys.items():
         if e.get(name):
