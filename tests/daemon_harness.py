@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -29,8 +30,9 @@ from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import Engine, EngineSpec, parse_spec
+from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.noise import InsecureSeededSampler
-from streamdp.synth.generators import Line, generate
+from streamdp.synth.generators import Line, generate, generated_end
 
 SEED = 41
 AnyBroker = EmbeddedBroker | KafkaCluster
@@ -38,14 +40,38 @@ AnyBroker = EmbeddedBroker | KafkaCluster
 
 @dataclass
 class Scenario:
-    """Input lines per source topic (keyed by the source name) and the spec they follow."""
+    """Input lines per source topic (keyed by the source name) and the spec they follow.
+
+    Time: the workers run on a frozen public clock at ``end`` (the end of the last generated
+    period) and every stream's allowed lateness is ten years, so no period is ever due on the
+    clock; periods are released by operator close records on the control topic, sent only
+    once the worker has consumed the input before them (:func:`close_through`). Every record
+    therefore arrives while its period is open, exactly as in :func:`replay_outputs`.
+    """
 
     spec_text: str
     lines: dict[str, list[Line]] = field(default_factory=dict)
+    end: float = 0.0
 
     @property
     def spec(self) -> EngineSpec:
         return parse_spec(self.spec_text)
+
+    @property
+    def clock(self) -> str:
+        """The workers' ``--clock``."""
+        return f"frozen:{format_instant(self.end)}"
+
+    def cut_instant(self, cut: int) -> float:
+        """An instant no good line at index >= ``cut`` of any topic is before: closing through
+        it leaves every later line's period open."""
+        times = [
+            parse_instant(json.loads(line.text)["event_time"])
+            for lines in self.lines.values()
+            for line in lines[cut:]
+            if line.expect is None
+        ]
+        return min((t for t in times if t is not None), default=self.end)
 
 
 def make_scenario(
@@ -62,6 +88,7 @@ def make_scenario(
         text = files.joinpath(f"{name}.toml").read_text("utf-8")
         if suffix:
             text = text.replace(f'topic = "{topic}"', f'topic = "{renamed}"')
+        text = re.sub(r'allowed_lateness = "[^"]*"', 'allowed_lateness = "3650d"', text)
         texts[name] = text
     scenario = Scenario(texts["restaurant"] + "\n" + texts["hospital"])
     for name, text in texts.items():
@@ -70,26 +97,91 @@ def make_scenario(
         scenario.lines[source.topic] = list(
             generate(name, periods, rate, seed=7, bad_fraction=bad_fraction, spec=sub)
         )
+        scenario.end = max(scenario.end, generated_end(sub, periods))
     return scenario
 
 
 def replay_outputs(
-    scenario: Scenario, topics: OutputTopics, seed: int = SEED
+    scenario: Scenario, topics: OutputTopics, seed: int = SEED, *, cut: int | None = None
 ) -> dict[str, dict[str, str]]:
-    """What a file replay of the same records publishes: topic -> key -> final value."""
+    """What an engine given the same records publishes: topic -> key -> final value. With
+    ``cut``, every stream is closed through :meth:`Scenario.cut_instant` after the lines before
+    ``cut`` (as :func:`close_through` does on a live worker); in the end through ``end``."""
     engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
+    records = list(engine.advance_clock(scenario.end))
     out: dict[str, dict[str, str]] = {topics.releases: {}, topics.consistent: {}}
-    for topic, lines in scenario.lines.items():
-        for offset, line in enumerate(lines):
-            result = engine.ingest(
-                line.text.encode(), source_topic=topic, partition=0, offset=offset
-            )
-            records = list(result.outputs)
-            if result.event_time is not None:
-                records += engine.advance_watermark(result.event_time, source=result.source)
-            for record in records:
-                out[topics.for_record(record)][record.key] = record.to_json()
+    parts = [(0, None)] if cut is None else [(0, cut), (cut, None)]
+    for start, stop in parts:
+        for topic, lines in scenario.lines.items():
+            for offset, line in enumerate(lines[start:stop], start=start):
+                engine.ingest(line.text.encode(), source_topic=topic, partition=0, offset=offset)
+        through = scenario.end if stop is None else scenario.cut_instant(stop)
+        for stream in scenario.spec.streams:
+            records += engine.close(stream, through)
+    for record in records:
+        out[topics.for_record(record)][record.key] = record.to_json()
     return out
+
+
+def close_records(
+    scenario: Scenario, topics: OutputTopics, through: float
+) -> list[tuple[str, bytes, bytes]]:
+    """Operator close records for every stream, keyed by the stream's source."""
+    spec = scenario.spec
+    return [
+        (
+            topics.control,
+            s.source.encode(),
+            json.dumps(
+                {
+                    "type": "control",
+                    "action": "close",
+                    "stream": name,
+                    "through": format_instant(through),
+                }
+            ).encode(),
+        )
+        for name, s in spec.streams.items()
+    ]
+
+
+def wait_consumed(
+    broker: AnyBroker,
+    group: str,
+    counts: dict[str, int],
+    partitions: int,
+    timeout: float = 120.0,
+) -> None:
+    """Wait until the group's committed offsets cover ``counts[topic]`` records per input
+    topic (every record of a topic is keyed alike, so they sit on one partition)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        done = True
+        for topic, total in counts.items():
+            committed = committed_offsets(broker, group, topic, range(partitions))
+            if sum(o or 0 for o in committed.values()) < total:
+                done = False
+        if done:
+            return
+        assert time.monotonic() < deadline, f"input not consumed: {counts}"
+        time.sleep(0.5)
+
+
+def close_through(
+    broker: AnyBroker,
+    scenario: Scenario,
+    topics: OutputTopics,
+    group: str,
+    *,
+    cut: int | None,
+    partitions: int,
+) -> None:
+    """Wait until the worker(s) of ``group`` consumed every line before ``cut`` (all lines
+    when None), then send the operator's close records through the matching instant."""
+    counts = {t: len(lines) if cut is None else cut for t, lines in scenario.lines.items()}
+    wait_consumed(broker, group, counts, partitions)
+    through = scenario.end if cut is None else scenario.cut_instant(cut)
+    produce(broker, close_records(scenario, topics, through))
 
 
 def create_topics(
@@ -130,6 +222,8 @@ class Worker:
         namespace: str = "streamdp",
         supervise: bool = True,
         input_path: str = "batch",
+        extra_args: Sequence[str] = (),
+        clock: str = "wall",
     ) -> None:
         self.port = free_loopback_port()
         self.log_path = log_path
@@ -145,9 +239,11 @@ class Worker:
             "--stall-exit", "12",
             "--topic-namespace", namespace,
             "--input-path", input_path,
+            "--clock", clock,
         ]  # fmt: skip
         if seed is not None:
             self.args += ["--insecure-seed", str(seed)]
+        self.args += list(extra_args)
         if isinstance(broker, EmbeddedBroker):  # Tansu's ListOffsets defect (dev-broker-notes)
             self.args.append("--single-record-batches")
         self._log = log_path.open("ab")

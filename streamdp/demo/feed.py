@@ -95,14 +95,18 @@ async def run_feed(
     pace: float,
     stop: asyncio.Event,
     clock: Callable[[], float] = time.monotonic,
+    start: float | None = None,
 ) -> None:
     """Send ``records`` when they are due until ``stop`` is set.
+
+    ``start``: the ``clock`` instant the feed's time 0 is at (default: now); the demo starts
+    the feeds at the instant the worker's simulated public clock is anchored to.
 
     ``send`` hands one record to the producer and returns its delivery (aiokafka's ``send``:
     enqueue, then a future of the acknowledgement); deliveries are awaited before each wait
     and every 500 records, which bounds the number in flight.
     """
-    start = clock()
+    start = clock() if start is None else start
     pending: list[Awaitable[object]] = []
     for record in records:
         if stop.is_set():

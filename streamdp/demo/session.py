@@ -34,6 +34,9 @@ SCENARIOS = (
     ("hospital", "hospital-admissions", 150.0),
 )
 BAD_FRACTION = 0.01
+DAY_SECONDS = 86400.0
+#: Seconds from starting the worker to the instant its simulated clock and the feeds start.
+DEMO_START_DELAY = 8.0
 DEFAULT_WEB_PORT = 6066
 
 
@@ -89,6 +92,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
     from streamdp.daemon.settings import DaemonSettings
     from streamdp.demo.worker import WorkerProcess, worker_command
     from streamdp.engine import load_spec
+    from streamdp.engine.periods import PeriodClock, format_instant
 
     out = sys.stdout
     resource = resources.files("streamdp").joinpath("examples", "demo.toml")
@@ -102,6 +106,12 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
         )
         broker.create_topics(required_topics(spec, settings))
         port = _web_port(args.web_port)
+        # the worker's public clock: simulated days at the producers' pace, from the spec's
+        # start at a wall instant a few seconds ahead (the worker is ready by then); the
+        # producers start sending at that same instant
+        anchor = time.time() + DEMO_START_DELAY
+        origin = min(PeriodClock(s.period).bounds(0)[0] for s in spec.streams.values())
+        clock = f"simulated:{format_instant(origin)}@{anchor!r}x{DAY_SECONDS / args.pace!r}"
         argv = worker_command(
             config=config,
             bootstrap=broker.bootstrap,
@@ -109,13 +119,21 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
             web_port=port,
             data_dir=tmp / "worker-data",
             insecure_seed=args.seed,
+            clock=clock,
         )
         worker = WorkerProcess(argv, tmp / "worker.log")
         try:
             header = _header(args, spec, broker.bootstrap, broker.pid, worker.pid, port)
             out.write("\n".join(header) + "\n\n")
             out.flush()
-            live = Live(args=args, spec=spec, bootstrap=broker.bootstrap, port=port, header=header)
+            live = Live(
+                args=args,
+                spec=spec,
+                bootstrap=broker.bootstrap,
+                port=port,
+                header=header,
+                anchor=anchor,
+            )
             failure = asyncio.run(live.main(worker.exit_code))
         finally:
             # shutting down: a second Ctrl-C or SIGTERM must not cut the worker's shutdown short
@@ -189,6 +207,8 @@ class Live:
     bootstrap: str
     port: int
     header: list[str]
+    # the wall instant (Unix seconds) the worker's simulated clock and the feeds start at
+    anchor: float = field(default_factory=time.time)
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     started: float = field(default_factory=time.monotonic)
     stats: dict[str, Any] = field(default_factory=dict)
@@ -251,7 +271,14 @@ class Live:
                 )
                 tasks.append(
                     asyncio.create_task(
-                        run_feed(records, send, self.stats[source], pace=self.args.pace, stop=stop)
+                        run_feed(
+                            records,
+                            send,
+                            self.stats[source],
+                            pace=self.args.pace,
+                            stop=stop,
+                            start=time.monotonic() + (self.anchor - time.time()),
+                        )
                     )
                 )
             tasks.append(asyncio.create_task(self._consume(consumer, board, stop)))

@@ -43,6 +43,7 @@ def worker_command(
     web_port: int,
     data_dir: Path,
     insecure_seed: int | None,
+    clock: str = "wall",
 ) -> list[str]:
     """The argv of a demo worker (this interpreter, ``-m streamdp worker``).
 
@@ -71,6 +72,8 @@ def worker_command(
         "6",
         "--log-level",
         "warning",
+        "--clock",
+        clock,
     ]
     if insecure_seed is not None:
         argv += ["--insecure-seed", str(insecure_seed)]
