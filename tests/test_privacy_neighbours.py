@@ -1,0 +1,264 @@
+"""Event-level privacy against hostile input: neighbouring inputs D and D + one record.
+
+For every stream kind (orders with combos, census-style attributes, the hospital source with two
+streams, a monthly flag) and for each kind of hostile or odd record (stamped far ahead and
+arriving first, reusing another record's event id with other content, an exact duplicate, an old
+event arriving late, a control record on the input, junk, an order over Delta), D and D + r are
+run with the same seeded noise, so the noise cancels and any difference is the record's own
+effect. On both paths, the file replay (one batch released --as-of) and the daemon's release
+service (records arriving in fixed windows of a public clock), we assert:
+
+- the release schedule is identical: the same release and revision keys, in the same order;
+- per stream, the released period counts differ in L1 by at most Delta over everything, and the
+  running totals of every period by at most Delta.
+
+On the event-time watermark design these tests fail: one forged record 24 days ahead turned
+every order of the days before it into a late dead letter (L1 change 1706 with Delta = 5), and a
+record reusing an id displaced the first (2 Delta).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamdp.daemon.service import InputRecord, ReleaseService
+from streamdp.engine import EngineSpec
+from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
+from streamdp.engine.replay import read_jsonl, replay
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth import example_spec, generate, release_instant
+
+SEED = 23
+WINDOW = 6 * 3600.0  # the daemon reads records in windows of six hours of its clock
+DAY = 86400.0
+SCENARIOS = {"restaurant": (20, 10.0), "census": (6, 25.0), "hospital": (12, 6.0), "hiv": (6, 20.0)}
+
+
+class Record:
+    """One input line with its arrival instant on the public clock (the producer's schedule:
+    a record arrives when the test says, whatever other records do)."""
+
+    def __init__(self, text: str, arrival: float) -> None:
+        self.text = text
+        self.arrival = arrival
+
+
+def _dataset(scenario: str) -> tuple[EngineSpec, list[Record], int]:
+    periods, rate = SCENARIOS[scenario]
+    spec = example_spec(scenario)
+    records = []
+    for line in generate(scenario, periods, rate, seed=5, spec=spec):
+        ts = parse_instant(json.loads(line.text)["event_time"])
+        assert ts is not None
+        records.append(Record(line.text, ts + 60.0))  # a minute after it happened
+    return spec, records, periods
+
+
+def _event(records: list[Record], index: int) -> dict[str, Any]:
+    data = json.loads(records[index].text)
+    assert isinstance(data, dict)
+    return data
+
+
+def _other_content(spec: EngineSpec, event: dict[str, Any]) -> dict[str, Any]:
+    """The same event id and time with different counted content."""
+    changed = dict(event)
+    if "items" in event:
+        stream = next(iter(spec.streams.values()))
+        combos = [
+            dict(zip(stream.counters.items, v, strict=True)) for _, v in stream.constraints.combos
+        ]
+        options = [{k: q for k, q in c.items() if q} for c in combos]
+        changed["items"] = next(o for o in options if o != event["items"])
+    else:
+        attributes = dict(event["attributes"])
+        attributes["hiv_positive"] = not attributes.get("hiv_positive", False)
+        changed["attributes"] = attributes
+    return changed
+
+
+def _neighbour(kind: str, spec: EngineSpec, records: list[Record]) -> list[Record]:
+    """D + one record of ``kind`` (D itself for kind 'none')."""
+    n = len(records)
+    middle = n // 2
+    first_time = records[0].arrival
+    last_time = records[-1].arrival
+    grid = PeriodClock(next(iter(spec.streams.values())).period)
+    out = list(records)
+    if kind == "none":
+        return out
+    if kind == "future_first":
+        # the audit's attack: stamped 24 days ahead and arriving before everything else
+        event = dict(_event(records, 0), event_id="forged-1")
+        event["event_time"] = format_instant(first_time + 24 * DAY)
+        out.insert(0, Record(json.dumps(event), first_time - 1.0))
+    elif kind == "far_future_first":
+        event = dict(_event(records, 0), event_id="forged-2")
+        event["event_time"] = format_instant(first_time + 4000 * DAY)
+        out.insert(0, Record(json.dumps(event), first_time - 1.0))
+    elif kind == "reused_id_first":
+        # the victim's id with other content, arriving just before the victim
+        victim = _event(records, middle)
+        forged = _other_content(spec, victim)
+        out.insert(middle, Record(json.dumps(forged), records[middle].arrival - 1.0))
+    elif kind == "exact_duplicate":
+        out.insert(middle + 1, Record(records[middle].text, records[middle].arrival))
+    elif kind == "old_event_last":
+        # an event of the first period arriving after everything (late on the clock)
+        event = dict(_event(records, 0), event_id="old-1")
+        out.append(Record(json.dumps(event), last_time + 1.0))
+    elif kind == "old_event_middle":
+        event = dict(_event(records, 0), event_id="old-2")
+        out.insert(middle, Record(json.dumps(event), records[middle].arrival))
+    elif kind == "control_first":
+        stream = next(iter(spec.streams))
+        close = {"type": "control", "action": "close", "stream": stream, "through": 4e9}
+        out.insert(0, Record(json.dumps(close), first_time - 1.0))
+    elif kind == "junk_middle":
+        out.insert(middle, Record('{"event_id": "x", "items": {', records[middle].arrival))
+    elif kind == "before_start_first":
+        event = dict(_event(records, 0), event_id="early-1")
+        event["event_time"] = format_instant(grid.bounds(0)[0] - 3 * DAY)
+        out.insert(0, Record(json.dumps(event), first_time - 1.0))
+    else:  # pragma: no cover - a typo in the parametrisation
+        raise AssertionError(kind)
+    return out
+
+
+KINDS = [
+    "future_first",
+    "far_future_first",
+    "reused_id_first",
+    "exact_duplicate",
+    "old_event_last",
+    "old_event_middle",
+    "control_first",
+    "junk_middle",
+    "before_start_first",
+]
+
+
+def _via_replay(
+    spec_name: str, records: list[Record], periods: int, tmp: Path
+) -> list[dict[str, Any]]:
+    spec = example_spec(spec_name)
+    tmp.mkdir(parents=True)
+    path = tmp / "events.jsonl"
+    path.write_text("".join(r.text + "\n" for r in records), encoding="utf-8")
+    out = tmp / "out"
+    replay(
+        spec, path, out, as_of=release_instant(spec, periods), sampler=InsecureSeededSampler(SEED)
+    )
+    return read_jsonl(out / "releases.jsonl") + read_jsonl(out / "consistent.jsonl")
+
+
+def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dict[str, Any]]:
+    """The release service over a dict store: the records whose arrival falls in a window of
+    the clock are one batch, processed when the window ends; at the end the clock moves on
+    until every generated period is due."""
+    spec = example_spec(spec_name)
+    source = next(iter(spec.sources.values()))
+    now = [0.0]
+    service = ReleaseService(
+        spec, sampler=InsecureSeededSampler(SEED), state={}, clock=lambda: now[0]
+    )
+    windows: dict[int, list[InputRecord]] = defaultdict(list)
+    for offset, record in enumerate(records):
+        windows[int(record.arrival // WINDOW)].append(
+            InputRecord(source.topic, 0, offset, source.name.encode(), record.text.encode())
+        )
+    published: list[dict[str, Any]] = []
+    for window in sorted(windows):
+        now[0] = (window + 1) * WINDOW
+        outcome = service.process(windows[window])
+        published += [json.loads(p.value) for p in outcome.publications]
+    now[0] = release_instant(spec, periods)
+    while True:
+        outcome = service.tick()
+        published += [json.loads(p.value) for p in outcome.publications]
+        if not service.due():
+            break
+    return [p for p in published if p.get("kind") != "dead_letter"]
+
+
+def _schedule(outputs: list[dict[str, Any]]) -> list[str]:
+    return [o["key"] for o in outputs]
+
+
+def _assert_neighbours(
+    spec: EngineSpec, base: list[dict[str, Any]], other: list[dict[str, Any]]
+) -> None:
+    assert _schedule(base) == _schedule(other), "one record moved the release schedule"
+    releases = {o["key"]: o for o in base if o["kind"] == "release"}
+    changed = {o["key"]: o for o in other if o["kind"] == "release"}
+    count_l1: dict[str, int] = defaultdict(int)
+    total_l1: dict[tuple[str, int, int], int] = defaultdict(int)
+    for key, a in releases.items():
+        b = changed[key]
+        count_l1[a["stream"]] += abs(a["noisy_count"] - b["noisy_count"])
+        total_l1[(a["stream"], a["epoch"], a["period"])] += abs(a["noisy_total"] - b["noisy_total"])
+    for stream, l1 in count_l1.items():
+        bound = spec.streams[stream].delta
+        assert l1 <= bound, f"{stream}: period counts moved by {l1} > Delta = {bound}"
+    for (stream, epoch, period), l1 in total_l1.items():
+        bound = spec.streams[stream].delta
+        assert l1 <= bound, f"{stream} {epoch}/{period}: running totals moved by {l1} > {bound}"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_hostile_record_moves_no_schedule_and_at_most_delta_on_replay(
+    scenario: str, kind: str, tmp_path: Path
+) -> None:
+    spec, records, periods = _dataset(scenario)
+    base = _via_replay(scenario, records, periods, tmp_path / "d")
+    other = _via_replay(scenario, _neighbour(kind, spec, records), periods, tmp_path / "d1")
+    assert any(o["kind"] == "release" for o in base)
+    _assert_neighbours(spec, base, other)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_hostile_record_moves_no_schedule_and_at_most_delta_in_the_daemon(
+    scenario: str, kind: str
+) -> None:
+    spec, records, periods = _dataset(scenario)
+    base = _via_daemon(scenario, records, periods)
+    other = _via_daemon(scenario, _neighbour(kind, spec, records), periods)
+    assert any(o["kind"] == "release" for o in base)
+    _assert_neighbours(spec, base, other)
+
+
+def test_the_check_has_power_a_record_that_counts_moves_the_totals() -> None:
+    """The bound is tight, not vacuous: a valid extra order moves the running totals by its
+    own contribution (5 for a 5-unit combo), and the schedule stays."""
+    spec, records, periods = _dataset("restaurant")
+    event = dict(
+        _event(records, 3),
+        event_id="extra-1",
+        items={"cola": 2, "burger": 1, "wings": 1, "nuggets": 1},
+    )
+    other = list(records)
+    other.insert(4, Record(json.dumps(event), records[3].arrival))
+    base = _via_daemon("restaurant", records, periods)
+    changed = _via_daemon("restaurant", other, periods)
+    assert _schedule(base) == _schedule(changed)
+    moved = [
+        sum(
+            abs(a["noisy_total"] - b["noisy_total"])
+            for a, b in zip(base, changed, strict=True)
+            if a["kind"] == "release" and a["period"] == p
+        )
+        for p in range(1, periods + 1)
+    ]
+    assert max(moved) == 5
+    doubled = list(other)
+    doubled.insert(5, Record(json.dumps(dict(event, event_id="extra-2")), records[3].arrival))
+    two_records = _via_daemon("restaurant", doubled, periods)
+    with pytest.raises(AssertionError, match="Delta"):
+        _assert_neighbours(spec, base, two_records)
