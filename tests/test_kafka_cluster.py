@@ -1,0 +1,308 @@
+"""The release daemon on a 3-node Apache Kafka cluster (KRaft, replication factor 3,
+min.insync.replicas 2, producers with acks=all) under broker faults.
+
+Each test runs one worker (a real ``streamdp worker`` process) over a fresh namespace, feeds the
+two seed scenarios in two or three parts and injects a fault between them:
+
+- SIGKILL of the leader of the input partition mid-stream;
+- SIGKILL of the leader of the state changelog partition mid-stream;
+- a rolling restart of all three nodes (each stopped cleanly, restarted, caught up);
+- SIGKILL of the worker while the input partition's leader is failing over;
+- a node down longer than the consumer group session timeout (6 s) and the cluster's broker
+  session timeout (6 s).
+
+After each: every release key carries only the value a file replay of the same input publishes
+and the latest consistent revision equals the replay's; every noisy node reached the state
+changelog exactly once (never redrawn); the epsilon spent per stream equals the replay's (the
+ledger never double-spent); the committed input offsets reach the end of the input (lag back
+to zero); and the supervisor never had to restart the worker more than once (no restart loop).
+The cluster is started once for the module; a test leaves every node running and in sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import kafka_or_skip
+from daemon_harness import (
+    Worker,
+    collect,
+    committed_offsets,
+    create_topics,
+    has_all,
+    lines_as_records,
+    make_scenario,
+    produce,
+    replay_outputs,
+)
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamdp.broker import KafkaCluster
+from streamdp.daemon.service import OutputTopics
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+PARTITIONS = 2
+NODES = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    kafka_or_skip()
+    log_path = Path(tmp_path_factory.mktemp("kafka-cluster")) / "node.log"
+    with KafkaCluster(NODES, log_path=log_path, start_timeout=180.0) as running:
+        yield running
+
+
+@pytest.fixture
+def healthy(cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The cluster with every node running; restarts whatever a failed test left down."""
+    yield cluster
+    for index in range(NODES):
+        if not cluster.node_running(index):
+            cluster.restart_node(index)
+
+
+class Namespace:
+    """One test's scenario, spec file, app id and topics on the cluster, and its worker."""
+
+    def __init__(
+        self, cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+    ) -> None:
+        self.cluster = cluster
+        self.tmp_path = tmp_path
+        suffix = unique_name("ns")
+        self.scenario = make_scenario(periods=40, rate=6, suffix=suffix)
+        self.config = tmp_path / "streams.toml"
+        self.config.write_text(self.scenario.spec_text)
+        self.app_id = f"app-{suffix}"
+        self.topics = OutputTopics.in_namespace(f"out-{suffix}")
+        create_topics(
+            cluster, self.scenario, self.config, PARTITIONS, app_id=self.app_id, topics=self.topics
+        )
+        self.expected = replay_outputs(self.scenario, self.topics)
+        self.workers: list[Worker] = []
+
+    @property
+    def changelog(self) -> str:
+        return f"{self.app_id}-state-changelog"
+
+    @property
+    def input_topics(self) -> list[str]:
+        return list(self.scenario.lines)
+
+    def start_worker(self, name: str) -> Worker:
+        worker = Worker(
+            self.cluster,
+            self.config,
+            app_id=self.app_id,
+            partitions=PARTITIONS,
+            data_dir=self.tmp_path / f"data-{name}",
+            log_path=self.tmp_path / f"{name}.log",
+            namespace=self.topics.releases.rsplit(".", 1)[0],
+        )
+        self.workers.append(worker)
+        return worker
+
+    def part(self, index: int, parts: int) -> list[tuple[str, bytes, bytes]]:
+        """The ``index``-th of ``parts`` slices of every source's lines, as records."""
+        n = len(self.scenario.lines[self.input_topics[0]])
+        step = -(-n // parts)
+        stop = None if index == parts - 1 else (index + 1) * step
+        return lines_as_records(self.scenario, start=index * step, stop=stop)
+
+    def input_partition(self, topic: str) -> int:
+        """The partition holding ``topic``'s records (every record is keyed by its source)."""
+        ends = end_offsets(self.cluster, topic)
+        filled = [p for p, end in ends.items() if end > 0]
+        assert len(filled) == 1, f"{topic}: expected one partition with records, got {ends}"
+        return filled[0]
+
+    def wait_some_releases(self, timeout: float = 90.0) -> None:
+        want = self.expected[self.topics.releases]
+        collect(
+            self.cluster,
+            [self.topics.releases],
+            lambda seen: any(k in want for k in seen[self.topics.releases]),
+            timeout=timeout,
+        )
+
+    def check_outcome(self, worker: Worker) -> None:
+        """Everything the module docstring promises after a fault."""
+        T = self.topics
+        seen = collect(
+            self.cluster, [T.releases, T.consistent], has_all(self.expected), timeout=180
+        )
+        for key, value in self.expected[T.releases].items():
+            values = set(seen[T.releases].get(key, []))
+            assert values == {value}, f"release {key}: {values} != replay"
+        unexpected = set(seen[T.releases]) - set(self.expected[T.releases])
+        assert not unexpected, f"releases the replay does not make: {sorted(unexpected)[:5]}"
+        for key, value in self.expected[T.consistent].items():
+            got = seen[T.consistent].get(key, [])
+            assert got, f"consistent {key} missing"
+            latest = max(got, key=lambda v: json.loads(v)["revision"])
+            assert latest == value, f"consistent {key} differs from replay"
+        changelog = collect(self.cluster, [self.changelog], lambda s: False, timeout=8)
+        nodes = {k: v for k, v in changelog[self.changelog].items() if "|node|" in k}
+        assert nodes, "no noisy node reached the state changelog"
+        rewritten = {k: len(v) for k, v in nodes.items() if len(v) != 1}
+        assert not rewritten, f"noisy nodes written more than once (redrawn?): {rewritten}"
+        self._check_epsilon(worker)
+        self._check_lag_zero()
+        assert worker.restarts <= 1, (
+            f"restart loop: the worker was restarted {worker.restarts} times\n{worker.log_tail()}"
+        )
+
+    def _check_epsilon(self, worker: Worker) -> None:
+        released = {json.loads(v)["stream"] for v in self.expected[self.topics.releases].values()}
+        spec = self.scenario.spec
+        want = {n: float(s.epsilon) if n in released else 0.0 for n, s in spec.streams.items()}
+        spent: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and spent != want:
+            spent = {}
+            try:
+                text = worker.metrics()
+            except OSError:
+                time.sleep(0.5)
+                continue
+            for family in text_string_to_metric_families(text):
+                if family.name == "streamdp_epsilon_spent":
+                    for sample in family.samples:
+                        spent[sample.labels["stream"]] = sample.value
+            time.sleep(0.5)
+        assert spent == want, f"epsilon spent {spent} != replay's {want}"
+
+    def _check_lag_zero(self) -> None:
+        for topic in self.input_topics:
+            ends = end_offsets(self.cluster, topic)
+            deadline = time.monotonic() + 60
+            while True:
+                committed = committed_offsets(self.cluster, self.app_id, topic, ends)
+                if all((committed[p] or 0) == end for p, end in ends.items()):
+                    break
+                assert time.monotonic() < deadline, f"{topic}: committed {committed}, ends {ends}"
+                time.sleep(1.0)
+
+    def close(self) -> None:
+        for worker in self.workers:
+            if worker.process.poll() is None:
+                worker.stop()
+
+
+def end_offsets(cluster: KafkaCluster, topic: str) -> dict[int, int]:
+    """Each partition's log end offset (ListOffsets is exact on Apache Kafka)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    async def go() -> dict[int, int]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+            ends: dict[Any, int] = await consumer.end_offsets(tps)
+            return {tp.partition: end for tp, end in ends.items()}
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(go())
+
+
+@pytest.fixture
+def space(
+    healthy: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+) -> Iterator[Namespace]:
+    namespace = Namespace(healthy, tmp_path, unique_name)
+    yield namespace
+    namespace.close()
+    healthy.wait_fully_replicated(
+        [*namespace.input_topics, namespace.changelog, namespace.topics.releases]
+    )
+
+
+def _kill_leader_mid_stream(space: Namespace, leader_of_what: Callable[[int], str]) -> None:
+    cluster = space.cluster
+    worker = space.start_worker("w1")
+    worker.wait_ready()
+    produce(cluster, space.part(0, 2))
+    space.wait_some_releases()
+    topic = space.input_topics[0]
+    partition = space.input_partition(topic)
+    target = leader_of_what(partition)
+    leader = cluster.leader_of(target, partition)
+    cluster.kill_node(leader)
+    produce(cluster, space.part(1, 2))  # the producer retries until a new leader answers
+    assert cluster.wait_leader_change(target, partition, leader) != leader
+    space.check_outcome(worker)
+    cluster.restart_node(leader)
+    assert worker.stop() == 0, worker.log_tail()
+
+
+def test_input_partition_leader_killed_mid_stream(space: Namespace) -> None:
+    _kill_leader_mid_stream(space, lambda p: space.input_topics[0])
+
+
+def test_changelog_partition_leader_killed_mid_stream(space: Namespace) -> None:
+    _kill_leader_mid_stream(space, lambda p: space.changelog)
+
+
+def test_rolling_restart_of_every_node(space: Namespace) -> None:
+    cluster = space.cluster
+    worker = space.start_worker("w1")
+    worker.wait_ready()
+    watched = [*space.input_topics, space.changelog, space.topics.releases]
+    for index in range(NODES):
+        produce(cluster, space.part(index, NODES))
+        cluster.stop_node(index)  # controlled shutdown: leadership moves first
+        cluster.restart_node(index)
+        cluster.wait_fully_replicated(watched)
+    space.check_outcome(worker)
+    assert worker.stop() == 0, worker.log_tail()
+
+
+def test_worker_sigkill_during_a_broker_failover(space: Namespace) -> None:
+    cluster = space.cluster
+    first = space.start_worker("w1")
+    first.wait_ready()
+    produce(cluster, space.part(0, 2))
+    space.wait_some_releases()
+    topic = space.input_topics[0]
+    partition = space.input_partition(topic)
+    leader = cluster.leader_of(topic, partition)
+    cluster.kill_node(leader)
+    first.kill()
+    produce(cluster, space.part(1, 2))
+    cluster.wait_leader_change(topic, partition, leader)
+    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
+    second = space.start_worker("w2")
+    space.check_outcome(second)
+    cluster.restart_node(leader)
+    assert second.stop() == 0, second.log_tail()
+
+
+def test_node_down_longer_than_the_session_timeout(space: Namespace) -> None:
+    cluster = space.cluster
+    worker = space.start_worker("w1")
+    worker.wait_ready()
+    produce(cluster, space.part(0, 3))
+    space.wait_some_releases()
+    topic = space.input_topics[0]
+    partition = space.input_partition(topic)
+    down = cluster.leader_of(space.changelog, partition)
+    cluster.kill_node(down)
+    produce(cluster, space.part(1, 3))
+    # 15 s down: past the worker's group session timeout (6 s) and the cluster's broker
+    # session timeout (6 s), so the node is fenced and every partition it led moves
+    deadline = time.monotonic() + 15.0
+    while time.monotonic() < deadline:
+        assert worker.process.poll() is None or worker.restarts <= 1, worker.log_tail()
+        time.sleep(0.5)
+    cluster.restart_node(down)
+    produce(cluster, space.part(2, 3))
+    space.check_outcome(worker)
+    assert worker.stop() == 0, worker.log_tail()
