@@ -236,6 +236,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         broker_commit_interval=settings.commit_interval,
         consumer_auto_offset_reset="earliest",
         producer_max_batch_size=1 if settings.single_record_batches else 16384,
+        producer_acks=-1 if settings.producer_acks == "all" else int(settings.producer_acks),
         # the batch input path acknowledges after its checkpoint; records of a revoked
         # partition it drops are never acknowledged, so Faust must not wait for them
         stream_wait_empty=settings.input_path != "batch",

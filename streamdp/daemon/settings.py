@@ -17,6 +17,7 @@ from streamdp.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+PRODUCER_ACKS = ("all", "1", "0")
 #: Bytes a Kafka record batch adds around one record's key and value (header 61, record ~20).
 RECORD_OVERHEAD_BYTES = 1024
 #: The largest single record each kind of write can make, bytes of key + value; every one must
@@ -61,6 +62,9 @@ class DaemonSettings:
     input_path: str = "batch"
     # the consumer's fetch long-poll (Faust fixes 1.5 s; see streamdp.daemon.fetching)
     fetch_wait_seconds: float = 0.1
+    # acknowledgements the worker's producer waits for: "all" (every in-sync replica; with
+    # min.insync.replicas=2 a write survives the loss of its leader), "1" (leader only) or "0"
+    producer_acks: str = "all"
     security_protocol: str = "PLAINTEXT"
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
@@ -110,6 +114,11 @@ class DaemonSettings:
             raise ConfigError(
                 f"--fetch-wait must be > 0 and <= 30 seconds, got {self.fetch_wait_seconds}"
             )
+        if self.producer_acks not in PRODUCER_ACKS:
+            raise ConfigError(
+                f"STREAMDP_PRODUCER_ACKS must be one of {', '.join(PRODUCER_ACKS)}, got "
+                f"{self.producer_acks!r}"
+            )
         if self.input_path not in ("stream", "batch"):
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
@@ -146,6 +155,7 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
         "STREAMDP_SSL_CERTFILE": "ssl_certfile",
         "STREAMDP_SSL_KEYFILE": "ssl_keyfile",
         "STREAMDP_LOG_LEVEL": "log_level",
+        "STREAMDP_PRODUCER_ACKS": "producer_acks",
     }
     for name, key in text_keys.items():
         if e.get(name):
