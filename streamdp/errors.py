@@ -34,3 +34,22 @@ class InputGapError(StreamdpError):
     """Input records were skipped below the worker (an offset gap): continuing would count later
     records while the skipped ones could never be counted. The worker must restart from its last
     durable checkpoint."""
+
+
+class OutputWriteError(StreamdpError):
+    """The broker refused or failed a write the worker must make (a checkpoint, a release or a
+    dead letter): the batch stays unacknowledged and is read again after a restart."""
+
+
+# Exit statuses of a worker process (docs/operating.md, "Exit statuses"); from sysexits.h.
+#: stopped on SIGTERM/SIGINT (gracefully, or at the stop deadline)
+EXIT_STOPPED = 0
+#: an unexpected error (a bug): one line with the error, then exit; report it
+EXIT_CRASH = 70  # EX_SOFTWARE
+#: a write to the broker failed (checkpoint, release, dead letter): restarting re-reads the batch
+EXIT_WRITE_FAILED = 74  # EX_IOERR
+#: input records were skipped below the worker, or its input stalled: restart me
+EXIT_INPUT_GAP = 75  # EX_TEMPFAIL
+#: configuration and state or broker disagree (spec changed under existing state, budget cap
+#: exceeded, topic missing or wrongly partitioned): a restart fails the same way until fixed
+EXIT_CONFIG = 78  # EX_CONFIG

@@ -32,6 +32,7 @@ from decimal import Decimal
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 from faust.exceptions import NotReady, ProducerSendError
 from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -44,14 +45,75 @@ from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.periods import PeriodClock
-from streamdp.errors import InputGapError
+from streamdp.errors import (
+    EXIT_CONFIG,
+    EXIT_CRASH,
+    EXIT_INPUT_GAP,
+    EXIT_WRITE_FAILED,
+    BudgetError,
+    ConfigError,
+    InputGapError,
+    OutputWriteError,
+    StateError,
+)
 from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
 from streamdp.noise.sampler import NoiseSampler
 
 log = logging.getLogger("streamdp.daemon")
 STATE_TABLE = "state"
-EXIT_INPUT_GAP = 75  # EX_TEMPFAIL: restart me (after the group session timeout)
+__all__ = ["EXIT_INPUT_GAP", "WorkerRuntime", "create_app", "fatal_exit", "required_topics"]
+
+
+def fatal_exit(reason: BaseException) -> tuple[int, str]:
+    """The exit status (docs/operating.md, "Exit statuses") and the one log line for an error
+    that ends a worker. The line says what failed and what to do; for an unexpected error it
+    names the error's type and where it was raised, never its message (which could quote a
+    record)."""
+    if isinstance(reason, InputGapError):
+        return EXIT_INPUT_GAP, f"{reason} (exit status {EXIT_INPUT_GAP}: restart me)"
+    if isinstance(reason, StateError):
+        return EXIT_CONFIG, (
+            f"fatal configuration problem, exit status {EXIT_CONFIG}: the stored state cannot "
+            f"be used: {reason}. Run the worker with the spec the state was written under; "
+            "a spec change needs a new --app-id (new state; its budget is spent again on the "
+            "same people: retire the old releases first). Restarting as is fails the same way"
+        )
+    if isinstance(reason, BudgetError):
+        return EXIT_CONFIG, (
+            f"fatal configuration problem, exit status {EXIT_CONFIG}: privacy budget: {reason}. "
+            "Lower the stream's epsilon or end it (on_epoch_end = 'stop'); raise the source's "
+            "epsilon_cap only if the extra loss is accepted. Restarting as is fails the same way"
+        )
+    if isinstance(reason, ConfigError):
+        return EXIT_CONFIG, (
+            f"fatal configuration problem, exit status {EXIT_CONFIG}: {reason}. "
+            "Restarting as is fails the same way"
+        )
+    if isinstance(reason, OutputWriteError | ProducerSendError | KafkaError):
+        return EXIT_WRITE_FAILED, (
+            f"a write to the broker failed, exit status {EXIT_WRITE_FAILED}: "
+            f"{type(reason).__name__}: {_first_line(reason)}. The batch was not acknowledged "
+            "and is read again after a restart; if the error names a size limit "
+            "(MessageSizeTooLarge, RecordTooLarge), raise the broker's max.message.bytes and "
+            "the worker's producer limit together, or a restart fails the same way"
+        )
+    where = "unknown place"
+    tb = reason.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+    return EXIT_CRASH, (
+        f"unexpected error, exit status {EXIT_CRASH}: {type(reason).__name__} raised at "
+        f"{where} (message withheld: it may quote a record). This is a bug: please report it "
+        "with this line; a restart resumes from the last checkpoint"
+    )
+
+
+def _first_line(reason: BaseException) -> str:
+    text = str(reason).strip().splitlines()
+    return text[0][:300] if text else "(no message)"
 
 
 def required_topics(spec: EngineSpec, settings: DaemonSettings) -> dict[str, int]:
@@ -85,6 +147,8 @@ class WorkerRuntime:
     # set once Faust has stopped the consumer: no further batch is committed (its records stay
     # unacknowledged and the next owner reads them again)
     shutting_down: bool = False
+    # the one line logged when a fatal error ends the worker (it is not ready from then on)
+    fatal: str | None = None
     started_at: float = field(default_factory=time.time)
     batches: int = 0
     records: int = 0
@@ -120,6 +184,8 @@ class WorkerRuntime:
     @property
     def ready(self) -> bool:
         """The agent runs and the state table is restored from its changelog."""
+        if self.fatal is not None:
+            return False
         return self.service is not None and bool(self.recovered is None or self.recovered())
 
     def status(self) -> dict[str, Any]:
@@ -290,6 +356,37 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         return recovery is not None and bool(recovery.completed.is_set())
 
     runtime.recovered = recovered
+
+    def end_worker(reason: BaseException, *, even_when_stopping: bool = False) -> None:
+        """Stop being ready, log one line and exit with the status of ``reason`` (nothing of
+        the batch in flight is acknowledged: leaving through Faust could commit its offsets).
+        While the worker is stopping anyway, errors of closing services are left to Faust and
+        the stop deadline, unless ``even_when_stopping``."""
+        if not even_when_stopping and (_stopping(app) or runtime.shutting_down):
+            return
+        status, line = fatal_exit(reason)
+        runtime.fatal = line
+        log.critical("%s", line)
+        logging.shutdown()
+        os._exit(status)
+
+    # Faust marks a crashed task, timer or service (a producer whose send failed, a consumer
+    # whose commit failed) and its parents as crashed, then keeps the process up (frozen,
+    # still "ready") or lets a supervisor restart it for ever: every crash ends the worker
+    faust_crash = app._crash
+
+    def crash_and_exit(reason: BaseException) -> None:
+        end_worker(reason)  # first: a crashed app reports should_stop
+        faust_crash(reason)
+
+    app._crash = crash_and_exit  # type: ignore[method-assign]
+    faust_crash_async = app.crash
+
+    async def crash_async_and_exit(reason: BaseException) -> None:
+        end_worker(reason)  # before Faust logs the crash with its traceback: one line only
+        await faust_crash_async(reason)
+
+    app.crash = crash_async_and_exit  # type: ignore[method-assign]
     lag: dict[tuple[str, int], int] = {}
     next_offset: dict[tuple[str, int], int] = {}  # next input offset to process, per partition
     waiting_since: dict[tuple[str, int], float] = {}
@@ -386,19 +483,22 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         ensure_service()  # /status is ready before the first record arrives
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
             runs = runs_of([e.message for e in events])
-            await process_and_commit(runs)
+            try:
+                await process_and_commit(runs)
+            except Exception as error:  # an agent would be restarted: the error would repeat
+                end_worker(error)
+                raise
             observe_input(last_offsets(runs))
 
     def process(runs: Sequence[Run]) -> BatchOutcome:
         """The release service's outcome for a batch (call under ``runtime.lock``)."""
         try:
             return ensure_service().process_runs(runs)
-        except InputGapError as gap:
+        except (InputGapError, StateError, BudgetError, ConfigError) as error:
             # exit at once: nothing of this batch is durable, and leaving through Faust
             # would acknowledge its records (their offsets could then be committed)
-            log.critical("%s", gap)
-            logging.shutdown()
-            os._exit(EXIT_INPUT_GAP)
+            end_worker(error, even_when_stopping=True)
+            raise
 
     async def process_and_commit(runs: Sequence[Run]) -> None:
         """The checkpoint protocol on one batch, start to end (the stream input path)."""

@@ -3,10 +3,31 @@ worker -l info``. Settings come from ``STREAMDP_*`` environment variables."""
 
 from __future__ import annotations
 
-from streamdp.daemon.app import create_app
+from typing import Any
+
+import faust
+
+from streamdp.daemon.app import create_app, required_topics
 from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.settings import DaemonSettings, env_settings
+from streamdp.worker_cli import STOP_DEADLINE_SECONDS, start_stop_deadline, verify_topics_at_start
 
 settings = DaemonSettings(**env_settings(None)).validate()  # type: ignore[arg-type]
 app, runtime = create_app(settings)
+verify_topics_at_start(app, settings, required_topics(runtime.spec, settings))
 tune_garbage_collector()
+
+
+def _with_stop_deadline(name: str) -> None:
+    # Faust's CLI builds its own Worker: its signal handlers start the stop deadline too
+    handler = getattr(faust.Worker, name)
+
+    def on_signal(self: Any) -> None:
+        start_stop_deadline(STOP_DEADLINE_SECONDS)
+        handler(self)
+
+    setattr(faust.Worker, name, on_signal)
+
+
+_with_stop_deadline("_on_sigterm")
+_with_stop_deadline("_on_sigint")
