@@ -216,3 +216,14 @@ def test_at_the_scale_limit_opendp_noise_stays_far_from_the_int64_edges() -> Non
     assert np.isin(saturated, edges).any()
     within = sampler.discrete_laplace(MAX_NOISE_SCALE, 200)
     assert np.all(np.abs(within) < 2**56)
+
+
+def test_streamdp_plan_refuses_with_the_limit_in_its_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from streamdp.cli import main
+
+    args = ["plan", "--horizon", "100", "--sensitivity", "5", "--format", "json"]
+    assert main([*args, "--epsilon", "1e-19"]) == 2
+    assert "above the limit 2^40" in capsys.readouterr().err
+    assert main([*args, "--epsilon", "0.1"]) == 0
