@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_harness import Worker, collect, create_topics, make_scenario, produce
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import RECORD_OVERHEAD_BYTES, DaemonSettings
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.events import MAX_QUANTITY, MAX_RECORD_BYTES, RejectedError, decode
@@ -403,3 +405,60 @@ def test_producer_request_limit_is_explicit_and_checked(tmp_path: Path) -> None:
     too_small = MAX_DEAD_LETTER_BYTES + RECORD_OVERHEAD_BYTES - 1
     with pytest.raises(ConfigError, match=r"STREAMDP_MAX_REQUEST_SIZE.*dead letter"):
         DaemonSettings(config=spec, max_request_size=too_small).validate()
+
+
+# ------------------------------------------------------------------ a live worker
+
+
+def test_live_worker_dead_letters_the_issue_poison_records_and_stays_up(
+    broker: Any, tmp_path: Path, unique_name: Any
+) -> None:
+    """The three records that took a live worker down (and into a restart loop): an integer of
+    5,000 digits, a lone-surrogate event id and a record of about 1 MB. Each gets a dead letter
+    with its reason; the worker stays ready and then stops cleanly."""
+    suffix = unique_name("poison")
+    scenario = make_scenario(periods=3, rate=2, suffix=suffix)
+    config = tmp_path / "streams.toml"
+    config.write_text(scenario.spec_text)
+    app_id = f"app-{suffix}"
+    topics = OutputTopics.in_namespace(f"out-{suffix}")
+    create_topics(broker, scenario, config, 1, app_id=app_id, topics=topics)
+    worker = Worker(
+        broker,
+        config,
+        app_id=app_id,
+        partitions=1,
+        data_dir=tmp_path / "data",
+        log_path=tmp_path / "worker.log",
+        namespace=topics.releases.rsplit(".", 1)[0],
+        supervise=False,
+        clock=scenario.clock,
+    )
+    try:
+        worker.wait_ready()
+        topic = f"orders-{suffix}"
+        good = next(line.text for line in scenario.lines[topic] if line.expect is None)
+        head = good[:-1] + ', "note": "'
+        poison = [
+            _order(items='{"cola": ' + "9" * 5000 + "}"),
+            _order(event_id='"x\\ud800"'),
+            (head + "x" * (1_000_000 - len(head) - 2) + '"}').encode(),
+        ]
+        key = b"restaurant-orders"
+        produce(broker, [(topic, key, value) for value in [*poison, good.encode()]])
+
+        def mine(seen: dict[str, dict[str, list[str]]]) -> dict[int, str]:
+            letters = [json.loads(v) for vs in seen[topics.dead_letter].values() for v in vs]
+            return {d["offset"]: d["reason"] for d in letters if d["topic"] == topic}
+
+        seen = collect(broker, [topics.dead_letter], lambda s: len(mine(s)) >= 3, timeout=90)
+        assert mine(seen) == {0: "malformed", 1: "malformed", 2: "too_large"}
+        for values in seen[topics.dead_letter].values():
+            assert all(len(v.encode()) <= MAX_DEAD_LETTER_BYTES for v in values)
+        status = worker.status()
+        assert status is not None
+        assert status["ready"], worker.log_tail()
+        assert worker.process.poll() is None
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log_tail()

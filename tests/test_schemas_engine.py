@@ -80,3 +80,11 @@ def test_every_written_record_validates(scenario, periods) -> None:
             validator.validate(data)
         elif line.expect in schema_level:
             assert not validator.is_valid(data), line.text
+
+
+def test_dead_letter_reasons_are_the_engines() -> None:
+    # the schema's reason enum and the engine's Reason literal are one list (both grow together)
+    from streamdp.engine import REASONS
+
+    enum = _validator("dead_letter").schema["properties"]["reason"]["enum"]
+    assert sorted(enum) == sorted(REASONS)
