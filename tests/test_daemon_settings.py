@@ -104,3 +104,35 @@ def test_the_faust_app_module_builds_the_worker_from_the_environment(tmp_path: P
     ).stdout
     # and the worker process's garbage collector is tuned as `streamdp worker` tunes it
     assert out.split() == ["feeds", "['restaurant-items']", "True", "50000", "True"]
+
+
+def test_input_volume_metrics_are_off_unless_an_operator_turns_them_on(spec: Path) -> None:
+    """Records read, rejected and lag reveal input volume: /metrics carries none by default."""
+    import argparse
+
+    from streamdp.worker_cli import register, settings_from_args
+
+    assert DaemonSettings(config=spec).metrics_input_volume is False
+    assert env_settings(str(spec), {"STREAMDP_METRICS_INPUT_VOLUME": "1"})["metrics_input_volume"]
+    parser = argparse.ArgumentParser()
+    register(parser)
+    default = settings_from_args(parser.parse_args(["--config", str(spec)]))
+    assert default.metrics_input_volume is False
+    assert default.clock == "wall"
+    on = settings_from_args(parser.parse_args(["--config", str(spec), "--input-volume-metrics"]))
+    assert on.metrics_input_volume is True
+
+
+def test_public_clocks_parse_and_never_read_the_data() -> None:
+    from streamdp.engine.clock import PublicClock, parse_clock
+
+    wall = [1_700_000_000.0]
+    frozen = parse_clock("frozen:2024-01-01T00:00:00Z")
+    assert frozen.now() == 1704067200.0
+    simulated = parse_clock("simulated:2024-01-01T00:00:00Z@1700000000.0x86400")
+    ticking = PublicClock(simulated.origin, simulated.anchor, simulated.rate, lambda: wall[0])
+    assert ticking.now() == 1704067200.0
+    wall[0] += 1.5  # a second and a half of wall clock is a day and a half of simulated time
+    assert ticking.now() == 1704067200.0 + 1.5 * 86400
+    assert parse_clock("wall").describe() == "wall"
+    assert parse_clock(frozen.describe()) == frozen

@@ -258,7 +258,14 @@ def epsilon_samples(metrics_text: str) -> dict[tuple[str, str], float]:
 @pytest.fixture
 def worker(broker: Any, tmp_path: Path, unique_name: Any) -> Iterator[int]:
     """A real ``streamdp worker`` on the embedded broker that has released some periods."""
-    from daemon_harness import Worker, create_topics, lines_as_records, make_scenario, produce
+    from daemon_harness import (
+        Worker,
+        close_through,
+        create_topics,
+        lines_as_records,
+        make_scenario,
+        produce,
+    )
 
     from streamdp.daemon.service import OutputTopics
 
@@ -271,11 +278,12 @@ def worker(broker: Any, tmp_path: Path, unique_name: Any) -> Iterator[int]:
     create_topics(broker, scenario, config, 2, app_id=app_id, topics=topics)
     process = Worker(
         broker, config, app_id=app_id, partitions=2, data_dir=tmp_path / "data",
-        log_path=tmp_path / "worker.log", namespace=f"out-{suffix}",
+        log_path=tmp_path / "worker.log", namespace=f"out-{suffix}", clock=scenario.clock,
     )  # fmt: skip
     try:
         process.wait_ready()
         produce(broker, lines_as_records(scenario))
+        close_through(broker, scenario, topics, app_id, cut=None, partitions=2)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if any(v > 0 for v in epsilon_samples(process.metrics()).values()):
