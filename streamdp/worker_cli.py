@@ -44,10 +44,24 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, help="Faust data directory")
     parser.add_argument("--standby-replicas", type=int, help="Faust table standby replicas")
     parser.add_argument(
-        "--idle-close",
+        "--clock",
+        metavar="CLOCK",
+        help="the public clock that closes periods: wall (default), frozen:INSTANT (periods "
+        "close only on operator close records) or simulated:INSTANT@UNIX_SECONDSxRATE; or "
+        "STREAMDP_CLOCK",
+    )
+    parser.add_argument(
+        "--tick",
         type=float,
         metavar="SECONDS",
-        help="when a source has had no event for SECONDS, move its watermark to the wall clock",
+        help="how often every owned source is advanced to the clock (default 0.5)",
+    )
+    parser.add_argument(
+        "--input-volume-metrics",
+        action="store_true",
+        help="export records read, rejected by reason and consumer lag on /metrics: they "
+        "reveal input volume, so /metrics becomes a PROTECTED surface (default off; or "
+        "STREAMDP_METRICS_INPUT_VOLUME=1)",
     )
     parser.add_argument(
         "--session-timeout", type=float, help="consumer group session timeout, seconds"
@@ -122,7 +136,8 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "web_port": args.web_port,
         "data_dir": args.data_dir,
         "standby_replicas": args.standby_replicas,
-        "idle_close_seconds": args.idle_close,
+        "clock": args.clock,
+        "tick_seconds": args.tick,
         "stall_exit_seconds": args.stall_exit,
         "input_path": args.input_path,
         "session_timeout": args.session_timeout,
@@ -139,6 +154,8 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         values["allow_input_gaps"] = True
     if args.single_record_batches:
         values["single_record_batches"] = True
+    if args.input_volume_metrics:
+        values["metrics_input_volume"] = True
     namespace = values.pop("topic_namespace", None)
     if namespace is not None:
         values["topics"] = OutputTopics.in_namespace(str(namespace))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamdp.daemon.service import OutputTopics
+from streamdp.engine.clock import parse_clock
 from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
 
@@ -38,7 +39,10 @@ class DaemonSettings:
     data_dir: Path = Path(".streamdp-data")
     standby_replicas: int = 0
     insecure_seed: int | None = None
-    idle_close_seconds: float | None = None
+    # the public clock that closes periods (streamdp.engine.clock): "wall" in production
+    clock: str = "wall"
+    # how often every owned source is advanced to the clock (closes periods with no input)
+    tick_seconds: float = 0.5
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
     commit_interval: float = 1.0
@@ -72,7 +76,9 @@ class DaemonSettings:
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
-    metrics_input_volume: bool = True
+    # input-volume metrics (records read, rejected by reason, consumer lag) reveal how many
+    # records arrived: off by default so that /metrics carries nothing derived from raw data
+    metrics_input_volume: bool = False
     log_level: str = "info"
     topics: OutputTopics = field(default_factory=OutputTopics)
 
@@ -123,6 +129,9 @@ class DaemonSettings:
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
             raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
+        if not 0 < self.tick_seconds <= 60:
+            raise ConfigError(f"--tick must be > 0 and <= 60 seconds, got {self.tick_seconds}")
+        parse_clock(self.clock)
         needed = max(WRITE_BOUNDS.values()) + RECORD_OVERHEAD_BYTES
         if self.max_request_size < needed:
             largest = max(WRITE_BOUNDS, key=lambda kind: WRITE_BOUNDS[kind])
@@ -130,8 +139,6 @@ class DaemonSettings:
                 f"STREAMDP_MAX_REQUEST_SIZE must be at least {needed} bytes (a {largest} can "
                 f"take {WRITE_BOUNDS[largest]} bytes), got {self.max_request_size}"
             )
-        if self.idle_close_seconds is not None and self.idle_close_seconds <= 0:
-            raise ConfigError(f"--idle-close must be > 0 seconds, got {self.idle_close_seconds}")
         return self
 
 
@@ -156,6 +163,7 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
         "STREAMDP_SSL_KEYFILE": "ssl_keyfile",
         "STREAMDP_LOG_LEVEL": "log_level",
         "STREAMDP_PRODUCER_ACKS": "producer_acks",
+        "STREAMDP_CLOCK": "clock",
     }
     for name, key in text_keys.items():
         if e.get(name):
