@@ -44,6 +44,7 @@ from streamdp.daemon.log_safety import hold_value_loggers
 from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
+from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
 from streamdp.errors import (
     EXIT_CONFIG,
@@ -211,7 +212,7 @@ class WorkerRuntime:
                 entry["revision"] = runtime.revision
                 entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
             streams[name] = entry
-        return {
+        out: dict[str, Any] = {
             "service": "streamdp",
             "version": __version__,
             "app_id": self.settings.app_id,
@@ -219,9 +220,13 @@ class WorkerRuntime:
             "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
             "sources_owned": sorted(owned),
             "uptime_seconds": round(time.time() - self.started_at, 3),
-            "batches_processed": self.batches,
+            "clock": self.settings.clock,
             "streams": streams,
         }
+        if self.settings.metrics_input_volume:
+            # input volume: shown only where /metrics is declared a protected surface too
+            out["batches_processed"] = self.batches
+        return out
 
 
 def _stopping(app: Any) -> bool:
@@ -274,6 +279,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     spec = load_spec(settings.config)
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
+    public_clock = parse_clock(settings.clock)
+    if public_clock.describe() != "wall":
+        log.warning("public clock: %s (not the wall clock)", public_clock.describe())
     metrics.bind_ledger(runtime.budget_view)
     for name, stream_spec in spec.streams.items():
         clock = PeriodClock(stream_spec.period)
@@ -317,6 +325,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         datadir=str(settings.data_dir),
         version=1,
     )
+    source_topics = {s.topic for s in spec.sources.values()}
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
     queue: BatchQueue | None = None
     consumer_class = tuned_fetching(
@@ -400,6 +409,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 topics=settings.topics,
                 topic_partitions=dict.fromkeys(input_names, settings.partitions),
                 allow_gaps=settings.allow_input_gaps,
+                clock=public_clock.now,
             )
         return runtime.service
 
@@ -641,19 +651,30 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                         logging.shutdown()
                         os._exit(EXIT_INPUT_GAP)
 
-    if settings.idle_close_seconds is not None:
-        idle = settings.idle_close_seconds
-
-        @app.timer(interval=max(0.5, idle / 4))  # type: ignore[untyped-decorator]
-        async def close_idle_periods() -> None:
-            service = runtime.service
-            if service is None:
+    @app.timer(interval=settings.tick_seconds)  # type: ignore[untyped-decorator]
+    async def follow_public_clock() -> None:
+        """Every owned source follows the public clock: periods close on schedule whether or
+        not records arrive. Sources whose home partition was assigned are started here, once
+        the state table is restored (never from a partly restored table)."""
+        service = runtime.service
+        if service is None or not runtime.ready or getattr(app, "rebalancing", False):
+            return
+        async with runtime.lock:
+            if runtime.shutting_down:
                 return
-            async with runtime.lock:
-                await settle()
-                outcome = service.close_idle(time.time(), idle)
+            await settle()
+            homes = {
+                tp.partition for tp in app.consumer.assignment() if tp.topic in source_topics
+            }
+            outcome = service.assign(homes)
+            if outcome.writes or outcome.publications:
+                await commit(outcome)
+            while True:
+                outcome = service.tick()
                 if outcome.writes or outcome.publications:
                     await commit(outcome)
+                if not service.due():
+                    break
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:  # noqa: ARG001
