@@ -16,6 +16,9 @@ from streamdp.continual.kary import (
     digit_range,
     exact_budgets,
     exact_scale,
+    gls_levels,
+    gls_uniform_variances,
+    gls_variances,
     optimise,
     published_digits,
 )
@@ -193,3 +196,15 @@ def test_bad_configuration_messages() -> None:
         build_any_strategy("fda", "total", 10, branching=4)
     with pytest.raises(ConfigError, match="mechanism"):
         build_any_strategy("honaker", "total", 10)
+
+
+@pytest.mark.parametrize(("horizon", "k"), [(1, 2), (9, 3), (100, 10), (4095, 11), (12345, 7)])
+def test_uniform_fast_path_equals_the_tree_recursion(horizon: int, k: int) -> None:
+    """The O(L)-per-period evaluation the optimiser uses equals the full two-pass recursion."""
+    levels = gls_levels(horizon, k)
+    level_var = np.random.default_rng(horizon).uniform(1.0, 9.0, levels)
+    parts = [np.full(-(-horizon // k**level), level_var[level]) for level in range(levels)]
+    total, count = gls_variances(parts, k)
+    fast_total, fast_count = gls_uniform_variances(level_var, horizon, k, np.arange(horizon))
+    np.testing.assert_allclose(fast_total, total, rtol=1e-11)
+    np.testing.assert_allclose(fast_count, count, rtol=1e-11)

@@ -538,7 +538,8 @@ class KaryStrategy:
 
 # ------------------------------------------------------------------------------ optimiser
 _SAMPLE_PERIODS = 20_000
-_TUNE_WITHIN = 1.25  # level counts whose best equal-budget score is this close get tuned
+_TUNE_WITHIN = 1.10  # level counts whose best equal-budget score is this close get tuned
+_REFINED = 4  # k re-tuned from their level count's budgets
 MIN_LEVEL_SHARE = 0.01  # objective evaluated on this many evenly spaced t when N is larger
 
 
@@ -548,42 +549,142 @@ def _levels_for(mechanism: KaryMechanism, horizon: int, branching: int) -> int:
     return gls_levels(horizon, branching)
 
 
-def _score(  # noqa: PLR0917 - one configuration, in the order the optimiser varies it
-    mechanism: KaryMechanism,
-    objective: KaryObjective,
-    horizon: int,
-    branching: int,
-    budgets: npt.NDArray[np.float64],
-    sample: IntArray,
-) -> float:
-    """The objective (``Delta = epsilon = 1``, continuous Laplace: ``v = 2 / lambda^2``)."""
-    level_var = 2.0 / np.asarray(budgets, dtype=np.float64) ** 2
-    if mechanism == "kary_gls":
-        parts = [
-            np.full(level.blocks, level_var[i])
-            for i, level in enumerate(_tree_levels(horizon, branching, len(budgets)))
-        ]
-        total, count = gls_variances(parts, branching, sample - 1)
-    else:
-        levels = len(budgets)
-        p = digit_paths(sample, branching, levels)
-        q = digit_paths(sample - 1, branching, levels)
-        width = int(max(p.hi.max(), q.hi.max())) + 1
-        parts = [np.full(width, level_var[i]) for i in range(levels)]
-        total = digits_covariance(p, p, parts)
-        before = digits_covariance(q, q, parts)
-        count = total + before - 2.0 * digits_covariance(p, q, parts)
-    if objective == "total":
-        return float(total.mean())
-    if objective == "minimax":
-        return float(total.max())
-    return float(count.mean())
+@dataclass(frozen=True)
+class _UniformLayout:
+    """Where each requested period sits in a k-ary tree, per step up (budget-independent)."""
+
+    blocks: tuple[int, ...]  # per level, with a virtual root level when needed
+    virtual_root: bool
+    earlier_siblings: tuple[FloatArray, ...]  # per step up: child block index mod k
+    last_child: tuple[npt.NDArray[np.bool_], ...]  # the child block is its level's last
+    last_parent: tuple[npt.NDArray[np.bool_], ...]  # the parent block is its level's last
+
+
+def _uniform_layout(horizon: int, branching: int, levels: int, periods: IntArray) -> _UniformLayout:
+    k = branching
+    blocks = [level.blocks for level in _tree_levels(horizon, k, levels)]
+    virtual = blocks[-1] > 1
+    if virtual:
+        blocks.append(1)
+    where = np.asarray(periods, dtype=np.int64)
+    siblings, last_child, last_parent = [], [], []
+    for level in range(1, len(blocks)):
+        block = where // k ** (level - 1)
+        siblings.append((block % k).astype(np.float64))
+        last_child.append(block == blocks[level - 1] - 1)
+        last_parent.append(block // k == blocks[level] - 1)
+    return _UniformLayout(
+        tuple(blocks), virtual, tuple(siblings), tuple(last_child), tuple(last_parent)
+    )
+
+
+def _uniform_eval(
+    level_var: npt.NDArray[np.float64], layout: _UniformLayout, branching: int
+) -> tuple[FloatArray, FloatArray]:
+    k = branching
+    inverse = [1.0 / float(v) for v in level_var] + ([0.0] if layout.virtual_root else [])
+    blocks = layout.blocks
+    full = [float(level_var[0])]
+    last = [float(level_var[0])]
+    s_full = [0.0]
+    s_last = [0.0]
+    for level in range(1, len(inverse)):
+        children_of_last = blocks[level - 1] - (blocks[level] - 1) * k
+        s_full.append(k * full[-1])
+        s_last.append((children_of_last - 1) * full[-1] + last[-1])
+        full.append(1.0 / (inverse[level] + 1.0 / s_full[-1]))
+        last.append(1.0 / (inverse[level] + 1.0 / s_last[-1]))
+    n = layout.earlier_siblings[0].shape[0] if layout.earlier_siblings else None
+    h: FloatArray | float = 1.0
+    Q: FloatArray | float = 0.0
+    steps = []
+    for step in range(len(inverse) - 1):
+        level = step + 1
+        s_v = np.where(layout.last_parent[step], s_last[level], s_full[level])
+        vj = np.where(layout.last_child[step], last[level - 1], full[level - 1])
+        vp = layout.earlier_siblings[step] * full[level - 1]  # the last block is never earlier
+        g = vj / s_v
+        Q = Q + vp + h * h * vj - (vp + h * vj) ** 2 / s_v
+        h = vp / s_v + g * h
+        steps.append((g, vj))
+    top = last[-1]
+    total = np.asarray(h * h * top + Q, dtype=np.float64)
+    err: FloatArray | float = top
+    for g, vj in reversed(steps):
+        err = g * g * err + vj - g * vj
+    errors = np.asarray(err, dtype=np.float64)
+    if n is not None:
+        total = np.broadcast_to(total, (n,)).copy()
+        errors = np.broadcast_to(errors, (n,)).copy()
+    return total, errors
+
+
+def gls_uniform_variances(
+    level_var: npt.NDArray[np.float64], horizon: int, branching: int, periods: IntArray
+) -> tuple[FloatArray, FloatArray]:
+    """:func:`gls_variances` when every block of a level has one variance ``level_var[l]``.
+
+    Only two kinds of block exist per level (full ones, all alike, and the last one), so the
+    bottom-up pass is O(L) and each requested period (0-based) costs O(L): no O(N) work, which
+    is what makes optimising k and the budgets affordable at N = 10^6.
+    """
+    where = np.asarray(periods, dtype=np.int64)
+    layout = _uniform_layout(horizon, branching, len(level_var), where)
+    total, err = _uniform_eval(level_var, layout, branching)
+    if not layout.earlier_siblings:  # one block, no step up: N = 1
+        total = np.full(where.shape[0], float(total[0]) if total.ndim else float(total))
+        err = np.full(where.shape[0], float(err[0]) if err.ndim else float(err))
+    return total, err
+
+
+class _Scorer:
+    """The objective of one ``(mechanism, objective, N, k)`` as a function of level budgets
+    (``Delta = epsilon = 1``, continuous Laplace: ``v = 2 / lambda^2``), on ``sample``."""
+
+    def __init__(
+        self,
+        mechanism: KaryMechanism,
+        objective: KaryObjective,
+        horizon: int,
+        branching: int,
+        sample: IntArray,
+    ) -> None:
+        self.mechanism, self.objective = mechanism, objective
+        self.horizon, self.branching, self.sample = horizon, branching, sample
+        self.levels = _levels_for(mechanism, horizon, branching)
+        if mechanism == "kary_gls":
+            self._layout = _uniform_layout(horizon, branching, self.levels, sample - 1)
+        else:
+            now = digit_paths(sample, branching, self.levels)
+            before = digit_paths(sample - 1, branching, self.levels)
+            self._now_len = (now.hi - now.lo).astype(np.float64)
+            self._before_len = (before.hi - before.lo).astype(np.float64)
+            lo = np.maximum(now.lo, before.lo)
+            overlap = np.maximum(np.minimum(now.hi, before.hi) - lo, 0)
+            self._cross = (now.sign * before.sign * overlap).astype(np.float64)
+
+    def __call__(self, budgets: npt.NDArray[np.float64]) -> float:
+        level_var = 2.0 / np.asarray(budgets, dtype=np.float64) ** 2
+        if self.mechanism == "kary_gls":
+            total, count = _uniform_eval(level_var, self._layout, self.branching)
+        else:
+            total = level_var @ self._now_len
+            count = total + level_var @ self._before_len - 2.0 * (level_var @ self._cross)
+        if self.objective == "total":
+            return float(total.mean())
+        if self.objective == "minimax":
+            return float(total.max())
+        return float(count.mean())
 
 
 def _sample(horizon: int) -> IntArray:
+    """All ``t`` up to ``_SAMPLE_PERIODS``; beyond, a golden-ratio (Weyl) sequence over
+    ``1..N`` plus ``t = 1`` and ``t = N``: spread evenly without aliasing with powers of k."""
     if horizon <= _SAMPLE_PERIODS:
         return np.arange(1, horizon + 1, dtype=np.int64)
-    return np.unique(np.linspace(1, horizon, _SAMPLE_PERIODS).round().astype(np.int64))
+    golden = (math.sqrt(5.0) - 1.0) / 2.0
+    spread = np.floor(np.mod(np.arange(_SAMPLE_PERIODS) * golden, 1.0) * horizon) + 1
+    return np.unique(np.concatenate([[1, horizon], spread]).astype(np.int64))
 
 
 def _floored(budgets: npt.NDArray[np.float64]) -> FloatArray:
@@ -607,10 +708,10 @@ def optimise(
     """The k-ary strategy minimising ``objective`` for exactly ``horizon`` periods (no padding).
 
     ``k``: ``branching`` if given, else searched over 2..40 with equal level budgets; for
-    each number of levels ``L`` within 25% of the best, the level budgets of its best ``k``
+    each number of levels ``L`` within 10% of the best, the level budgets of its best ``k``
     are tuned (Nelder-Mead on log-ratios, every level keeping at least 1% of the budget);
-    every ``k`` is re-scored with its ``L``'s tuned budgets and the two best are tuned again.
-    For ``N > 20,000`` the search scores an evenly spaced sample of 20,000 releases; the
+    every ``k`` is re-scored with its ``L``'s tuned budgets and the four best are tuned again.
+    For ``N > 8,192`` the search scores a well-spread sample of 8,192 releases; the
     returned strategy's reported variances are always exact for every ``t``.
     """
     mech = check_kary_mechanism(mechanism)
@@ -620,19 +721,20 @@ def optimise(
     n = int(horizon)
     sample = _sample(n)
     candidates = [check_branching(branching)] if branching is not None else list(_SEARCH_BRANCHINGS)
+    scorers = {k: _Scorer(mech, obj, n, k, sample) for k in candidates}
     scored = []
-    for k in candidates:
-        levels = _levels_for(mech, n, k)
-        equal = np.full(levels, 1.0 / levels)
-        scored.append((_score(mech, obj, n, k, equal, sample), k, equal))
+    for k, scorer in scorers.items():
+        equal = np.full(scorer.levels, 1.0 / scorer.levels)
+        scored.append((scorer(equal), k, equal))
     scored.sort(key=lambda item: item[0])
 
     def tune(k: int, start: FloatArray) -> tuple[float, FloatArray]:
+        scorer = scorers[k]
         if start.shape[0] == 1:
-            return _score(mech, obj, n, k, start, sample), start
+            return scorer(start), start
 
         def f(theta: npt.NDArray[np.float64]) -> float:
-            return _score(mech, obj, n, k, _floored(_softmax(theta)), sample)
+            return scorer(_floored(_softmax(theta)))
 
         theta0 = np.log(start[1:] / start[0])
         result = minimize(
@@ -652,13 +754,10 @@ def optimise(
         if levels not in group_budgets and value <= _TUNE_WITHIN * scored[0][0]:
             group_budgets[levels] = tune(k, equal)[1]
     rescored = sorted(
-        (
-            (_score(mech, obj, n, k, group_budgets.get(equal.shape[0], equal), sample), k)
-            for _, k, equal in scored
-        ),
+        ((scorers[k](group_budgets.get(equal.shape[0], equal)), k) for _, k, equal in scored),
     )
     best_value, best_k, best_budgets = scored[0]
-    for _, k in rescored[:2]:
+    for _, k in rescored[:_REFINED]:
         levels = _levels_for(mech, n, k)
         value, budgets = tune(k, group_budgets.get(levels, np.full(levels, 1.0 / levels)))
         if value < best_value:
