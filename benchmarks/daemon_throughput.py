@@ -33,7 +33,11 @@ each open period's de-duplication set holds one day of orders.
     .venv/bin/python benchmarks/daemon_throughput.py --profile   # cProfile of one worker run
     .venv/bin/python benchmarks/daemon_throughput.py --from-json  # re-render results/daemon.json
 
-Writes benchmarks/results/daemon.md and daemon.png. Shared 2-core machine: compare the ratio
+    .venv/bin/python benchmarks/daemon_throughput.py --engine kafka  # on Apache Kafka (one node)
+
+Writes benchmarks/results/daemon.md and daemon.png (``--engine kafka``: daemon_kafka.md, .png,
+.json; the broker is then a fresh single-node Apache Kafka 4.4.0 per run, started by
+streamdp.broker.KafkaBroker). Shared 2-core machine: compare the ratio
 to the bare consumer measured in the same run, not absolute numbers.
 """
 
@@ -61,7 +65,7 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdp.broker import EmbeddedBroker, free_loopback_port
+from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
 from streamdp.daemon.app import required_topics
 from streamdp.daemon.service import InputRecord, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
@@ -361,12 +365,18 @@ def run_once(
     measure_bare: Callable[[str, str, int], Awaitable[float]],
     work: Path,
     profile: Path | None = None,
+    engine: str = "tansu",
 ) -> RunResult:
     spec_path = work / "bench.toml"
     spec_path.write_text(SPEC)
     spec = parse_spec(SPEC, origin="bench")
     clock = PeriodClock(spec.streams["restaurant-items"].period)
-    with EmbeddedBroker(log_path=work / "tansu.log", start_timeout=60) as broker:
+    broker_cm: EmbeddedBroker | KafkaBroker = (
+        KafkaBroker(log_path=work / "kafka.log", start_timeout=180)
+        if engine == "kafka"
+        else EmbeddedBroker(log_path=work / "tansu.log", start_timeout=60)
+    )
+    with broker_cm as broker:
         settings = DaemonSettings(config=spec_path, bootstrap=broker.bootstrap, partitions=2)
         broker.create_topics(required_topics(spec, settings))
         asyncio.run(produce(broker.bootstrap, values))
@@ -472,9 +482,16 @@ def main() -> int:
         type=str.split,
         help="worker flags of one configuration (repeatable; default: the three in the docstring)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("tansu", "kafka"),
+        default="tansu",
+        help="the broker: embedded Tansu (default) or Apache Kafka (results in daemon_kafka.*)",
+    )
     args = parser.parse_args()
+    stem = "daemon" if args.engine == "tansu" else "daemon_kafka"
     if args.from_json:
-        raw = json.loads((RESULTS / "daemon.json").read_text())
+        raw = json.loads((RESULTS / f"{stem}.json").read_text())
         stored = [RunResult(**r) for r in raw["runs"]]
         for key in ("runs", "periods", "rate", "latency_days"):
             if key in raw.get("args", {}):
@@ -482,8 +499,8 @@ def main() -> int:
         report = summarise(
             stored, raw["events"], raw["baseline"], args, raw["service_eps"], raw["engine_eps"]
         )
-        (RESULTS / "daemon.md").write_text(report)
-        plot(stored, RESULTS / "daemon.png")
+        (RESULTS / f"{stem}.md").write_text(report)
+        plot(stored, RESULTS / f"{stem}.png")
         print(report)
         return 0
 
@@ -508,7 +525,14 @@ def main() -> int:
         for run in range(args.runs):
             for name, flags in configs:
                 r = run_once(
-                    name, flags, values, args.periods, args.latency_days, measure_bare, work
+                    name,
+                    flags,
+                    values,
+                    args.periods,
+                    args.latency_days,
+                    measure_bare,
+                    work,
+                    engine=args.engine,
                 )
                 results.append(r)
                 print(
@@ -536,13 +560,13 @@ def main() -> int:
             },
             "runs": [vars(r) for r in results],
         }
-        (RESULTS / "daemon.json").write_text(json.dumps(raw, indent=1))
+        (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
     report = summarise(results, len(values), baseline_name, args, service_eps, engine_eps)
     print(report)
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "daemon.md").write_text(report)
-        plot(results, RESULTS / "daemon.png")
+        (RESULTS / f"{stem}.md").write_text(report)
+        plot(results, RESULTS / f"{stem}.png")
     return 0
 
 
@@ -555,6 +579,9 @@ def summarise(
     engine_eps: float,
 ) -> str:
     command = "`.venv/bin/python benchmarks/daemon_throughput.py"
+    engine = getattr(args, "engine", "tansu")
+    if engine != "tansu":
+        command += f" --engine {engine}"
     if (args.runs, args.periods, args.rate, args.latency_days) != (5, 100, 2000.0, 20):
         command += (
             f" --runs {args.runs} --periods {args.periods} --rate {args.rate:g}"
@@ -577,7 +604,8 @@ def summarise(
         "| of which in the worker, mean (ms) |"
     )
     out = [
-        "# Daemon throughput and period-close latency (one worker, embedded Tansu broker)",
+        "# Daemon throughput and period-close latency (one worker, "
+        + ("embedded Tansu broker)" if engine == "tansu" else "Apache Kafka 4.4.0, one node)"),
         "",
         f"Command: {command}",
         "",
