@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,7 @@ from streamdp.continual.kary import KaryStrategy, exact_scale
 from streamdp.continual.variance import (
     MAX_NOISE_SCALE,
     MIN_NOISE_SCALE,
+    Epsilon,
     check_privacy,
     exact_epsilon,
 )
@@ -65,9 +65,7 @@ class FactoredRelease:
     total_std: float
 
 
-def level_scales(
-    strategy: KaryStrategy, epsilon: float | Fraction, sensitivity: float
-) -> list[float]:
+def level_scales(strategy: KaryStrategy, epsilon: Epsilon, sensitivity: float) -> list[float]:
     """Noise scale of each level, ``Delta / (epsilon * budget_l)`` rounded up so the loss is at
     most ``epsilon * budget_l`` exactly, against epsilon as written (``0.1`` = 1/10).
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -50,6 +50,9 @@ from streamdp.continual.kary import (
     optimise,
 )
 from streamdp.errors import ConfigError
+
+if TYPE_CHECKING:
+    from streamdp.continual.variance import Epsilon
 
 Mechanism = Literal["fda", "binary", "naive"]
 MECHANISMS: tuple[Mechanism, ...] = ("fda", "binary", "naive")
@@ -346,3 +349,23 @@ def build_any_strategy(
             f"mechanism must be one of {', '.join(ALL_MECHANISMS)}, got {mechanism!r}"
         )
     return build_strategy(check_mechanism(mechanism), check_objective(objective), horizon)
+
+
+def check_noise_scales(  # noqa: PLR0917 - a stream's noise parameters, in spec order
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    epsilon: Epsilon,
+    sensitivity: float,
+    branching: int | None = None,
+) -> None:
+    """Raise :class:`ConfigError` unless every node's exact noise scale is within the sampler's
+    safe range (:data:`streamdp.continual.variance.MAX_NOISE_SCALE`) for this configuration."""
+    from streamdp.continual.factored_counter import level_scales
+    from streamdp.continual.variance import node_budgets
+
+    strategy = build_any_strategy(mechanism, objective, horizon, branching)
+    if isinstance(strategy, KaryStrategy):
+        level_scales(strategy, epsilon, sensitivity)
+    else:
+        node_budgets(strategy, epsilon, sensitivity)

@@ -33,8 +33,8 @@ CounterKind = Literal["items", "attributes", "flag"]
 ConstraintKind = Literal["none", "combos", "hierarchy"]
 EpochEnd = Literal["roll", "stop"]
 OverDelta = Literal["reject", "clip"]
-Mechanism = Literal["fda", "binary", "naive"]
-Objective = Literal["total", "minimax"]
+Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls"]
+Objective = Literal["total", "minimax", "count"]
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
 NAME_RULE = "1-64 characters from letters, digits and _ . + - (starting with a letter or digit)"
@@ -153,6 +153,7 @@ class StreamSpec:
     constraints: ConstraintSpec = field(default_factory=ConstraintSpec)
     mechanism: Mechanism = "fda"
     objective: Objective = "total"
+    branching: int | None = None  # k of the k-ary strategies (None: optimised for the horizon)
     allowed_lateness_seconds: float = 0.0
     consistency: ConsistencySpec = field(default_factory=ConsistencySpec)
     on_epoch_end: EpochEnd = "roll"
@@ -309,7 +310,7 @@ _SOURCE_KEYS = ("topic", "kind", "epsilon_cap")
 _STREAM_KEYS = (
     "source", "epsilon", "delta", "horizon", "period", "counters", "constraints", "strategy",
     "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_delta",
-    "max_future_periods",
+    "max_future_periods", "branching",
 )  # fmt: skip
 _PERIOD_KEYS = ("unit", "start", "timezone", "length")
 _CONSISTENCY_KEYS = ("every_periods", "at_epoch_end")
@@ -386,11 +387,25 @@ def _stream(
         ctx, ctx.table(table.get("constraints", {}), "constraints"), counters
     )
     mechanism = cast(
-        Mechanism, ctx.choice(table.get("strategy", "fda"), "strategy", ("fda", "binary", "naive"))
+        Mechanism,
+        ctx.choice(
+            table.get("strategy", "fda"),
+            "strategy",
+            ("fda", "binary", "naive", "kary_digits", "kary_gls"),
+        ),
     )
     objective = cast(
-        Objective, ctx.choice(table.get("objective", "total"), "objective", ("total", "minimax"))
+        Objective,
+        ctx.choice(table.get("objective", "total"), "objective", ("total", "minimax", "count")),
     )
+    kary = mechanism in ("kary_digits", "kary_gls")
+    if objective == "count" and not kary:
+        raise ctx.fail("objective", "'count' applies to kary_digits and kary_gls only")
+    branching = None
+    if "branching" in table:
+        if not kary:
+            raise ctx.fail("branching", "applies to kary_digits and kary_gls only")
+        branching = ctx.integer(table["branching"], "branching", 2, 64)
     lateness = ctx.duration(table.get("allowed_lateness", 0), "allowed_lateness", positive=False)
     consistency_raw = ctx.table(table.get("consistency", {}), "consistency")
     ctx.only(consistency_raw, _CONSISTENCY_KEYS, "consistency")
@@ -437,7 +452,7 @@ def _stream(
                 "'clip' would turn orders into non-combos and break the combo constraint; "
                 "use 'reject'",
             )
-    _check_noise_limits(ctx, epsilon, delta, mechanism, objective, horizon)
+    _check_noise_limits(ctx, epsilon, delta, mechanism, objective, horizon, branching)
     return StreamSpec(
         name=name,
         source=source.name,
@@ -449,6 +464,7 @@ def _stream(
         constraints=constraints,
         mechanism=mechanism,
         objective=objective,
+        branching=branching,
         allowed_lateness_seconds=lateness,
         consistency=consistency,
         on_epoch_end=on_epoch_end,
@@ -472,11 +488,11 @@ def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
     mechanism: Mechanism,
     objective: Objective,
     horizon: int,
+    branching: int | None = None,
 ) -> None:
     """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
     (2^-40 .. 2^40 counts; see streamdp.continual.variance.MAX_NOISE_SCALE)."""
-    from streamdp.continual.strategy import build_strategy
-    from streamdp.continual.variance import node_budgets
+    from streamdp.continual.strategy import check_noise_scales
 
     digits = len(epsilon.normalize().as_tuple().digits)
     if digits > EPSILON_DIGITS:
@@ -486,7 +502,7 @@ def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
             f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
         )
     try:
-        node_budgets(build_strategy(mechanism, objective, horizon), epsilon, delta)
+        check_noise_scales(mechanism, objective, horizon, epsilon, delta, branching)
     except ConfigError as error:
         raise ctx.fail("epsilon", str(error)) from None
 
