@@ -32,7 +32,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property, lru_cache
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -362,8 +362,10 @@ def digits_covariance(
 # ------------------------------------------------------------------------------ strategy
 @dataclass(frozen=True)
 class KaryStrategy:
-    """A k-ary block tree with per-level budgets, decoded by negative digits or GLS.
+    """A k-ary block tree with per-level budgets; :class:`DigitsStrategy` and
+    :class:`GlsStrategy` say how it is decoded.
 
+    ``KaryStrategy(mechanism, ...)`` builds the subclass named by ``mechanism``.
     ``budgets[l]`` is level ``l``'s share of epsilon (exact rational sum <= 1). ``objective``
     records what the budgets and ``k`` were chosen for. Equality: all five fields.
     """
@@ -374,24 +376,72 @@ class KaryStrategy:
     branching: int
     budgets: tuple[float, ...]
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> KaryStrategy:
+        kind = cls
+        if cls is KaryStrategy:
+            name = kwargs["mechanism"] if "mechanism" in kwargs else args[0]
+            kind = _KINDS[check_kary_mechanism(name)]
+        return object.__new__(kind)
+
     def __post_init__(self) -> None:
-        check_kary_mechanism(self.mechanism)
+        if _KINDS[check_kary_mechanism(self.mechanism)] is not type(self):
+            raise ConfigError(f"{type(self).__name__} cannot be built as {self.mechanism!r}")
         check_kary_objective(self.objective)
         check_branching(self.branching)
         if sum(Fraction(b) for b in self.budgets) > 1 or min(self.budgets) <= 0:
             raise ConfigError(
                 f"level budgets must be > 0 with an exact sum <= 1, got {self.budgets}"
             )
-        need = (
-            digit_levels(self.horizon, self.branching)
-            if self.mechanism == "kary_digits"
-            else gls_levels(self.horizon, self.branching)
-        )
+        need = self.levels_for(self.horizon, self.branching)
         if len(self.budgets) != need:
             raise ConfigError(
                 f"{self.mechanism} with k={self.branching}, N={self.horizon} has {need} levels; "
                 f"got {len(self.budgets)} level budgets"
             )
+
+    # ---------------------------------------------------------------- what subclasses state
+    @staticmethod
+    def levels_for(horizon: int, branching: int) -> int:
+        """Levels ``L`` this decoder needs for ``horizon`` periods."""
+        raise NotImplementedError
+
+    def _block_counts(self) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    @staticmethod
+    def sample_layout(horizon: int, branching: int, levels: int, sample: IntArray) -> Any:
+        """Budget-independent data for :meth:`sample_variances` at releases ``sample``."""
+        raise NotImplementedError
+
+    @staticmethod
+    def sample_variances(
+        layout: Any, level_var: npt.NDArray[np.float64], branching: int
+    ) -> tuple[FloatArray, FloatArray]:
+        """Running-total and period-count variances at the sampled releases when every block
+        of level ``l`` has variance ``level_var[l]`` (what the optimiser scores)."""
+        raise NotImplementedError
+
+    def decode_noise(
+        self, z: npt.NDArray[np.float64], node_var: npt.NDArray[np.float64]
+    ) -> FloatArray:
+        """Noise ``n_t`` of every release ``t = 1..N`` from node noise ``z`` (``(nodes, ...)``),
+        given the nodes' actual noise variances ``node_var`` (``(nodes,)``)."""
+        raise NotImplementedError
+
+    def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
+        """``Var(s~_t)``, ``t = 1..N``, for independent node noise of variances ``node_var``."""
+        raise NotImplementedError
+
+    def count_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
+        """``Var(s~_t - s~_{t-1})``, ``t = 1..N``."""
+        raise NotImplementedError
+
+    def range_coefficients(
+        self, first: int, last: int, node_var: npt.NDArray[np.float64]
+    ) -> FloatArray:
+        """Coefficients ``m`` (``(nodes,)``) of the noise ``sum_i m_i z_i`` of the released sum
+        over periods ``first..last`` (``s~_last - s~_{first-1}``)."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------------- structure
     @property
@@ -400,19 +450,9 @@ class KaryStrategy:
         return len(self.budgets)
 
     @cached_property
-    def _all_paths(self) -> DigitPaths:
-        t = np.arange(1, self.horizon + 1, dtype=np.int64)
-        return digit_paths(t, self.branching, self.levels)
-
-    @cached_property
     def blocks(self) -> tuple[int, ...]:
         """Blocks (nodes) per level."""
-        if self.mechanism == "kary_gls":
-            return tuple(
-                level.blocks for level in _tree_levels(self.horizon, self.branching, self.levels)
-            )
-        his = self._all_paths.hi.max(axis=1)
-        return tuple(max(1, int(h)) for h in his)
+        return self._block_counts()
 
     @property
     def node_count(self) -> int:
@@ -442,7 +482,8 @@ class KaryStrategy:
         return w
 
     def node_intervals(self) -> tuple[IntArray, IntArray]:
-        """``(first, last)`` period of every node, 1-based, ``last`` clipped to the horizon."""
+        """``(first, last)`` period of every node, 1-based, ``last`` clipped to the horizon
+        (a digits block wholly past the horizon has ``first > last``: it covers no period)."""
         first = []
         last = []
         for level, count in enumerate(self.blocks):
@@ -459,38 +500,76 @@ class KaryStrategy:
             raise ConfigError(f"expected {self.node_count} node values, got {values.shape[0]}")
         return [values[o : o + b] for o, b in zip(self.level_offsets, self.blocks, strict=True)]
 
-    # ---------------------------------------------------------------- decoding and variance
-    def decode_noise(
-        self, z: npt.NDArray[np.float64], node_var: npt.NDArray[np.float64]
-    ) -> FloatArray:
-        """Noise ``n_t`` of every release ``t = 1..N`` from node noise ``z`` (``(nodes, ...)``).
+    def _check_range(self, first: int, last: int) -> None:
+        if not 1 <= first <= last <= self.horizon:
+            raise ConfigError(
+                f"range must satisfy 1 <= first <= last <= {self.horizon}, got {first}..{last}"
+            )
 
-        ``node_var`` (``(nodes,)``): the nodes' actual noise variances. GLS weighs each node by
-        ``1 / node_var`` (the exact inverse covariance, so the estimate is the best linear
-        unbiased one and :meth:`total_variances` with the same ``node_var`` is exact); the
-        digit decoder ignores it.
-        """
-        parts = self.split(np.asarray(z, dtype=np.float64))
-        if self.mechanism == "kary_digits":
-            return digits_decode(parts, self._all_paths)
-        estimate = gls_estimate(parts, self.split(node_var), self.branching)
-        out: FloatArray = np.cumsum(estimate, axis=0)
-        return out
+    def range_variance(self, first: int, last: int, node_var: npt.NDArray[np.float64]) -> float:
+        """``Var(s~_last - s~_{first-1})``: the calendar range ``first..last`` (1-based)."""
+        m = self.range_coefficients(first, last, node_var)
+        return float(np.sum(m * m * np.asarray(node_var, dtype=np.float64)))
+
+
+@dataclass(frozen=True)
+class DigitsStrategy(KaryStrategy):
+    """Negative-digit decoding (Andersson, Pagh, Torkamani 2024): +-1 blocks per release."""
+
+    @staticmethod
+    def levels_for(horizon: int, branching: int) -> int:
+        return digit_levels(horizon, branching)
+
+    @cached_property
+    def _all_paths(self) -> DigitPaths:
+        t = np.arange(1, self.horizon + 1, dtype=np.int64)
+        return digit_paths(t, self.branching, self.levels)
+
+    def _block_counts(self) -> tuple[int, ...]:
+        return tuple(max(1, int(h)) for h in self._all_paths.hi.max(axis=1))
+
+    @staticmethod
+    def sample_layout(
+        horizon: int,  # noqa: ARG004 - the digit walk does not depend on N
+        branching: int,
+        levels: int,
+        sample: IntArray,
+    ) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """Per level: blocks used by ``t``, by ``t - 1``, and their signed overlap."""
+        now = digit_paths(sample, branching, levels)
+        before = digit_paths(sample - 1, branching, levels)
+        lo = np.maximum(now.lo, before.lo)
+        overlap = np.maximum(np.minimum(now.hi, before.hi) - lo, 0)
+        return (
+            (now.hi - now.lo).astype(np.float64),
+            (before.hi - before.lo).astype(np.float64),
+            (now.sign * before.sign * overlap).astype(np.float64),
+        )
+
+    @staticmethod
+    def sample_variances(
+        layout: Any,
+        level_var: npt.NDArray[np.float64],
+        branching: int,  # noqa: ARG004 - in the layout already
+    ) -> tuple[FloatArray, FloatArray]:
+        now_len, before_len, cross = layout
+        total: FloatArray = level_var @ now_len
+        count: FloatArray = total + level_var @ before_len - 2.0 * (level_var @ cross)
+        return total, count
+
+    def decode_noise(
+        self,
+        z: npt.NDArray[np.float64],
+        node_var: npt.NDArray[np.float64],  # noqa: ARG002 - the decoding is fixed
+    ) -> FloatArray:
+        return digits_decode(self.split(np.asarray(z, dtype=np.float64)), self._all_paths)
 
     def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
-        """``Var(s~_t)``, ``t = 1..N``, for independent node noise of variances ``node_var``
-        (decoded with the same variances, see :meth:`decode_noise`)."""
-        parts = self.split(np.asarray(node_var, dtype=np.float64))
-        if self.mechanism == "kary_digits":
-            p = self._all_paths
-            return digits_covariance(p, p, parts)
-        return gls_variances(parts, self.branching)[0]
+        p = self._all_paths
+        return digits_covariance(p, p, self.split(np.asarray(node_var, dtype=np.float64)))
 
     def count_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
-        """``Var(s~_t - s~_{t-1})``, ``t = 1..N``."""
         parts = self.split(np.asarray(node_var, dtype=np.float64))
-        if self.mechanism == "kary_gls":
-            return gls_variances(parts, self.branching)[1]
         t = np.arange(0, self.horizon + 1, dtype=np.int64)
         p = digit_paths(t, self.branching, self.levels)
         own = digits_covariance(p, p, parts)
@@ -499,31 +578,72 @@ class KaryStrategy:
         out: FloatArray = own[1:] + own[:-1] - 2.0 * digits_covariance(now, before, parts)
         return out
 
-    def range_variance(self, first: int, last: int, node_var: npt.NDArray[np.float64]) -> float:
-        """``Var(s~_last - s~_{first-1})``: the calendar range ``first..last`` (1-based)."""
-        m = self.range_coefficients(first, last, node_var)
-        return float(np.sum(m * m * np.asarray(node_var, dtype=np.float64)))
+    def range_coefficients(
+        self,
+        first: int,
+        last: int,
+        node_var: npt.NDArray[np.float64],  # noqa: ARG002 - the decoding is fixed
+    ) -> FloatArray:
+        """The +-1 blocks of ``last`` minus those of ``first - 1``."""
+        self._check_range(first, last)
+        out = np.zeros(self.node_count)
+        for t, s in ((last, 1.0), (first - 1, -1.0)):
+            p = digit_paths(np.array([t], dtype=np.int64), self.branching, self.levels)
+            for level, offset in enumerate(self.level_offsets):
+                lo, hi = int(p.lo[level, 0]), int(p.hi[level, 0])
+                out[offset + lo : offset + hi] += s * float(p.sign[level, 0])
+        return out
+
+
+@dataclass(frozen=True)
+class GlsStrategy(KaryStrategy):
+    """GLS decoding: the least-squares estimate of every prefix from all blocks.
+
+    Each node is weighed by ``1 / node_var`` (the exact inverse covariance), so the estimate is
+    the best linear unbiased one and the variances computed with the same ``node_var`` are
+    exact.
+    """
+
+    @staticmethod
+    def levels_for(horizon: int, branching: int) -> int:
+        return gls_levels(horizon, branching)
+
+    def _block_counts(self) -> tuple[int, ...]:
+        return tuple(
+            level.blocks for level in _tree_levels(self.horizon, self.branching, self.levels)
+        )
+
+    @staticmethod
+    def sample_layout(horizon: int, branching: int, levels: int, sample: IntArray) -> Any:
+        return _uniform_layout(horizon, branching, levels, sample - 1)
+
+    @staticmethod
+    def sample_variances(
+        layout: Any, level_var: npt.NDArray[np.float64], branching: int
+    ) -> tuple[FloatArray, FloatArray]:
+        return _uniform_eval(level_var, layout, branching)
+
+    def decode_noise(
+        self, z: npt.NDArray[np.float64], node_var: npt.NDArray[np.float64]
+    ) -> FloatArray:
+        parts = self.split(np.asarray(z, dtype=np.float64))
+        estimate = gls_estimate(parts, self.split(node_var), self.branching)
+        out: FloatArray = np.cumsum(estimate, axis=0)
+        return out
+
+    def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
+        parts = self.split(np.asarray(node_var, dtype=np.float64))
+        return gls_variances(parts, self.branching)[0]
+
+    def count_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
+        parts = self.split(np.asarray(node_var, dtype=np.float64))
+        return gls_variances(parts, self.branching)[1]
 
     def range_coefficients(
         self, first: int, last: int, node_var: npt.NDArray[np.float64]
     ) -> FloatArray:
-        """Coefficients ``m`` (``(nodes,)``) of the range's noise ``sum_i m_i z_i``.
-
-        GLS: ``m = W R (R'WR)^-1 1_[first, last]`` (one two-pass solve, O(nodes));
-        digits: the +-1 blocks of ``last`` minus those of ``first - 1``.
-        """
-        if not 1 <= first <= last <= self.horizon:
-            raise ConfigError(
-                f"range must satisfy 1 <= first <= last <= {self.horizon}, got {first}..{last}"
-            )
-        if self.mechanism == "kary_digits":
-            out = np.zeros(self.node_count)
-            for t, s in ((last, 1.0), (first - 1, -1.0)):
-                p = digit_paths(np.array([t], dtype=np.int64), self.branching, self.levels)
-                for level, offset in enumerate(self.level_offsets):
-                    lo, hi = int(p.lo[level, 0]), int(p.hi[level, 0])
-                    out[offset + lo : offset + hi] += s * float(p.sign[level, 0])
-            return out
+        """``m = W R (R'WR)^-1 1_[first, last]`` (one two-pass solve, O(nodes))."""
+        self._check_range(first, last)
         parts = self.split(np.asarray(node_var, dtype=np.float64))
         b = np.zeros(self.horizon)
         b[first - 1 : last] = 1.0
@@ -536,17 +656,21 @@ class KaryStrategy:
         return np.concatenate(sums)
 
 
+_KINDS: dict[str, type[KaryStrategy]] = {
+    "kary_digits": DigitsStrategy,
+    "kary_gls": GlsStrategy,
+}
+
+
 # ------------------------------------------------------------------------------ optimiser
-_SAMPLE_PERIODS = 20_000
+_SAMPLE_PERIODS = 8_192  # objective evaluated on this many well-spread t when N is larger
 _TUNE_WITHIN = 1.10  # level counts whose best equal-budget score is this close get tuned
 _REFINED = 4  # k re-tuned from their level count's budgets
-MIN_LEVEL_SHARE = 0.01  # objective evaluated on this many evenly spaced t when N is larger
+MIN_LEVEL_SHARE = 0.01  # every level keeps at least this share of epsilon
 
 
 def _levels_for(mechanism: KaryMechanism, horizon: int, branching: int) -> int:
-    if mechanism == "kary_digits":
-        return digit_levels(horizon, branching)
-    return gls_levels(horizon, branching)
+    return _KINDS[mechanism].levels_for(horizon, branching)
 
 
 @dataclass(frozen=True)
@@ -651,25 +775,14 @@ class _Scorer:
     ) -> None:
         self.mechanism, self.objective = mechanism, objective
         self.horizon, self.branching, self.sample = horizon, branching, sample
-        self.levels = _levels_for(mechanism, horizon, branching)
-        if mechanism == "kary_gls":
-            self._layout = _uniform_layout(horizon, branching, self.levels, sample - 1)
-        else:
-            now = digit_paths(sample, branching, self.levels)
-            before = digit_paths(sample - 1, branching, self.levels)
-            self._now_len = (now.hi - now.lo).astype(np.float64)
-            self._before_len = (before.hi - before.lo).astype(np.float64)
-            lo = np.maximum(now.lo, before.lo)
-            overlap = np.maximum(np.minimum(now.hi, before.hi) - lo, 0)
-            self._cross = (now.sign * before.sign * overlap).astype(np.float64)
+        kind = _KINDS[mechanism]
+        self.levels = kind.levels_for(horizon, branching)
+        self._layout = kind.sample_layout(horizon, branching, self.levels, sample)
+        self._variances = kind.sample_variances
 
     def __call__(self, budgets: npt.NDArray[np.float64]) -> float:
         level_var = 2.0 / np.asarray(budgets, dtype=np.float64) ** 2
-        if self.mechanism == "kary_gls":
-            total, count = _uniform_eval(level_var, self._layout, self.branching)
-        else:
-            total = level_var @ self._now_len
-            count = total + level_var @ self._before_len - 2.0 * (level_var @ self._cross)
+        total, count = self._variances(self._layout, level_var, self.branching)
         if self.objective == "total":
             return float(total.mean())
         if self.objective == "minimax":
