@@ -148,3 +148,44 @@ def test_a_real_produce_and_fetch_at_debug_logs_no_record_bytes(
     assert re.search(r"<Produce\w* withheld>", caplog.text)
     assert re.search(r"<Fetch\w* withheld>", caplog.text)
     assert secret not in caplog.text
+
+
+def test_a_worker_at_debug_logs_no_record_bytes(
+    broker: EmbeddedBroker, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """A real worker at --log-level debug reads a record holding a marker (fetch), and writes
+    it into its dead letter and state changelog (produce): the marker never reaches its log."""
+    from daemon_harness import Worker, collect, create_topics, make_scenario, produce
+
+    from streamdp.daemon.service import OutputTopics
+
+    scenario = make_scenario(periods=2, rate=2, suffix=unique_name("x"))
+    config = tmp_path / "spec.toml"
+    config.write_text(scenario.spec_text)
+    namespace = unique_name("ns")
+    topics = OutputTopics.in_namespace(namespace)
+    app_id = unique_name("logs")
+    create_topics(broker, scenario, config, 1, app_id=app_id, topics=topics)
+    log_path = tmp_path / "worker.log"
+    worker = Worker(
+        broker, config, app_id=app_id, partitions=1, data_dir=tmp_path / "d",
+        log_path=log_path, namespace=namespace, extra_args=["--log-level", "debug"],
+    )  # fmt: skip
+    try:
+        worker.wait_ready()
+        marker = f"MARK{uuid.uuid4().hex[:12]}"
+        topic = next(iter(scenario.lines))
+        source = scenario.spec.source_of_topic(topic)
+        assert source is not None
+        produce(broker, [(topic, source.name.encode(), f'{{"broken": "{marker}'.encode())])
+
+        def letter_arrived(seen: dict[str, dict[str, list[str]]]) -> bool:
+            return any(marker in v for vs in seen[topics.dead_letter].values() for v in vs)
+
+        seen = collect(broker, [topics.dead_letter], letter_arrived, timeout=60)
+        assert letter_arrived(seen)  # the worker fetched it and produced its dead letter
+    finally:
+        worker.stop()
+    text = log_path.read_text(errors="replace")
+    assert "[DEBUG]" in text  # debug logging was on
+    assert marker not in text
