@@ -27,7 +27,7 @@ SPECS: dict[str, EngineSpec] = {name: example_spec(name) for name in ("restauran
 ARRIVAL = dt.datetime(2024, 1, 1, 6, tzinfo=dt.UTC).timestamp()
 LATER = dt.datetime(2024, 1, 5, tzinfo=dt.UTC).timestamp()
 FUZZ = settings(
-    max_examples=120,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
