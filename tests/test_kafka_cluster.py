@@ -1,8 +1,13 @@
 """The release daemon on a 3-node Apache Kafka cluster (KRaft, replication factor 3,
 min.insync.replicas 2, producers with acks=all) under broker faults.
 
-Each test runs one worker (a real ``streamdp worker`` process) over a fresh namespace, feeds the
-two seed scenarios in two or three parts and injects a fault between them:
+Each test runs one worker (a real ``streamdp worker`` process, on the scenario's frozen public
+clock) over a fresh namespace, feeds the two seed scenarios in two or three parts and injects a
+fault between them. Periods are released by operator close records on the control topic: once
+the worker has consumed the first part (committed offsets), every stream is closed through the
+instant before the rest (``close_through``); at the end, through the scenario's end. The
+expected outputs are an engine's given the same records and the same closes (``replay_outputs``
+with the same cut). The faults:
 
 - SIGKILL of the leader of the input partition mid-stream;
 - SIGKILL of the leader of the state changelog partition mid-stream;
@@ -32,6 +37,7 @@ import pytest
 from conftest import kafka_or_skip
 from daemon_harness import (
     Worker,
+    close_through,
     collect,
     committed_offsets,
     create_topics,
@@ -85,8 +91,9 @@ class Namespace:
         create_topics(
             cluster, self.scenario, self.config, PARTITIONS, app_id=self.app_id, topics=self.topics
         )
-        self.expected = replay_outputs(self.scenario, self.topics)
         self.workers: list[Worker] = []
+        self.cut: int | None = None
+        self.expected: dict[str, dict[str, str]] = {}
 
     @property
     def changelog(self) -> str:
@@ -105,16 +112,40 @@ class Namespace:
             data_dir=self.tmp_path / f"data-{name}",
             log_path=self.tmp_path / f"{name}.log",
             namespace=self.topics.releases.rsplit(".", 1)[0],
+            clock=self.scenario.clock,
         )
         self.workers.append(worker)
         return worker
 
-    def part(self, index: int, parts: int) -> list[tuple[str, bytes, bytes]]:
-        """The ``index``-th of ``parts`` slices of every source's lines, as records."""
+    def split(self, parts: int) -> None:
+        """Feed the input in ``parts`` slices; the first slice's periods are closed mid-stream
+        (:meth:`close_first_part`), so the expected outputs are the replay's with that cut."""
+        self.parts = parts
         n = len(self.scenario.lines[self.input_topics[0]])
-        step = -(-n // parts)
-        stop = None if index == parts - 1 else (index + 1) * step
-        return lines_as_records(self.scenario, start=index * step, stop=stop)
+        self.step = -(-n // parts)
+        self.cut = self.step
+        self.expected = replay_outputs(self.scenario, self.topics, cut=self.cut)
+
+    def part(self, index: int) -> list[tuple[str, bytes, bytes]]:
+        """The ``index``-th slice of every source's lines, as records."""
+        stop = None if index == self.parts - 1 else (index + 1) * self.step
+        return lines_as_records(self.scenario, start=index * self.step, stop=stop)
+
+    def close_first_part(self) -> None:
+        """Once the first slice is consumed, close every stream through the instant before the
+        rest, and wait until some of those releases are out."""
+        close_through(
+            self.cluster, self.scenario, self.topics, self.app_id, cut=self.cut,
+            partitions=PARTITIONS,
+        )  # fmt: skip
+        self.wait_some_releases()
+
+    def close_all(self) -> None:
+        """Once everything is consumed, close every stream through the scenario's end."""
+        close_through(
+            self.cluster, self.scenario, self.topics, self.app_id, cut=None,
+            partitions=PARTITIONS,
+        )  # fmt: skip
 
     def input_partition(self, topic: str) -> int:
         """The partition holding ``topic``'s records (every record is keyed by its source)."""
@@ -133,7 +164,8 @@ class Namespace:
         )
 
     def check_outcome(self, worker: Worker) -> None:
-        """Everything the module docstring promises after a fault."""
+        """Everything the module docstring promises after a fault (closes the rest first)."""
+        self.close_all()
         T = self.topics
         seen = collect(
             self.cluster, [T.releases, T.consistent], has_all(self.expected), timeout=180
@@ -227,16 +259,17 @@ def space(
 
 def _kill_leader_mid_stream(space: Namespace, leader_of_what: Callable[[int], str]) -> None:
     cluster = space.cluster
+    space.split(2)
     worker = space.start_worker("w1")
     worker.wait_ready()
-    produce(cluster, space.part(0, 2))
-    space.wait_some_releases()
+    produce(cluster, space.part(0))
+    space.close_first_part()
     topic = space.input_topics[0]
     partition = space.input_partition(topic)
     target = leader_of_what(partition)
     leader = cluster.leader_of(target, partition)
     cluster.kill_node(leader)
-    produce(cluster, space.part(1, 2))  # the producer retries until a new leader answers
+    produce(cluster, space.part(1))  # the producer retries until a new leader answers
     assert cluster.wait_leader_change(target, partition, leader) != leader
     space.check_outcome(worker)
     cluster.restart_node(leader)
@@ -253,11 +286,14 @@ def test_changelog_partition_leader_killed_mid_stream(space: Namespace) -> None:
 
 def test_rolling_restart_of_every_node(space: Namespace) -> None:
     cluster = space.cluster
+    space.split(NODES)
     worker = space.start_worker("w1")
     worker.wait_ready()
     watched = [*space.input_topics, space.changelog, space.topics.releases]
     for index in range(NODES):
-        produce(cluster, space.part(index, NODES))
+        produce(cluster, space.part(index))
+        if index == 0:
+            space.close_first_part()
         cluster.stop_node(index)  # controlled shutdown: leadership moves first
         cluster.restart_node(index)
         cluster.wait_fully_replicated(watched)
@@ -267,16 +303,17 @@ def test_rolling_restart_of_every_node(space: Namespace) -> None:
 
 def test_worker_sigkill_during_a_broker_failover(space: Namespace) -> None:
     cluster = space.cluster
+    space.split(2)
     first = space.start_worker("w1")
     first.wait_ready()
-    produce(cluster, space.part(0, 2))
-    space.wait_some_releases()
+    produce(cluster, space.part(0))
+    space.close_first_part()
     topic = space.input_topics[0]
     partition = space.input_partition(topic)
     leader = cluster.leader_of(topic, partition)
     cluster.kill_node(leader)
     first.kill()
-    produce(cluster, space.part(1, 2))
+    produce(cluster, space.part(1))
     cluster.wait_leader_change(topic, partition, leader)
     time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
     second = space.start_worker("w2")
@@ -287,15 +324,16 @@ def test_worker_sigkill_during_a_broker_failover(space: Namespace) -> None:
 
 def test_node_down_longer_than_the_session_timeout(space: Namespace) -> None:
     cluster = space.cluster
+    space.split(3)
     worker = space.start_worker("w1")
     worker.wait_ready()
-    produce(cluster, space.part(0, 3))
-    space.wait_some_releases()
+    produce(cluster, space.part(0))
+    space.close_first_part()
     topic = space.input_topics[0]
     partition = space.input_partition(topic)
     down = cluster.leader_of(space.changelog, partition)
     cluster.kill_node(down)
-    produce(cluster, space.part(1, 3))
+    produce(cluster, space.part(1))
     # 15 s down: past the worker's group session timeout (6 s) and the cluster's broker
     # session timeout (6 s), so the node is fenced and every partition it led moves
     deadline = time.monotonic() + 15.0
@@ -303,6 +341,6 @@ def test_node_down_longer_than_the_session_timeout(space: Namespace) -> None:
         assert worker.process.poll() is None or worker.restarts <= 1, worker.log_tail()
         time.sleep(0.5)
     cluster.restart_node(down)
-    produce(cluster, space.part(2, 3))
+    produce(cluster, space.part(2))
     space.check_outcome(worker)
     assert worker.stop() == 0, worker.log_tail()
