@@ -217,3 +217,17 @@ def test_every_node_is_drawn_once(name: str, horizon: int) -> None:
     before = len(sampler.calls)
     _restore(json.loads(json.dumps(restored.state())), sampler)
     assert len(sampler.calls) == before, "restoring drew noise"
+
+
+@pytest.mark.parametrize("name", ["digits-published", "gls-total", "gls-k2"])
+def test_factored_counter_recomputes_its_released_totals(name: str) -> None:
+    strategy = _strategy(name, 64)
+    counter = _counter(strategy, 3, InsecureSeededSampler(9))
+    assert isinstance(counter, FactoredCounter)
+    counts = np.random.default_rng(1).integers(0, 30, size=(64, 3))
+    released = [counter.close_period(counts[t]).noisy_total for t in range(40)]
+    np.testing.assert_allclose(counter.noisy_totals(), np.stack(released), rtol=0, atol=1e-9)
+    restored = FactoredCounter.from_state(
+        json.loads(json.dumps(counter.state())), InsecureSeededSampler(9)
+    )
+    np.testing.assert_allclose(restored.noisy_totals(), np.stack(released), rtol=0, atol=1e-9)

@@ -253,6 +253,24 @@ class FactoredCounter:
         values = np.stack(self._final) if self._final else np.zeros((0, self.width), dtype=np.int64)
         return ids, values, self._node_var[ids - 1].copy()
 
+    def noisy_totals(self) -> FloatArray:
+        """This epoch's released running totals so far (carry excluded), ``(closed, width)``.
+
+        Recomputed from the state, never stored twice: level-0 blocks are single periods, so
+        ``a_t = y_t - z_t`` for the finalised noisy node ``y_t``; the totals are
+        ``cumsum(a) + n``. What consistency revisions project (rows onto the constraint span:
+        the exact totals already satisfy the constraints, so this projects the noise).
+        """
+        closed = self._closed
+        if not closed:
+            return np.zeros((0, self.width))
+        rows = {node: k for k, node in enumerate(self._final_ids)}
+        period_nodes = [rows[t] for t in range(1, closed + 1)]  # level-0 node t is id t
+        values = np.stack([self._final[k] for k in period_nodes])
+        exact = np.cumsum(values - self._z[:closed], axis=0)
+        out: FloatArray = exact + self._noise[:closed]
+        return out
+
     def next_epoch(self) -> FactoredCounter:
         """A fresh epoch (all its noise drawn now) whose totals carry this epoch's noisy total."""
         last = (
