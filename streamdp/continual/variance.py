@@ -24,8 +24,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual import fenwick
-from streamdp.continual.strategy import Strategy
+from streamdp.continual.strategy import CountingStrategy, Strategy
 from streamdp.errors import BudgetError, ConfigError
 
 Noise = Literal["laplace", "discrete-laplace"]
@@ -333,27 +332,17 @@ def node_variances(
 
 
 def total_variances(
-    strategy: Strategy, node_var: npt.NDArray[np.float64]
+    strategy: CountingStrategy, node_var: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
-    """``Var(s~_t)`` for ``t = 1..N`` given node variances; shape ``(N,)``."""
-    v = np.asarray(node_var, dtype=np.float64)
-    if strategy.is_tree:
-        return fenwick.prefix_path_sums(v)
-    out: npt.NDArray[np.float64] = np.cumsum(v)
-    return out
+    """``Var(s~_t)`` for ``t = 1..N`` given node variances; shape ``(N,)`` (any strategy)."""
+    return strategy.total_variances(np.asarray(node_var, dtype=np.float64))
 
 
 def count_variances(
-    strategy: Strategy, node_var: npt.NDArray[np.float64]
+    strategy: CountingStrategy, node_var: npt.NDArray[np.float64]
 ) -> npt.NDArray[np.float64]:
     """``Var(s~_t - s~_{t-1})`` for ``t = 1..N`` given node variances; shape ``(N,)``."""
-    v = np.asarray(node_var, dtype=np.float64)
-    if not strategy.is_tree:
-        return v.copy()
-    T = np.concatenate([[0.0], total_variances(strategy, v)])  # T[t] = Var(s~_t), T[0] = 0
-    t = np.arange(1, v.shape[0] + 1, dtype=np.int64)
-    out: npt.NDArray[np.float64] = v + T[t - 1] - T[t & (t - 1)]
-    return out
+    return strategy.count_variances(np.asarray(node_var, dtype=np.float64))
 
 
 @dataclass(frozen=True)
