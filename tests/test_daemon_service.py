@@ -506,3 +506,27 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
     }
     assert left == open_periods
     assert "0" not in left
+
+
+def test_state_chunks_stay_bounded_whatever_the_event_ids_look_like() -> None:
+    """Issue 17: 6,000 orders with 200-character (or CJK) ids made a 1.0-1.1 MB event-id chunk,
+    over the producer's 1,000,000-byte limit. Chunks now hold fixed-size content digests, at
+    most SEEN_CHUNK_KEYS of them."""
+    from streamdp.daemon.service import MAX_SEEN_CHUNK_BYTES, SEEN_CHUNK_KEYS
+
+    spec = example_spec("restaurant")
+    combo = {"cola": 2, "burger": 1, "wings": 1, "nuggets": 1}
+    records = []
+    for k in range(40_000):
+        event_id = ("訂" * 43 if k % 2 else "x" * 200)[:-6] + f"{k:06d}"
+        value = {"event_id": event_id, "event_time": START + 3600 + k * 0.5, "items": combo}
+        records.append(
+            InputRecord("restaurant-orders", 0, k, b"restaurant-orders", json.dumps(value).encode())
+        )
+    outcome = _service(spec, {}).process(records)
+    assert outcome.accepted == 40_000
+    chunks = [w for w in outcome.writes if "|seen|" in w.key]
+    assert len(chunks) == 3  # 40,000 keys in chunks of at most 16,384
+    for write in chunks:
+        assert len(write.value) <= SEEN_CHUNK_KEYS
+        assert len(json.dumps(write.value).encode()) <= MAX_SEEN_CHUNK_BYTES < 1_000_000

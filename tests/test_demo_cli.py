@@ -57,7 +57,7 @@ def _assert_all_gone(text: str) -> None:
 
 
 def test_timed_demo_prints_releases_and_a_revision_then_stops_everything() -> None:
-    demo = _demo("--duration", "22", "--pace", "0.4")
+    demo = _demo("--duration", "32", "--pace", "0.4")  # the feeds start after 15 s
     out, _ = demo.communicate(timeout=100)
     assert demo.returncode == 0, out[-3000:]
     lines = out.splitlines()

@@ -311,6 +311,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         consumer_auto_offset_reset="earliest",
         producer_max_batch_size=1 if settings.single_record_batches else 16384,
         producer_acks=-1 if settings.producer_acks == "all" else int(settings.producer_acks),
+        # every write is bounded below this by construction (settings.WRITE_BOUNDS)
+        producer_max_request_size=settings.max_request_size,
         # the batch input path acknowledges after its checkpoint; records of a revoked
         # partition it drops are never acknowledged, so Faust must not wait for them
         stream_wait_empty=settings.input_path != "batch",
@@ -669,12 +671,11 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await commit(outcome)
-            while True:
-                outcome = service.tick()
-                if outcome.writes or outcome.publications:
-                    await commit(outcome)
-                if not service.due():
-                    break
+            # one paced step per tick (32 periods per stream at most): after downtime the
+            # backlog of due periods is worked off over several ticks, between input batches
+            outcome = service.tick()
+            if outcome.writes or outcome.publications:
+                await commit(outcome)
 
     @app.page("/metrics")
     async def metrics_view(web: Any, request: Any) -> Any:  # noqa: ARG001

@@ -65,6 +65,9 @@ CLOSE_PACE = 32
 #: Most content keys in one stored chunk (33-34 bytes each in JSON: ~560 KB, under Kafka's
 #: default 1 MB message limit whatever the event ids look like).
 SEEN_CHUNK_KEYS = 16_384
+#: The encoded size bound of one content-key chunk: a JSON list of 32-character hex strings
+#: (each at most 36 bytes with its quotes and a ", " separator).
+MAX_SEEN_CHUNK_BYTES = SEEN_CHUNK_KEYS * len('"0123456789abcdef0123456789abcdef", ') + 2
 
 
 def home_partition(source: str, partitions: int) -> int:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.service import MAX_SEEN_CHUNK_BYTES, OutputTopics
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
@@ -23,7 +23,10 @@ PRODUCER_ACKS = ("all", "1", "0")
 RECORD_OVERHEAD_BYTES = 1024
 #: The largest single record each kind of write can make, bytes of key + value; every one must
 #: fit the producer's request limit (checked by :meth:`DaemonSettings.validate`).
-WRITE_BOUNDS: dict[str, int] = {"dead letter": MAX_DEAD_LETTER_BYTES}
+WRITE_BOUNDS: dict[str, int] = {
+    "dead letter": MAX_DEAD_LETTER_BYTES,
+    "content-key chunk of the state table": MAX_SEEN_CHUNK_BYTES,
+}
 
 
 @dataclass(frozen=True)

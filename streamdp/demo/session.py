@@ -35,8 +35,12 @@ SCENARIOS = (
 )
 BAD_FRACTION = 0.01
 DAY_SECONDS = 86400.0
-#: Seconds from starting the worker to the instant its simulated clock and the feeds start.
-DEMO_START_DELAY = 8.0
+#: Seconds from starting the worker to the instant the feeds and the simulated clock start (the
+#: worker is ready by then on a loaded 2-core machine).
+DEMO_START_DELAY = 15.0
+#: The worker's simulated clock runs this many wall seconds behind the feeds, so records reach
+#: the worker before their day closes even at a fast --pace (it adds to the allowed lateness).
+WORKER_CLOCK_LAG = 1.0
 DEFAULT_WEB_PORT = 6066
 
 
@@ -111,7 +115,8 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
         # producers start sending at that same instant
         anchor = time.time() + DEMO_START_DELAY
         origin = min(PeriodClock(s.period).bounds(0)[0] for s in spec.streams.values())
-        clock = f"simulated:{format_instant(origin)}@{anchor!r}x{DAY_SECONDS / args.pace!r}"
+        worker_anchor = anchor + WORKER_CLOCK_LAG
+        clock = f"simulated:{format_instant(origin)}@{worker_anchor!r}x{DAY_SECONDS / args.pace!r}"
         argv = worker_command(
             config=config,
             bootstrap=broker.bootstrap,
@@ -133,6 +138,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
                 port=port,
                 header=header,
                 anchor=anchor,
+                origin=origin,
             )
             failure = asyncio.run(live.main(worker.exit_code))
         finally:
@@ -184,6 +190,10 @@ def _header(  # noqa: PLR0917 - one line each
         noise,
         f"worker metrics: http://127.0.0.1:{port}/metrics   status: http://127.0.0.1:{port}/status",
         f"input: {rates}, {pace}; Ctrl-C stops",
+        (
+            "periods close on the worker's public clock (simulated at the same pace, 12 "
+            "simulated hours after a day ends), never on event times"
+        ),
         "planner, typical 95% error of a running total (2.12 sd + 1, mean sd over the horizon): "
         + ", ".join(plans),
     ]
@@ -207,8 +217,10 @@ class Live:
     bootstrap: str
     port: int
     header: list[str]
-    # the wall instant (Unix seconds) the worker's simulated clock and the feeds start at
+    # the wall instant (Unix seconds) the feeds start at; the worker's clock starts
+    # WORKER_CLOCK_LAG seconds later, at ``origin`` (the streams' start)
     anchor: float = field(default_factory=time.time)
+    origin: float = 0.0
     stream: TextIO = field(default_factory=lambda: sys.stdout)
     started: float = field(default_factory=time.monotonic)
     stats: dict[str, Any] = field(default_factory=dict)
@@ -359,8 +371,19 @@ class Live:
         ready = "ready" if board.ready else "starting"
         return (
             f"[{now - self.started:6.1f}s] simulated day {day + 1}; sent {sent:,} events "
-            f"({bad} bad); worker {ready}, {board.batches:,} batches"
+            f"({bad} bad); worker {ready}, public clock {self.clock_text()}"
         )
+
+    def clock_text(self) -> str:
+        """The worker's simulated clock now (what decides which periods are released)."""
+        if self.args.pace <= 0:
+            return "-"
+        simulated = self.origin + (time.time() - self.anchor - WORKER_CLOCK_LAG) * (
+            DAY_SECONDS / self.args.pace
+        )
+        if simulated < self.origin:
+            return f"starts in {self.anchor + WORKER_CLOCK_LAG - time.time():.0f} s"
+        return time.strftime("%Y-%m-%d %H:%M", time.gmtime(simulated))
 
     def _redraw(self) -> None:
         now = time.monotonic()
