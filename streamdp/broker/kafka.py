@@ -808,4 +808,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"streamdp kafka: {error}", file=sys.stderr)  # noqa: T201
         return 2
     return 0
-
