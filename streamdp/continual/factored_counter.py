@@ -224,16 +224,20 @@ class FactoredCounter:
             )
         a = _int_vector(counts, self.width, "counts")
         total = self._exact_total + a
-        # finalise the blocks ending at t (one per level whose block size divides t, or N)
+        # finalise the blocks ending at t: levels 0, 1, .. while k^l divides t (amortised
+        # k/(k-1) blocks per period), every level at the horizon
+        last = t == self.horizon
+        size = 1
         for level, offset in enumerate(self.strategy.level_offsets):
-            size = self.strategy.branching**level
-            if t % size == 0 or t == self.horizon:
-                block = (t - 1) // size
-                if block < self.strategy.blocks[level]:
-                    node = offset + block
-                    self._final.append(total - self._block_start[level] + self._z[node])
-                    self._final_ids.append(node + 1)
-                self._block_start[level] = total
+            if t % size and not last:
+                break
+            block = (t - 1) // size
+            if block < self.strategy.blocks[level]:
+                node = offset + block
+                self._final.append(total - self._block_start[level] + self._z[node])
+                self._final_ids.append(node + 1)
+            self._block_start[level] = total
+            size *= self.strategy.branching
         self._exact_total = total
         self._closed = t
         noisy_total = total + self._noise[t - 1]
