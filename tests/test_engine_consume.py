@@ -8,6 +8,7 @@ generators make, hand-made edge cases, re-delivered offsets and shuffled time or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from datetime import datetime
@@ -99,10 +100,8 @@ def _arrivals(texts: list[bytes], positions: list[int]) -> list[float]:
         data = _object(texts[offset].decode("utf-8", "replace"))
         when = data.get("event_time") if data is not None else None
         if isinstance(when, str) and when.startswith("2024-") and "T" in when:
-            try:
+            with contextlib.suppress(ValueError):
                 latest = max(latest, datetime.fromisoformat(when).timestamp())
-            except ValueError:
-                pass
         out.append(latest)
     return out
 

@@ -99,7 +99,10 @@ def test_cap_exceeded_names_streams_and_sum() -> None:
         ),
         (
             ("epsilon = 0.1", 'epsilon = 0.1\nstrategy = "fancy"'),
-            "field 'strategy': must be one of fda, binary, naive; got 'fancy'",
+            (
+                "field 'strategy': must be one of fda, binary, naive, kary_digits, kary_gls; "
+                "got 'fancy'"
+            ),
         ),
         (("epsilon = 0.1", "epsilon = 0.1\nepsilom = 1"), "field 'epsilom': unknown key"),
         (

@@ -67,3 +67,21 @@ def test_noise_scale_limits_apply_to_kary_levels() -> None:
     check_noise_scales("kary_gls", "total", 365, 0.5, 1.0)
     with pytest.raises(ConfigError, match="outside"):
         check_noise_scales("kary_gls", "total", 365, 1e-13, 1.0)
+
+
+def test_the_engine_refuses_a_k_ary_strategy_with_a_clear_message() -> None:
+    """The k-ary strategies are planned, not yet released: replay and the worker say so."""
+    import importlib.resources
+
+    from streamdp.engine import Engine, parse_spec
+    from streamdp.errors import ConfigError
+    from streamdp.noise import InsecureSeededSampler
+
+    text = (
+        importlib.resources.files("streamdp")
+        .joinpath("examples", "hiv.toml")
+        .read_text("utf-8")
+        .replace("horizon = 120\n", 'horizon = 120\nstrategy = "kary_gls"\n')
+    )
+    with pytest.raises(ConfigError, match=r"can be planned .* but not yet released"):
+        Engine(parse_spec(text), sampler=InsecureSeededSampler(0))

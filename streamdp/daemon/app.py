@@ -46,6 +46,7 @@ from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
+from streamdp.engine.stream import check_releasable
 from streamdp.errors import (
     EXIT_CONFIG,
     EXIT_CRASH,
@@ -277,6 +278,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     settings.validate()
     hold_value_loggers()
     spec = load_spec(settings.config)
+    for stream_spec in spec.streams.values():
+        check_releasable(stream_spec)  # refused at start, not when its first record arrives
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
     public_clock = parse_clock(settings.clock)

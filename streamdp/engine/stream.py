@@ -20,13 +20,13 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.counter import ContinualCounter
-from streamdp.continual.strategy import build_strategy
+from streamdp.continual.strategy import MECHANISMS, build_strategy
 from streamdp.engine.events import Contribution, RejectedError, extractor_for
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
-from streamdp.errors import StateError
+from streamdp.errors import ConfigError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
 # 2: "seen" holds content digests of the open periods' records (1: event ids) and
@@ -48,6 +48,16 @@ class RevisionStats:
     seconds: float
 
 
+def check_releasable(spec: StreamSpec) -> None:
+    """Raise :class:`ConfigError` for a stream whose strategy the engine cannot release with."""
+    if spec.mechanism not in MECHANISMS:
+        raise ConfigError(
+            f"stream {spec.name!r}: strategy {spec.mechanism!r} can be planned "
+            "(streamdp plan --mechanism) but not yet released: the engine releases with "
+            f"{', '.join(MECHANISMS)} (the k-ary counter's engine integration is not done)"
+        )
+
+
 class StreamRuntime:
     """Turns accepted events into period counts and closes periods into releases."""
 
@@ -60,6 +70,7 @@ class StreamRuntime:
         self.names = spec.counters.names
         self.width = len(self.names)
         self.horizon = spec.horizon
+        check_releasable(spec)
         self.strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
         self.counter = self._fresh_counter()
         self.closed = 0  # absolute periods closed (over all epochs)
