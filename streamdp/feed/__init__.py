@@ -1,0 +1,10 @@
+"""The public statistics feed: the page a statistics office publishes from the release topics.
+
+``streamdp feed`` reads ONLY public records (README, "Privacy model", trust zones): the release
+and consistent topics (``<ns>.releases``, ``<ns>.consistent``) or a replay's ``releases.jsonl``
+and ``consistent.jsonl``. Never dead letters, the snapshot, the ledger or the input topics.
+
+Modules: :mod:`.model` (pure: records in, the published view and its CSV out), :mod:`.sources`
+(replay directory and Kafka readers), :mod:`.page` (the self-contained HTML page), :mod:`.server`
+(loopback HTTP server and the static writer), :mod:`.cli` (the command).
+"""

@@ -1,0 +1,117 @@
+"""``streamdp feed``: serve (or write as static files) the public statistics page.
+
+From a replay's output directory (``--from DIR``: its ``releases.jsonl`` and ``consistent.jsonl``
+only) or live from Kafka (``--bootstrap HOST:PORT``: ``<ns>.releases`` and ``<ns>.consistent``
+only, read from the beginning and then followed). Served on 127.0.0.1 only; ``--output-dir``
+writes ``index.html``, ``feed.json``, ``releases.csv`` and ``consistent.csv`` and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+from pathlib import Path
+
+from streamdp.errors import ConfigError
+from streamdp.feed.model import FeedView
+from streamdp.feed.server import LOOPBACK, FeedServer, write_static
+from streamdp.feed.sources import KafkaTopics, ReplayDirectory
+
+DEFAULT_PORT = 8750
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
+_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
+#: How long ``--output-dir`` with ``--bootstrap`` waits to read the topics up to their ends.
+CATCH_UP_SECONDS = 60.0
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--from",
+        dest="from_dir",
+        metavar="DIR",
+        type=Path,
+        help="a `streamdp replay --output-dir`: reads only its releases.jsonl and "
+        "consistent.jsonl (re-read as they grow)",
+    )
+    source.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT",
+        help="read the release topics live from this Kafka broker (from the beginning, then "
+        "following)",
+    )
+    parser.add_argument(
+        "--topic-namespace",
+        default="streamdp",
+        metavar="NS",
+        help="with --bootstrap: read NS.releases and NS.consistent (default: streamdp)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"serve on 127.0.0.1:PORT (default {DEFAULT_PORT}; 0 picks a free port)",
+    )
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="write index.html, feed.json, releases.csv, consistent.csv into DIR and exit "
+        "instead of serving (with --bootstrap: after reading the topics to their current end)",
+    )
+
+
+def _check(args: argparse.Namespace) -> None:
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be 0..65535, got {args.port}")
+    if args.bootstrap is not None and not _BOOTSTRAP.match(args.bootstrap):
+        raise ConfigError(f"--bootstrap must be HOST:PORT[,HOST:PORT...], got {args.bootstrap!r}")
+    if not _NAMESPACE.match(args.topic_namespace):
+        raise ConfigError(
+            f"--topic-namespace must be a topic name prefix such as 'streamdp', "
+            f"got {args.topic_namespace!r}"
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    _check(args)
+    view = FeedView()
+    if args.from_dir is not None:
+        directory = ReplayDirectory(args.from_dir)
+        directory.read_new(view)
+        if args.output_dir is not None:
+            return _written(view, directory.describe(), args.output_dir)
+        server = FeedServer(view, directory.describe(), refresh=lambda: directory.read_new(view))
+        return asyncio.run(_serve(server, args.port, None))
+    topics = KafkaTopics(args.bootstrap, args.topic_namespace)
+    if args.output_dir is not None:
+        asyncio.run(topics.read_to_end(view, CATCH_UP_SECONDS))
+        return _written(view, topics.describe(), args.output_dir)
+    return asyncio.run(_serve(FeedServer(view, topics.describe()), args.port, topics))
+
+
+def _written(view: FeedView, source: str, output_dir: Path) -> int:
+    for path in write_static(view, source, output_dir):
+        print(f"wrote {path}")  # noqa: T201
+    return 0
+
+
+async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None) -> int:
+    try:
+        bound = await server.start(port)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot listen on {LOOPBACK}:{port} ({error.strerror}): pick another --port"
+        ) from error
+    print(f"streamdp feed: serving {server.source} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
+    stop = asyncio.Event()
+    try:
+        if topics is None:
+            await stop.wait()
+        else:
+            await topics.follow(server.view, stop)
+    finally:
+        await server.close()
+    return 0

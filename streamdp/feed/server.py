@@ -1,0 +1,103 @@
+"""Serving the feed on loopback, and writing it as static files.
+
+The server answers GET for exactly four names (the page, ``feed.json``, ``releases.csv``,
+``consistent.csv``), all rendered from the :class:`FeedView`; it never serves files from disk,
+so nothing in a replay directory other than its two public files can be reached through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+from streamdp.feed.model import CONSISTENT_COLUMNS, RELEASE_COLUMNS, FeedView, to_csv
+from streamdp.feed.page import render_page
+
+LOOPBACK = "127.0.0.1"
+_MAX_REQUEST_BYTES = 16_384
+
+
+def render_files(view: FeedView, source: str) -> dict[str, tuple[str, str]]:
+    """File name -> (content type, text) of everything the feed publishes."""
+    document = view.document(source)
+    return {
+        "index.html": ("text/html; charset=utf-8", render_page(document)),
+        "feed.json": ("application/json", json.dumps(document, separators=(",", ":"))),
+        "releases.csv": ("text/csv; charset=utf-8", to_csv(view.release_rows(), RELEASE_COLUMNS)),
+        "consistent.csv": (
+            "text/csv; charset=utf-8",
+            to_csv(view.consistent_rows(), CONSISTENT_COLUMNS),
+        ),
+    }
+
+
+def write_static(view: FeedView, source: str, output_dir: Path) -> list[Path]:
+    """Write the page and its downloads into ``output_dir``; returns the paths written."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, (_, text) in render_files(view, source).items():
+        path = output_dir / name
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    return written
+
+
+class FeedServer:
+    """An HTTP/1.1 server on 127.0.0.1 for the feed; ``refresh`` runs before each answer (a
+    replay directory re-reads its files there; the Kafka reader fills the view on its own)."""
+
+    def __init__(
+        self, view: FeedView, source: str, refresh: Callable[[], None] | None = None
+    ) -> None:
+        self.view = view
+        self.source = source
+        self.refresh = refresh
+        self._server: asyncio.Server | None = None
+
+    async def start(self, port: int) -> int:
+        """Listen on 127.0.0.1:``port`` (0: any free port); returns the port."""
+        self._server = await asyncio.start_server(self._answer, LOOPBACK, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, content_type, body = await self._respond(reader)
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
+                f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
+                "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode("ascii") + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _respond(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if len(head) > _MAX_REQUEST_BYTES:
+            return "431 Request Header Fields Too Large", "text/plain", b"request too large\n"
+        parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        if len(parts) != 3 or parts[0] not in ("GET", "HEAD"):
+            return "405 Method Not Allowed", "text/plain", b"only GET is served\n"
+        path = parts[1].split("?", 1)[0].lstrip("/") or "index.html"
+        if self.refresh is not None:
+            self.refresh()
+        files = render_files(self.view, self.source)
+        if path not in files:
+            known = ", ".join(f"/{name}" for name in files)
+            return "404 Not Found", "text/plain", f"not found; this feed serves {known}\n".encode()
+        content_type, text = files[path]
+        body = text.encode("utf-8")
+        return "200 OK", content_type, b"" if parts[0] == "HEAD" else body

@@ -1,0 +1,188 @@
+"""Where the feed reads public records from: a replay's output directory or the release topics.
+
+Only two sources exist, and each names its public inputs itself, so nothing else can be pointed
+at: :class:`ReplayDirectory` opens exactly ``releases.jsonl`` and ``consistent.jsonl`` (never
+``dead_letter.jsonl``, ``ledger.jsonl`` or ``snapshot.json`` next to them), and
+:class:`KafkaTopics` reads exactly ``<namespace>.releases`` and ``<namespace>.consistent``
+(never the dead-letter, control or input topics).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from streamdp.errors import BrokerError, ConfigError
+from streamdp.feed.model import FeedView
+
+#: The public files of a replay's output directory, and the record kind each holds.
+REPLAY_FILES = (("releases.jsonl", "release"), ("consistent.jsonl", "consistent"))
+#: Topic suffixes of the public release topics, and the record kind each holds.
+TOPIC_SUFFIXES = (("releases", "release"), ("consistent", "consistent"))
+
+
+def _decode_line(line: bytes) -> object:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None  # counted as ignored by the view
+
+
+@dataclass
+class ReplayDirectory:
+    """The public files of ``streamdp replay --output-dir DIR``, read incrementally: each
+    :meth:`read_new` takes the complete lines appended since the last call."""
+
+    directory: Path
+    _offsets: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.directory.is_dir():
+            raise ConfigError(
+                f"--from must be a replay output directory, {str(self.directory)!r} is not a "
+                "directory: pass the --output-dir of `streamdp replay`"
+            )
+        if not any((self.directory / name).is_file() for name, _ in REPLAY_FILES):
+            raise ConfigError(
+                f"{str(self.directory)!r} holds neither releases.jsonl nor consistent.jsonl: "
+                "pass the --output-dir of `streamdp replay`"
+            )
+
+    def describe(self) -> str:
+        return f"replay output {self.directory}"
+
+    def read_new(self, view: FeedView) -> None:
+        for name, kind in REPLAY_FILES:
+            path = self.directory / name
+            if not path.is_file():
+                continue
+            offset = self._offsets.get(name, 0)
+            if path.stat().st_size < offset:  # replaced by a new replay: read it afresh
+                offset = 0
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                data = handle.read()
+            complete = data.rfind(b"\n") + 1  # a half-written last line waits for the next call
+            for line in data[:complete].splitlines():
+                if line.strip():
+                    view.add(_decode_line(line), kind)
+            self._offsets[name] = offset + complete
+
+
+@dataclass
+class KafkaTopics:
+    """``<namespace>.releases`` and ``<namespace>.consistent`` on a broker, read from the
+    beginning and then followed. Topics that do not exist yet are picked up when they appear."""
+
+    bootstrap: str
+    namespace: str = "streamdp"
+
+    def topics(self) -> list[tuple[str, str]]:
+        return [(f"{self.namespace}.{suffix}", kind) for suffix, kind in TOPIC_SUFFIXES]
+
+    def describe(self) -> str:
+        names = ", ".join(topic for topic, _ in self.topics())
+        return f"Kafka topics {names} at {self.bootstrap}"
+
+    async def follow(self, view: FeedView, stop: asyncio.Event) -> None:
+        """Add every record of the two topics to ``view`` until ``stop`` is set."""
+        kinds = dict(self.topics())
+        consumer = await self._consumer()
+        try:
+            assigned: set[Any] = set()
+            wanted: set[Any] = set()
+            rounds = 0
+            while not stop.is_set():
+                # look for new topics/partitions until both topics exist, then now and then
+                if rounds % 20 == 0 or len({tp.topic for tp in assigned}) < len(kinds):
+                    wanted = await self._partitions(consumer, kinds)
+                rounds += 1
+                if wanted - assigned:
+                    consumer.assign(sorted(wanted, key=lambda tp: (tp.topic, tp.partition)))
+                    for fresh in wanted - assigned:
+                        await consumer.seek_to_beginning(fresh)
+                    assigned = wanted
+                if not assigned:
+                    await _wait(stop, 1.0)
+                    continue
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        if message.value is not None:
+                            view.add(_decode_line(message.value), kinds[tp.topic])
+        finally:
+            await consumer.stop()
+
+    async def read_to_end(self, view: FeedView, timeout_seconds: float) -> None:
+        """Add the records of the two topics up to their ends as of now (for a static copy).
+
+        Raises :class:`BrokerError` when the ends are not reached within ``timeout_seconds``."""
+        kinds = dict(self.topics())
+        consumer = await self._consumer()
+        try:
+            partitions = await self._partitions(consumer, kinds)
+            if not partitions:
+                return
+            consumer.assign(sorted(partitions, key=lambda tp: (tp.topic, tp.partition)))
+            await consumer.seek_to_beginning(*partitions)
+            ends = await consumer.end_offsets(list(partitions))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout_seconds
+            while not await _reached(consumer, ends):
+                if loop.time() > deadline:
+                    raise BrokerError(
+                        f"read {self.describe()} for {timeout_seconds:.0f} s without reaching "
+                        "their end: the broker is too slow or unreachable; try again"
+                    )
+                batch = await consumer.getmany(timeout_ms=500)
+                for tp, messages in batch.items():
+                    for message in messages:
+                        if message.value is not None:
+                            view.add(_decode_line(message.value), kinds[tp.topic])
+        finally:
+            await consumer.stop()
+
+    async def _consumer(self) -> Any:
+        from aiokafka import AIOKafkaConsumer
+        from aiokafka.errors import KafkaError
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap, enable_auto_commit=False, request_timeout_ms=10_000
+        )
+        try:
+            await consumer.start()
+        except KafkaError as error:
+            await consumer.stop()
+            raise BrokerError(
+                f"cannot reach the broker at {self.bootstrap}: {error}; check --bootstrap"
+            ) from error
+        return consumer
+
+    @staticmethod
+    async def _partitions(consumer: Any, kinds: dict[str, str]) -> set[Any]:
+        from aiokafka import TopicPartition
+
+        # every topic's metadata: a consumer's own view covers only topics it already reads
+        cluster = await consumer._client.fetch_all_metadata()
+        found: set[Any] = set()
+        for topic in kinds:
+            for partition in cluster.partitions_for_topic(topic) or ():
+                found.add(TopicPartition(topic, partition))
+        return found
+
+
+async def _reached(consumer: Any, ends: dict[Any, int]) -> bool:
+    for tp, end in ends.items():
+        if await consumer.position(tp) < end:
+            return False
+    return True
+
+
+async def _wait(stop: asyncio.Event, seconds: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout=seconds)
+    except TimeoutError:
+        return
