@@ -83,9 +83,9 @@ def _pom() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """Where the jars go: ``$STREAMDP_KAFKA_CACHE``, else ``.cache/kafka-<version>`` in a source
+    """Where the jars go: ``$KAFKA_JAR_CACHE``, else ``.cache/kafka-<version>`` in a source
     checkout (next to ``pyproject.toml``), else ``~/.cache/streamdp/kafka-<version>``."""
-    override = os.environ.get("STREAMDP_KAFKA_CACHE")
+    override = os.environ.get("KAFKA_JAR_CACHE")
     if override:
         return Path(override)
     checkout = Path(__file__).resolve().parents[2]
@@ -118,7 +118,7 @@ def kafka_libs(cache_dir: Path | None = None) -> Path:
             raise KafkaUnavailableError(
                 f"Apache Kafka {KAFKA_VERSION}'s jars are not in {libs} and resolving them needs "
                 "Maven, which is not on PATH. Install it (Debian/Ubuntu: `apt-get install maven`) "
-                "or point STREAMDP_KAFKA_CACHE at a directory whose libs/ holds the jars"
+                "or point KAFKA_JAR_CACHE at a directory whose libs/ holds the jars"
             )
         shutil.rmtree(libs, ignore_errors=True)
         log = cache / "mvn.log"
