@@ -1,0 +1,404 @@
+"""``streamdp feed``: the public page shows the released records exactly, and nothing else.
+
+The replay tests run the real commands (``synth``, ``replay --insecure-seed``, ``feed``) as
+subprocesses and read the feed over HTTP on 127.0.0.1. Protected files (dead letters, snapshot,
+ledger) in the same directory carry a marker string that must never appear in any answer. The
+browser test loads the page in Debian's chromium (headless) and checks the charts were drawn with
+the data; its screenshot stays in the test's tmp dir. The broker test publishes releases to
+``<ns>.releases`` and reads them back through the feed's JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import os
+import re
+import select
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamdp.demo.board import half_width95
+from streamdp.feed.model import FeedView, parse_release
+from streamdp.feed.sources import ReplayDirectory
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "schemas" / "examples"
+#: Planted in every protected file next to the public ones: must never reach the feed.
+SECRET = "PROTECTED-RAW-7f3a9c"
+CHROMIUM_INSTALL = "apt-get install -y --no-install-recommends chromium"
+STARTUP_SECONDS = 60.0
+
+
+def _streamdp(*args: str, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"streamdp {args[0]} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def replay_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real replay output (restaurant spec, 12 days), with the secret planted in every
+    protected file and in a dead-letter-shaped line and an extra field on the release file."""
+    work = tmp_path_factory.mktemp("feed-replay")
+    events = work / "events.jsonl"
+    said = _streamdp(
+        "synth", "--scenario", "restaurant", "--periods", "12", "--rate", "20",
+        "--output", str(events), "--bad-fraction", "0.05", cwd=work,
+    )  # fmt: skip
+    as_of = re.search(r"--as-of (\S+)", said)
+    assert as_of is not None, f"synth did not print the releasing instant: {said}"
+    out = work / "out"
+    _streamdp(
+        "replay", "--config", str(ROOT / "streamdp/examples/restaurant.toml"),
+        "--input", str(events), "--output-dir", str(out), "--as-of", as_of.group(1),
+        "--insecure-seed", "7", cwd=work,
+    )  # fmt: skip
+    for name in ("dead_letter.jsonl", "ledger.jsonl"):
+        with (out / name).open("a") as handle:
+            handle.write(json.dumps({"kind": "dead_letter", "raw": SECRET}) + "\n")
+    (out / "snapshot.json").write_text(json.dumps({"raw_sums": SECRET}))
+    first = _jsonl(out / "releases.jsonl")[0]
+    with (out / "releases.jsonl").open("a") as handle:
+        # a record of another kind, and a re-publication carrying a field no schema defines
+        handle.write(json.dumps({"kind": "dead_letter", "stream": first["stream"], "raw": SECRET}))
+        handle.write("\n" + json.dumps({**first, "raw_record": SECRET}) + "\n")
+    return out
+
+
+class Served:
+    """A ``streamdp feed`` subprocess on a free loopback port."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "streamdp", "feed", *args, "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        ready, _, _ = select.select([self.process.stdout], [], [], STARTUP_SECONDS)
+        # the first line names the URL (EOF if it failed)
+        line = self.process.stdout.readline() if ready else ""
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
+        if found is None:
+            self.stop()
+            pytest.fail(f"streamdp feed did not start: {line!r}")
+        self.url = found.group(1)
+
+    def get(self, name: str) -> str:
+        with urllib.request.urlopen(self.url + name, timeout=10) as response:
+            body: bytes = response.read()
+        return body.decode("utf-8")
+
+    def status(self, name: str) -> int:
+        try:
+            with urllib.request.urlopen(self.url + name, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as error:
+            error.close()
+            return int(error.code)
+
+    def stop(self) -> str:
+        self.process.terminate()
+        try:
+            _, errors = self.process.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            _, errors = self.process.communicate()
+        return errors
+
+
+@pytest.fixture(scope="module")
+def served(replay_dir: Path) -> Iterator[Served]:
+    feed = Served("--from", str(replay_dir))
+    yield feed
+    feed.stop()
+
+
+def _latest_consistent(records: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:
+    latest: dict[tuple[str, int, int], dict[str, Any]] = {}
+    for record in records:
+        key = (record["stream"], record["epoch"], record["period"])
+        if key not in latest or record["revision"] > latest[key]["revision"]:
+            latest[key] = record
+    return latest
+
+
+def _release_records(replay_dir: Path) -> list[dict[str, Any]]:
+    return [r for r in _jsonl(replay_dir / "releases.jsonl") if r.get("kind") == "release"]
+
+
+def test_json_shows_every_release_exactly_with_its_band(replay_dir: Path, served: Served) -> None:
+    document = json.loads(served.get("feed.json"))
+    shown = {
+        (s["stream"], c["counter"], p["epoch"], p["period"]): (s, p)
+        for s in document["streams"]
+        for c in s["counters"]
+        for p in c["periods"]
+    }
+    releases = _release_records(replay_dir)
+    assert len(shown) == len({r["key"] for r in releases}) > 0
+    for record in releases:
+        stream, row = shown[record["stream"], record["counter"], record["epoch"], record["period"]]
+        for name in ("period_start", "period_end", "noisy_count", "noisy_total", "count_std",
+                     "total_std", "epsilon", "mechanism"):  # fmt: skip
+            assert row[name] == record[name], (name, record["key"])
+        assert row["count_half_width95"] == 2.12 * record["count_std"] + 1
+        assert row["total_half_width95"] == half_width95(record["total_std"])
+        assert stream["mechanism"] == record["mechanism"]
+        assert {"epoch": record["epoch"], "epsilon": record["epsilon"]} in stream[
+            "epsilon_per_epoch"
+        ]
+        assert stream["noise_secure"] is False  # replay --insecure-seed: the page must say so
+    latest = _latest_consistent(_jsonl(replay_dir / "consistent.jsonl"))
+    for stream in document["streams"]:
+        held = [v for k, v in latest.items() if k[0] == stream["stream"]]
+        assert len(stream["consistent"]) == len(held) > 0
+        for entry in stream["consistent"]:
+            record = latest[stream["stream"], entry["epoch"], entry["period"]]
+            assert entry["revision"] == record["revision"]
+            assert entry["counts"] == record["counts"]
+            assert entry["totals"] == record["totals"]
+        newest = max(held, key=lambda r: (r["epoch"], r["period"]))
+        assert stream["consistent_latest"]["counts"] == newest["counts"]
+
+
+def test_csv_downloads_match_the_records_exactly(replay_dir: Path, served: Served) -> None:
+    rows = list(csv.DictReader(io.StringIO(served.get("releases.csv"))))
+    by_key = {f"{r['stream']}|{r['counter']}|{r['epoch']}|{r['period']}": r for r in rows}
+    releases = _release_records(replay_dir)
+    assert len(rows) == len({r["key"] for r in releases})
+    for record in releases:
+        row = by_key[record["key"]]
+        assert int(row["noisy_count"]) == record["noisy_count"]
+        assert int(row["noisy_total"]) == record["noisy_total"]
+        assert float(row["count_std"]) == record["count_std"]
+        assert float(row["total_std"]) == record["total_std"]
+        assert float(row["count_half_width95"]) == half_width95(record["count_std"])
+        assert float(row["total_half_width95"]) == half_width95(record["total_std"])
+        assert (row["period_start"], row["period_end"]) == (
+            record["period_start"],
+            record["period_end"],
+        )
+    latest = _latest_consistent(_jsonl(replay_dir / "consistent.jsonl"))
+    crow = list(csv.DictReader(io.StringIO(served.get("consistent.csv"))))
+    assert len(crow) == sum(len(r["counts"]) for r in latest.values())
+    for row in crow:
+        record = latest[row["stream"], int(row["epoch"]), int(row["period"])]
+        assert int(row["revision"]) == record["revision"]
+        assert float(row["consistent_count"]) == record["counts"][row["counter"]]
+        assert float(row["consistent_total"]) == record["totals"][row["counter"]]
+
+
+def test_nothing_from_protected_files_reaches_any_answer(replay_dir: Path, served: Served) -> None:
+    assert SECRET in (replay_dir / "dead_letter.jsonl").read_text()  # the plant is there
+    for name in ("", "index.html", "feed.json", "releases.csv", "consistent.csv"):
+        body = served.get(name)
+        assert SECRET not in body, name
+        assert "dead_letter" not in body.replace("dead_letter.jsonl", ""), name
+    for name in ("dead_letter.jsonl", "snapshot.json", "ledger.jsonl", "releases.jsonl",
+                 "../dead_letter.jsonl", "%2e%2e/snapshot.json"):  # fmt: skip
+        assert served.status(name) == 404, name
+    assert json.loads(served.get("feed.json"))["streams"], "the page must still show releases"
+
+
+def test_static_copy_equals_what_is_served(
+    replay_dir: Path, served: Served, tmp_path: Path
+) -> None:
+    _streamdp(
+        "feed", "--from", str(replay_dir), "--output-dir", str(tmp_path / "site"), cwd=tmp_path
+    )
+    for name in ("feed.json", "releases.csv", "consistent.csv"):
+        assert (tmp_path / "site" / name).read_text() == served.get(name), name
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert SECRET not in page
+    embedded = re.search(r'id="feed-data">(.*?)</script>', page, re.DOTALL)
+    assert embedded is not None
+    assert json.loads(embedded.group(1)) == json.loads(served.get("feed.json"))
+
+
+def test_replay_directory_reads_appended_lines_once_and_waits_for_half_lines(
+    tmp_path: Path,
+) -> None:
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    second = {**example, "period": example["period"] + 1, "noisy_count": -3}
+    path = tmp_path / "releases.jsonl"
+    line = json.dumps(second)
+    path.write_text(json.dumps(example) + "\n" + line[:20])
+    directory, view = ReplayDirectory(tmp_path), FeedView()
+    directory.read_new(view)
+    assert len(view.releases) == 1
+    assert view.ignored == 0  # the half-written line was not read as a bad record
+    with path.open("a") as handle:
+        handle.write(line[20:] + "\n")
+    directory.read_new(view)
+    directory.read_new(view)
+    assert len(view.releases) == 2
+    assert view.ignored == 0
+    assert [row["noisy_count"] for row in view.release_rows()] == [example["noisy_count"], -3]
+
+
+def test_only_schema_fields_of_release_records_are_taken() -> None:
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    assert parse_release({**example, "kind": "dead_letter"}) is None
+    assert parse_release({**example, "noisy_count": "48"}) is None
+    assert parse_release({k: v for k, v in example.items() if k != "count_std"}) is None
+    release = parse_release({**example, "raw_record": SECRET})
+    assert release is not None
+    assert SECRET not in json.dumps(release.row())
+    view = FeedView()
+    view.add({**example, "raw_record": SECRET}, "release")
+    view.add({"kind": "dead_letter", "raw": SECRET}, "release")
+    assert view.ignored == 1
+    assert SECRET not in json.dumps(view.document("test"))
+
+
+def _chromium() -> str:
+    found = shutil.which("chromium")
+    if found is not None:
+        return found
+    message = f"Debian's chromium is not installed: {CHROMIUM_INSTALL} (.ci/run installs it)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(f"SKIPPED LOUDLY: {message}")
+
+
+def _browse(chromium: str, profile: Path, *args: str) -> str:
+    done = subprocess.run(
+        [
+            chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", f"--user-data-dir={profile}", "--window-size=1200,900",
+            "--virtual-time-budget=5000", *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"chromium failed:\n{done.stderr[-2000:]}"
+    return done.stdout
+
+
+@pytest.mark.tool
+def test_browser_draws_the_charts_with_the_data(
+    replay_dir: Path, served: Served, tmp_path: Path
+) -> None:
+    chromium = _chromium()
+    dom = _browse(chromium, tmp_path / "profile", "--dump-dom", served.url)
+    document = json.loads(served.get("feed.json"))
+    stream = document["streams"][0]
+    first = stream["counters"][0]  # the counter the page selects first
+    periods = len(first["periods"])
+    assert periods >= 12
+    assert f'data-stream="{stream["stream"]}"' in dom
+    charts = re.findall(r'<svg [^>]*class="chart-(totals|counts)"[^>]*>', dom)
+    assert sorted(charts) == ["counts", "totals"], charts
+    assert dom.count(f'data-points="{periods}"') == 2  # both charts drew every period
+    assert dom.count('class="point"') == periods
+    assert dom.count('class="errbar"') == periods
+    band = re.search(r'<path d="M([^"]+)" class="band"', dom)
+    assert band is not None
+    assert band.group(1).count(" L") == 2 * periods - 1  # upper and lower edge, every period
+    assert re.search(r'<path d="M[^"]+" class="series-line"', dom)
+    assert re.search(r'<path d="M[^"]+" class="consistent-line"', dom)
+    latest = first["periods"][-1]
+    total_cell = f"{latest['noisy_total']:,} ± {round(latest['total_half_width95']):,}"
+    assert total_cell in dom, total_cell
+    assert "NOT private" in dom  # the insecure test sampler is flagged on the page
+    assert SECRET not in dom
+    screenshot = tmp_path / "feed.png"
+    _browse(chromium, tmp_path / "profile", f"--screenshot={screenshot}", served.url)
+    assert screenshot.stat().st_size > 10_000, "an empty page screenshots to a few kB"
+
+
+def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {seconds:.0f} s: {what}")
+        time.sleep(0.2)
+
+
+async def _publish(bootstrap: str, records: list[tuple[str, dict[str, Any]]]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        for topic, record in records:
+            key = record.get("key", "x").encode()
+            await producer.send_and_wait(topic, json.dumps(record).encode(), key=key)
+    finally:
+        await producer.stop()
+
+
+def test_live_feed_follows_the_release_topics_only(
+    broker: Any, unique_name: Callable[[str], str]
+) -> None:
+    namespace = unique_name("feed")
+    broker.create_topics(
+        {f"{namespace}.releases": 2, f"{namespace}.consistent": 1, f"{namespace}.dead-letter": 1}
+    )
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    fair = json.loads((EXAMPLES / "consistent.json").read_text())[0]
+
+    def release(period: int, count: int) -> dict[str, Any]:
+        key = f"{example['stream']}|{example['counter']}|0|{period}"
+        return {**example, "key": key, "period": period, "noisy_count": count}
+
+    asyncio.run(
+        _publish(
+            broker.bootstrap,
+            [(f"{namespace}.releases", release(p, 10 * p - 25)) for p in (1, 2, 3)]
+            + [(f"{namespace}.consistent", fair)]
+            + [(f"{namespace}.dead-letter", {"kind": "dead_letter", "raw": SECRET})],
+        )
+    )
+    feed = Served("--bootstrap", broker.bootstrap, "--topic-namespace", namespace)
+    try:
+
+        def counts() -> list[int]:
+            document = json.loads(feed.get("feed.json"))
+            return [
+                p["noisy_count"]
+                for s in document["streams"]
+                for c in s["counters"]
+                for p in c["periods"]
+            ]
+
+        _wait_for(lambda: len(counts()) == 3, STARTUP_SECONDS, "the feed shows 3 releases")
+        assert counts() == [-15, -5, 5]
+        document = json.loads(feed.get("feed.json"))
+        assert document["streams"][0]["consistent_latest"]["counts"] == fair["counts"]
+        # following: a release published after the start appears too
+        asyncio.run(_publish(broker.bootstrap, [(f"{namespace}.releases", release(4, 99))]))
+        _wait_for(lambda: counts()[-1:] == [99], STARTUP_SECONDS, "the 4th release appears")
+        for name in ("feed.json", "releases.csv", "index.html"):
+            assert SECRET not in feed.get(name), name
+    finally:
+        errors = feed.stop()
+    assert "Traceback" not in errors, errors
