@@ -159,6 +159,7 @@ class Engine:
         self.now: float = _NEVER
         self._offsets: dict[tuple[str, int], int] = {}
         self.stats = EngineStats()
+        self._revisions_seen: dict[str, int] = {}  # per stream, the last revision counted
 
     # ------------------------------------------------------------------ budget
     def _spend(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> object:
@@ -514,9 +515,10 @@ class Engine:
         return any(r.next_deadline <= self.now for r in self.streams.values())
 
     def revise(self, stream: str) -> list[ConsistentRecord]:
-        """Publish a consistent revision of ``stream`` now (outside its schedule)."""
+        """Publish a consistent revision of ``stream`` now (outside its schedule): the
+        periods released since the last revision, if any."""
         records = self.streams[stream].revise()
-        self.stats.revisions[stream] += 1 if records else 0
+        self._count(list(records))
         return records
 
     def _count(self, records: list[OutputRecord]) -> list[OutputRecord]:
@@ -524,7 +526,9 @@ class Engine:
             if isinstance(record, ReleaseRecord):
                 if record.counter == self.streams[record.stream].names[0]:
                     self.stats.periods_released[record.stream] += 1
-            elif record.period == 1 and record.epoch == 0:
+            elif record.revision > self._revisions_seen.get(record.stream, 0):
+                # the first record of a new revision (a revision publishes new periods only)
+                self._revisions_seen[record.stream] = record.revision
                 self.stats.revisions[record.stream] += 1
         return records
 
@@ -597,6 +601,7 @@ class Engine:
             periods_released=Counter(dict(stats.get("periods_released", {}))),
             revisions=Counter(dict(stats.get("revisions", {}))),
         )
+        self._revisions_seen = {name: r.revision for name, r in self.streams.items()}
         if self.now > _NEVER:
             for runtime in self.streams.values():
                 runtime.set_arrival(self.now, batch=self.batch)

@@ -10,7 +10,9 @@ watermark). Control records in the file are refused (``control_on_input``).
 Writes into an output directory: ``releases.jsonl``, ``consistent.jsonl``, ``dead_letter.jsonl``
 (protected like the input: it holds raw records), ``ledger.jsonl`` (the durable budget ledger,
 fsync'ed before any release depending on it) and ``snapshot.json`` (the final engine state;
-protected: it holds open-period counts).
+protected: it holds open-period counts). After the release, a final consistent revision gives
+every released period its consistent value (revisions publish each period once: a period's
+consistent value never changes).
 """
 
 from __future__ import annotations
@@ -145,6 +147,9 @@ def replay(
         with source.open("rb") as lines:
             summary = _drive(engine, lines, handles, bar)
         _write_outputs(engine.advance_clock(as_of), handles)
+        # a final revision, so that every released period has a consistent value too
+        for name in spec.streams:
+            _write_outputs(engine.revise(name), handles)
     finally:
         for handle in handles.values():
             handle.close()

@@ -80,6 +80,8 @@ class StreamRuntime:
         # (epoch, node) -> noisy value stored before a crash lost the step that drew it
         self._stored_nodes: dict[tuple[int, int], list[int]] = {}
         self.revision = 0
+        # absolute periods below this already have their consistent values published
+        self._revised_through = 0
         self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
         self._lateness = spec.allowed_lateness_seconds
@@ -306,9 +308,16 @@ class StreamRuntime:
         return [*self._past_nodes, current]
 
     def revise(self) -> list[ConsistentRecord]:
-        """A new numbered consistent revision over every period released so far."""
-        if self.closed == 0:
-            return []
+        """A new numbered consistent revision over every period released so far, publishing
+        only the periods no earlier revision published.
+
+        The projection is per node and a period's consistent values depend only on the nodes
+        of its own read path (and on earlier epochs' final totals), so a period's consistent
+        count and total never change once computed: re-publishing them would only repeat
+        identical values (issue 14 measured 788 MB of repeats for a 366-day census replay).
+        """
+        if self._revised_through >= self.closed:
+            return []  # nothing new to publish
         self.revision += 1
         started = time.perf_counter()
         epochs = self.node_values()
@@ -331,9 +340,12 @@ class StreamRuntime:
         constraint = self.spec.constraints.kind
         for e, (counts, totals) in enumerate(results):
             epoch = first_epoch + e
+            first_new = self._revised_through - epoch * self.horizon
+            if first_new >= counts.shape[0]:
+                continue  # every period of this epoch was published by an earlier revision
             count_rows = counts.tolist()
             total_rows = totals.tolist()
-            for p in range(counts.shape[0]):
+            for p in range(max(0, first_new), counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
                 out.append(
                     ConsistentRecord(
@@ -349,6 +361,7 @@ class StreamRuntime:
                         constraint=constraint,
                     )
                 )
+        self._revised_through = self.closed
         return out
 
     # ------------------------------------------------------------------ persistence
@@ -363,6 +376,7 @@ class StreamRuntime:
             "stream": self.spec.name,
             "closed": self.closed,
             "close_target": self._close_target,
+            "revised_through": self._revised_through,
             "revision": self.revision,
             "open": [[j, list(row)] for j, row in sorted(self._open.items())],
             "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
@@ -397,6 +411,7 @@ class StreamRuntime:
             ]
             closed = int(state["closed"])
             close_target = int(state.get("close_target", 0))
+            revised_through = int(state.get("revised_through", 0))
             revision = int(state["revision"])
         except StateError:
             raise
@@ -414,5 +429,6 @@ class StreamRuntime:
         self._open, self._seen, self._past_nodes = open_, seen, past
         self.closed, self.revision = closed, revision
         self._close_target = close_target
+        self._revised_through = revised_through
         self._cache = (1.0, 0.0, -1)
         self.next_deadline = self._deadline()
