@@ -91,7 +91,7 @@ def _web_port(requested: int | None) -> int:
 
 
 def _run(args: argparse.Namespace, tmp: Path) -> int:
-    from streamdp.broker import EmbeddedBroker
+    from streamdp.broker import EmbeddedBroker, free_loopback_port
     from streamdp.daemon.app import required_topics
     from streamdp.daemon.settings import DaemonSettings
     from streamdp.demo.worker import WorkerProcess, worker_command
@@ -110,6 +110,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
         )
         broker.create_topics(required_topics(spec, settings))
         port = _web_port(args.web_port)
+        feed_port = free_loopback_port()  # the public feed page (streamdp feed), in-process
         # the worker's public clock: simulated days at the producers' pace, from the spec's
         # start at a wall instant a few seconds ahead (the worker is ready by then); the
         # producers start sending at that same instant
@@ -129,6 +130,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
         worker = WorkerProcess(argv, tmp / "worker.log")
         try:
             header = _header(args, spec, broker.bootstrap, broker.pid, worker.pid, port)
+            header.append(f"public feed page (release topics only): http://127.0.0.1:{feed_port}/")
             out.write("\n".join(header) + "\n\n")
             out.flush()
             live = Live(
@@ -139,6 +141,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
                 header=header,
                 anchor=anchor,
                 origin=origin,
+                feed_port=feed_port,
             )
             failure = asyncio.run(live.main(worker.exit_code))
         finally:
@@ -226,6 +229,8 @@ class Live:
     stats: dict[str, Any] = field(default_factory=dict)
     board: Any = None
     records_read: int = 0
+    #: serve the public feed page (streamdp.feed) on this loopback port, if set
+    feed_port: int | None = None
 
     def summary(self) -> str:
         """One line: events sent, releases and revisions read, dead letters."""
@@ -295,6 +300,11 @@ class Live:
                 )
             tasks.append(asyncio.create_task(self._consume(consumer, board, stop)))
             tasks.append(asyncio.create_task(self._poll(board, stop)))
+            if self.feed_port is not None:
+                from streamdp.feed.server import serve_live
+
+                feed = serve_live(self.bootstrap, "streamdp", self.feed_port, stop)
+                tasks.append(asyncio.create_task(feed))
             self.started = time.monotonic()
             deadline = None if self.args.duration is None else self.started + self.args.duration
             tty = self.stream.isatty()

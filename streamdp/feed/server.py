@@ -101,3 +101,17 @@ class FeedServer:
         content_type, text = files[path]
         body = text.encode("utf-8")
         return "200 OK", content_type, b"" if parts[0] == "HEAD" else body
+
+
+async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Event) -> None:
+    """Serve the feed of ``<namespace>.releases``/``.consistent`` on 127.0.0.1:``port`` until
+    ``stop`` is set (the demo runs this in its own event loop)."""
+    from streamdp.feed.sources import KafkaTopics
+
+    topics = KafkaTopics(bootstrap, namespace)
+    server = FeedServer(FeedView(), topics.describe())
+    await server.start(port)
+    try:
+        await topics.follow(server.view, stop)
+    finally:
+        await server.close()
