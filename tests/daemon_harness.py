@@ -123,6 +123,31 @@ def replay_outputs(
     return out
 
 
+def replay_outputs_through_cuts(
+    scenario: Scenario, topics: OutputTopics, seed: int = SEED, *, cuts: Sequence[int]
+) -> dict[str, dict[str, str]]:
+    """:func:`replay_outputs` with several cuts (increasing line indices): after the lines
+    before each cut, every stream is closed through that cut's :meth:`Scenario.cut_instant`
+    (as :func:`close_through` does on a live worker, once per cut); in the end through
+    ``end``."""
+    if list(cuts) != sorted(set(cuts)) or any(c <= 0 for c in cuts):
+        raise ValueError(f"cuts must be distinct positive line indices in order, got {cuts!r}")
+    engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
+    records = list(engine.advance_clock(scenario.end))
+    out: dict[str, dict[str, str]] = {topics.releases: {}, topics.consistent: {}}
+    stops: list[int | None] = [*cuts, None]
+    for start, stop in zip([0, *cuts], stops, strict=True):
+        for topic, lines in scenario.lines.items():
+            for offset, line in enumerate(lines[start:stop], start=start):
+                engine.ingest(line.text.encode(), source_topic=topic, partition=0, offset=offset)
+        through = scenario.end if stop is None else scenario.cut_instant(stop)
+        for stream in scenario.spec.streams:
+            records += engine.close(stream, through)
+    for record in records:
+        out[topics.for_record(record)][record.key] = record.to_json()
+    return out
+
+
 def close_records(
     scenario: Scenario, topics: OutputTopics, through: float
 ) -> list[tuple[str, bytes, bytes]]:
