@@ -25,7 +25,7 @@ import base64
 import binascii
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from streamdp.engine.events import Reason, is_unicode_text
@@ -177,8 +177,10 @@ class ConsistentRecord:
     """One period's consistent counts and running totals in revision ``revision``.
 
     ``counts``/``totals`` map counter name to the consistent (weighted least-squares) estimate,
-    computed from stored noisy nodes only (post-processing, no budget). ``periods_covered`` is
-    the number of periods (over all epochs) the revision was computed from.
+    computed from stored noisy nodes only (post-processing, no budget). ``count_std`` /
+    ``total_std`` map counter name to the estimate's exact standard deviation (the projection's
+    variance: ``P_jj`` times the release's). ``periods_covered`` is the number of periods (over
+    all epochs) the revision was computed from.
     """
 
     stream: str
@@ -191,6 +193,8 @@ class ConsistentRecord:
     counts: dict[str, float]
     totals: dict[str, float]
     constraint: str
+    count_std: dict[str, float] = field(default_factory=dict)
+    total_std: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -211,6 +215,8 @@ class ConsistentRecord:
             "constraint": self.constraint,
             "counts": self.counts,
             "totals": self.totals,
+            "count_std": self.count_std,
+            "total_std": self.total_std,
         }
 
     def to_json(self) -> str:

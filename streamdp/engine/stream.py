@@ -82,6 +82,7 @@ class StreamRuntime:
         self.revision = 0
         # absolute periods below this already have their consistent values published
         self._revised_through = 0
+        self._shrink: npt.NDArray[np.float64] | None = None
         self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
         self._lateness = spec.allowed_lateness_seconds
@@ -338,6 +339,12 @@ class StreamRuntime:
         first_epoch = self.counter.epoch - len(self._past_nodes)
         out: list[ConsistentRecord] = []
         constraint = self.spec.constraints.kind
+        # exact standard deviations: every node's counter vector is projected by the same
+        # symmetric idempotent P, so a consistent value's noise variance is P_jj times the
+        # release's (same node noise, same linear combination); epochs add their final
+        # totals' variance as carry, exactly as the releases do
+        shrink = self._projection_diagonal()
+        final_var = self.counter.total_variance(self.horizon)
         for e, (counts, totals) in enumerate(results):
             epoch = first_epoch + e
             first_new = self._revised_through - epoch * self.horizon
@@ -359,10 +366,23 @@ class StreamRuntime:
                         counts=dict(zip(self.names, count_rows[p], strict=True)),
                         totals=dict(zip(self.names, total_rows[p], strict=True)),
                         constraint=constraint,
+                        count_std=self._stds(shrink, self.counter.count_variance(p + 1)),
+                        total_std=self._stds(
+                            shrink, self.counter.total_variance(p + 1) + epoch * final_var
+                        ),
                     )
                 )
         self._revised_through = self.closed
         return out
+
+    def _projection_diagonal(self) -> npt.NDArray[np.float64]:
+        """``P_jj`` of the stream's constraint projection (1 for no constraint), cached."""
+        if self._shrink is None:
+            self._shrink = np.clip(np.diag(project_nodes(self.spec, np.eye(self.width))), 0, 1)
+        return self._shrink
+
+    def _stds(self, shrink: npt.NDArray[np.float64], variance: float) -> dict[str, float]:
+        return dict(zip(self.names, np.sqrt(shrink * variance).tolist(), strict=True))
 
     # ------------------------------------------------------------------ persistence
     def state(self, *, with_seen: bool = True) -> dict[str, Any]:
