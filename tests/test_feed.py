@@ -335,6 +335,37 @@ def test_browser_draws_the_charts_with_the_data(
     assert screenshot.stat().st_size > 10_000, "an empty page screenshots to a few kB"
 
 
+@pytest.mark.tool
+def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
+    replay_dir: Path, tmp_path: Path
+) -> None:
+    """Revisions lag the releases: the latest period's consistent cells say "not yet revised"
+    (never a value of another period beside it) and the newest revised period gets its own
+    table, each value beside the release of that same period."""
+    chromium = _chromium()
+    public = tmp_path / "public"
+    public.mkdir()
+    shutil.copy(replay_dir / "releases.jsonl", public / "releases.jsonl")
+    revisions = _jsonl(replay_dir / "consistent.jsonl")
+    last_period = max(r["period"] for r in revisions)
+    kept = [r for r in revisions if r["period"] < last_period - 1]
+    (public / "consistent.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    site = tmp_path / "site"
+    _streamdp("feed", "--from", str(public), "--output-dir", str(site), cwd=tmp_path)
+    dom = _browse(chromium, tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())
+    document = json.loads((site / "feed.json").read_text())
+    stream = document["streams"][0]
+    newest = stream["consistent_latest"]
+    assert newest["period"] == last_period - 2
+    assert 'class="consistent-latest"' in dom
+    assert "not yet revised" in dom
+    assert f"(epoch {newest['epoch']}, period {newest['period']}), revision" in dom
+    counter = stream["counters"][0]["counter"]
+    released = next(p for p in stream["counters"][0]["periods"] if p["period"] == newest["period"])
+    assert f"{released['noisy_total']:,} ± {round(released['total_half_width95']):,}" in dom
+    assert dom.count('class="point"') == len(stream["counters"][0]["periods"]), counter
+
+
 def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():

@@ -64,7 +64,8 @@ function ticks(lo, hi) {
   const raw = span / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
   const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw);
   const out = [];
-  for (let t = Math.ceil(lo / step) * step; t <= hi; t += step) out.push(t);
+  // integer multiples of the step: no float drift, and + 0 turns -0 into 0
+  for (let k = Math.ceil(lo / step); k * step <= hi; k++) out.push(k * step + 0);
   return out;
 }
 
@@ -186,6 +187,26 @@ function streamSection(stream) {
   }
   sec.append(table);
   const rev = stream.consistent_latest;
+  if (rev && !cLatest) {
+    // the newest revised period, each value beside the release of that same period
+    const box = el("details", {class: "consistent-latest"});
+    box.open = Object.keys(rev.counts).length <= 12;
+    box.append(el("summary", {}, `Latest consistent values: ${day(rev.period_start)} `
+                  + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
+    const fair = el("table", {},
+      el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count"),
+         el("th", {}, "consistent total"), el("th", {}, "released total \u00b1 95%")));
+    for (const name of Object.keys(rev.counts).sort()) {
+      const c = stream.counters.find(q => q.counter === name);
+      const p = c && c.periods.find(q => q.epoch === rev.epoch && q.period === rev.period);
+      fair.append(el("tr", {}, el("td", {}, name), el("td", {}, num(rev.counts[name], 1)),
+        el("td", {}, num(rev.totals[name], 1)),
+        el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`
+                       : "\u2013")));
+    }
+    box.append(fair);
+    sec.append(box);
+  }
   sec.append(el("p", {class: "facts"}, rev
     ? `Latest consistent revision: ${rev.revision}, covering ${rev.periods_covered} periods `
       + `(constraint: ${rev.constraint}); its newest period is ${day(rev.period_start)} `
