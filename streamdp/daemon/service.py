@@ -183,18 +183,6 @@ class BatchOutcome:
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
     skipped: int = 0
     accepted: int = 0
-    close_latency: list[tuple[str, float]] = field(default_factory=list)
-
-    def extend(self, other: BatchOutcome) -> None:
-        self.writes += other.writes
-        self.publications += other.publications
-        self.cleanup += other.cleanup
-        self.releases += other.releases
-        self.revisions += other.revisions
-        self.dead_letters += other.dead_letters
-        self.skipped += other.skipped
-        self.accepted += other.accepted
-        self.close_latency += other.close_latency
 
 
 def source_spec(spec: EngineSpec, source: str) -> EngineSpec:
@@ -561,7 +549,6 @@ class ReleaseService:
                 StateWrite(slot.home, node_key(source, stream, epoch, t), nodes[new])
             )
             slot.stored_nodes.add(new)
-        first = slot.next_outbox
         for record in produced:
             publication = Publication(self.topics.for_record(record), record.key, record.to_json())
             key = outbox_key(source, slot.next_outbox)
@@ -588,7 +575,6 @@ class ReleaseService:
         hot[DAEMON_STATE_KEY] = {
             "home": slot.home,
             "next_outbox": slot.next_outbox,
-            "first": first,
             "seen_chunks": seen_counts,
         }
         # the hot state goes last: on recovery it only refers to nodes already written
