@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
     "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
     "tail": ("streamdp.tail_cli", "print a topic (releases, dead letters) one line per record"),
+    "broker": (
+        "streamdp.broker_cli",
+        "a broker on loopback (embedded Tansu, or Apache Kafka) with a spec's topics",
+    ),
     "feed": (
         "streamdp.feed.cli",
         "public statistics page (series, 95% bands, CSV/JSON) from the release topics or a replay",
