@@ -20,6 +20,7 @@ import select
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -328,7 +329,8 @@ def test_browser_draws_the_charts_with_the_data(
     latest = first["periods"][-1]
     total_cell = f"{latest['noisy_total']:,} ± {round(latest['total_half_width95']):,}"
     assert total_cell in dom, total_cell
-    assert "NOT private" in dom  # the insecure test sampler is flagged on the page
+    # the insecure test sampler is flagged on the page (a rendered element, not the script)
+    assert '<p class="warning">These releases used the INSECURE' in dom
     assert SECRET not in dom
     screenshot = tmp_path / "feed.png"
     _browse(chromium, tmp_path / "profile", f"--screenshot={screenshot}", served.url)
@@ -358,7 +360,7 @@ def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
     newest = stream["consistent_latest"]
     assert newest["period"] == last_period - 2
     assert 'class="consistent-latest"' in dom
-    assert "not yet revised" in dom
+    assert "<td>not yet revised</td>" in dom
     assert f"(epoch {newest['epoch']}, period {newest['period']}), revision" in dom
     counter = stream["counters"][0]["counter"]
     released = next(p for p in stream["counters"][0]["periods"] if p["period"] == newest["period"])
@@ -433,3 +435,53 @@ def test_live_feed_follows_the_release_topics_only(
     finally:
         errors = feed.stop()
     assert "Traceback" not in errors, errors
+
+
+@pytest.mark.tool
+@pytest.mark.slow
+def test_demo_serves_the_feed_and_chromium_draws_it(tmp_path: Path) -> None:
+    """``streamdp demo`` prints the feed's URL; the page served from the demo's own broker
+    fills in live and renders its charts in chromium."""
+    chromium = _chromium()
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "streamdp", "demo", "--duration", "60", "--pace", "0.5"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    lines: list[str] = []
+    assert demo.stdout is not None
+    drain = threading.Thread(target=lambda: lines.extend(demo.stdout or ()), daemon=True)
+    drain.start()
+    try:
+
+        def url() -> str | None:
+            found = re.search(r"public feed page.*?(http://127\.0\.0\.1:\d+/)", "".join(lines))
+            return None if found is None else found.group(1)
+
+        _wait_for(lambda: url() is not None or demo.poll() is not None, 90, "the feed's URL")
+        page = url()
+        assert page is not None, "".join(lines)[-3000:]
+
+        def released() -> int:
+            try:
+                with urllib.request.urlopen(page + "feed.json", timeout=5) as response:
+                    document = json.loads(response.read())
+            except OSError:
+                return 0
+            return sum(len(c["periods"]) for s in document["streams"] for c in s["counters"])
+
+        _wait_for(lambda: released() >= 10, 60, "the demo's feed shows releases")
+        dom = _browse(chromium, tmp_path / "profile", "--dump-dom", page)
+        assert 'class="chart-totals"' in dom
+        assert 'class="chart-counts"' in dom
+        assert re.search(r'<path d="M[^"]+" class="band"', dom)
+        assert dom.count('class="point"') >= 1
+        assert '<p class="warning">' not in dom  # the demo's default noise is the secure sampler
+        _browse(chromium, tmp_path / "profile", f"--screenshot={tmp_path / 'demo-feed.png'}", page)
+    finally:
+        demo.wait(timeout=120)
+        drain.join(timeout=10)
+        demo.stdout.close()
+    assert demo.returncode == 0, "".join(lines)[-3000:]
