@@ -105,8 +105,8 @@ class Served:
         line = self.process.stdout.readline() if ready else ""
         found = re.search(r"(http://127\.0\.0\.1:\d+/)", line)
         if found is None:
-            self.stop()
-            pytest.fail(f"streamdp feed did not start: {line!r}")
+            errors = self.stop()
+            pytest.fail(f"streamdp feed did not start: {line!r}\n{errors}")
         self.url = found.group(1)
 
     def get(self, name: str) -> str:

@@ -105,13 +105,17 @@ async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None) -> i
         raise ConfigError(
             f"cannot listen on {LOOPBACK}:{port} ({error.strerror}): pick another --port"
         ) from error
-    print(f"streamdp feed: serving {server.source} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
+
+    def announce() -> None:
+        print(f"streamdp feed: serving {server.source} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
+
     stop = asyncio.Event()
     try:
         if topics is None:
+            announce()
             await stop.wait()
         else:
-            await topics.follow(server.view, stop)
+            await topics.follow(server.view, stop, connected=announce)
     finally:
         await server.close()
     return 0

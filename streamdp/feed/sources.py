@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,15 @@ class KafkaTopics:
         names = ", ".join(topic for topic, _ in self.topics())
         return f"Kafka topics {names} at {self.bootstrap}"
 
-    async def follow(self, view: FeedView, stop: asyncio.Event) -> None:
-        """Add every record of the two topics to ``view`` until ``stop`` is set."""
+    async def follow(
+        self, view: FeedView, stop: asyncio.Event, connected: Callable[[], None] | None = None
+    ) -> None:
+        """Add every record of the two topics to ``view`` until ``stop`` is set; ``connected``
+        is called once the broker has answered."""
         kinds = dict(self.topics())
         consumer = await self._consumer()
+        if connected is not None:
+            connected()
         try:
             assigned: set[Any] = set()
             wanted: set[Any] = set()
