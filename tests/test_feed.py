@@ -368,6 +368,59 @@ def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
     assert dom.count('class="point"') == len(stream["counters"][0]["periods"]), counter
 
 
+@pytest.mark.tool
+def test_served_page_polls_feed_json_and_redraws_with_new_releases(
+    replay_dir: Path, tmp_path: Path
+) -> None:
+    """The page embeds the data it was rendered with, then polls ``feed.json``: a page rendered
+    when fewer periods were released redraws with every period once the JSON has them."""
+    chromium = _chromium()
+    early = tmp_path / "early"
+    early.mkdir()
+    releases = _release_records(replay_dir)
+    (early / "releases.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in releases if r["period"] <= 3)
+    )
+    site, full = tmp_path / "site", tmp_path / "full"
+    _streamdp("feed", "--from", str(early), "--output-dir", str(site), cwd=tmp_path)
+    _streamdp("feed", "--from", str(replay_dir), "--output-dir", str(full), cwd=tmp_path)
+    shutil.copy(full / "feed.json", site / "feed.json")  # what a poll answers from now on
+    periods = max(r["period"] for r in releases)
+    assert 'data-points="3"' in _browse(
+        chromium, tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri()
+    ), "opened from disk the page does not poll and shows its embedded 3 periods"
+    port = _free_port()
+    static = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=site,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/index.html"
+
+        def up() -> bool:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    return int(response.status) == 200
+            except OSError:
+                return False
+
+        _wait_for(up, STARTUP_SECONDS, "python -m http.server answers")
+        dom = _browse(chromium, tmp_path / "profile", "--dump-dom", url)
+    finally:
+        static.terminate()
+        static.wait(timeout=20)
+    assert dom.count(f'data-points="{periods}"') == 2, "the poll did not redraw the charts"
+    assert 'data-points="3"' not in dom
+
+
+def _free_port() -> int:
+    from streamdp.broker import free_loopback_port
+
+    return free_loopback_port()
+
+
 def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
