@@ -20,18 +20,30 @@ LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_BYTES = 16_384
 
 
+#: The names the feed publishes, and their content types.
+FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "feed.json": "application/json",
+    "releases.csv": "text/csv; charset=utf-8",
+    "consistent.csv": "text/csv; charset=utf-8",
+}
+
+
+def render_file(view: FeedView, source: str, name: str) -> str:
+    """The text of one published file (``name`` in :data:`FILES`)."""
+    if name == "releases.csv":
+        return to_csv(view.release_rows(), RELEASE_COLUMNS)
+    if name == "consistent.csv":
+        return to_csv(view.consistent_rows(), CONSISTENT_COLUMNS)
+    document = view.document(source)
+    if name == "feed.json":
+        return json.dumps(document, separators=(",", ":"))
+    return render_page(document)
+
+
 def render_files(view: FeedView, source: str) -> dict[str, tuple[str, str]]:
     """File name -> (content type, text) of everything the feed publishes."""
-    document = view.document(source)
-    return {
-        "index.html": ("text/html; charset=utf-8", render_page(document)),
-        "feed.json": ("application/json", json.dumps(document, separators=(",", ":"))),
-        "releases.csv": ("text/csv; charset=utf-8", to_csv(view.release_rows(), RELEASE_COLUMNS)),
-        "consistent.csv": (
-            "text/csv; charset=utf-8",
-            to_csv(view.consistent_rows(), CONSISTENT_COLUMNS),
-        ),
-    }
+    return {name: (kind, render_file(view, source, name)) for name, kind in FILES.items()}
 
 
 def write_static(view: FeedView, source: str, output_dir: Path) -> list[Path]:
@@ -56,6 +68,9 @@ class FeedServer:
         self.source = source
         self.refresh = refresh
         self._server: asyncio.Server | None = None
+        # rendered files of the view's current version (the page polls every few seconds)
+        self._rendered: dict[str, bytes] = {}
+        self._rendered_version = -1
 
     async def start(self, port: int) -> int:
         """Listen on 127.0.0.1:``port`` (0: any free port); returns the port."""
@@ -94,13 +109,16 @@ class FeedServer:
         path = parts[1].split("?", 1)[0].lstrip("/") or "index.html"
         if self.refresh is not None:
             self.refresh()
-        files = render_files(self.view, self.source)
-        if path not in files:
-            known = ", ".join(f"/{name}" for name in files)
+        if path not in FILES:
+            known = ", ".join(f"/{name}" for name in FILES)
             return "404 Not Found", "text/plain", f"not found; this feed serves {known}\n".encode()
-        content_type, text = files[path]
-        body = text.encode("utf-8")
-        return "200 OK", content_type, b"" if parts[0] == "HEAD" else body
+        if self._rendered_version != self.view.version:
+            self._rendered, self._rendered_version = {}, self.view.version
+        body = self._rendered.get(path)
+        if body is None:
+            body = render_file(self.view, self.source, path).encode("utf-8")
+            self._rendered[path] = body
+        return "200 OK", FILES[path], b"" if parts[0] == "HEAD" else body
 
 
 async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Event) -> None:

@@ -63,14 +63,15 @@ class ReplayDirectory:
             offset = self._offsets.get(name, 0)
             if path.stat().st_size < offset:  # replaced by a new replay: read it afresh
                 offset = 0
-            with path.open("rb") as handle:
+            with path.open("rb") as handle:  # line by line: a census replay's files are large
                 handle.seek(offset)
-                data = handle.read()
-            complete = data.rfind(b"\n") + 1  # a half-written last line waits for the next call
-            for line in data[:complete].splitlines():
-                if line.strip():
-                    view.add(_decode_line(line), kind)
-            self._offsets[name] = offset + complete
+                for line in handle:
+                    if not line.endswith(b"\n"):
+                        break  # a half-written last line waits for the next call
+                    offset += len(line)
+                    if line.strip():
+                        view.add(_decode_line(line), kind)
+            self._offsets[name] = offset
 
 
 @dataclass
