@@ -216,7 +216,7 @@ def test_csv_downloads_match_the_records_exactly(replay_dir: Path, served: Serve
 
 def test_nothing_from_protected_files_reaches_any_answer(replay_dir: Path, served: Served) -> None:
     assert SECRET in (replay_dir / "dead_letter.jsonl").read_text()  # the plant is there
-    for name in ("", "index.html", "feed.json", "releases.csv", "consistent.csv"):
+    for name in ("", "index.html", "feed.json", "releases.csv", "consistent.csv", "version.json"):
         body = served.get(name)
         assert SECRET not in body, name
         assert "dead_letter" not in body.replace("dead_letter.jsonl", ""), name
@@ -372,8 +372,9 @@ def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
 def test_served_page_polls_feed_json_and_redraws_with_new_releases(
     replay_dir: Path, tmp_path: Path
 ) -> None:
-    """The page embeds the data it was rendered with, then polls ``feed.json``: a page rendered
-    when fewer periods were released redraws with every period once the JSON has them."""
+    """The page embeds the data it was rendered with, then polls ``version.json`` and fetches
+    ``feed.json`` when it changed: a page rendered when fewer periods were released redraws with
+    every period once the JSON has them."""
     chromium = _chromium()
     early = tmp_path / "early"
     early.mkdir()
@@ -384,7 +385,8 @@ def test_served_page_polls_feed_json_and_redraws_with_new_releases(
     site, full = tmp_path / "site", tmp_path / "full"
     _streamdp("feed", "--from", str(early), "--output-dir", str(site), cwd=tmp_path)
     _streamdp("feed", "--from", str(replay_dir), "--output-dir", str(full), cwd=tmp_path)
-    shutil.copy(full / "feed.json", site / "feed.json")  # what a poll answers from now on
+    for name in ("version.json", "feed.json"):  # what a poll answers from now on
+        shutil.copy(full / name, site / name)
     periods = max(r["period"] for r in releases)
     assert 'data-points="3"' in _browse(
         chromium, tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri()

@@ -1,9 +1,10 @@
 """The feed page: one self-contained HTML document (no external scripts, fonts or styles).
 
 The data the page draws is embedded in it (``<script type="application/json" id="feed-data">``),
-so a static copy opens from disk; served over HTTP the page polls ``feed.json`` every few seconds
-and redraws when the feed's version changes. The charts are inline SVG drawn by the script below
-with DOM calls only (record strings are set as text, never parsed as HTML).
+so a static copy opens from disk; served over HTTP the page polls ``version.json`` every few
+seconds and fetches ``feed.json`` and redraws when the feed's version changed. The charts are
+inline SVG drawn by the script below with DOM calls only (record strings are set as text, never
+parsed as HTML).
 """
 
 from __future__ import annotations
@@ -229,10 +230,12 @@ function render() {
 
 async function poll() {
   try {
+    const probe = await fetch("version.json", {cache: "no-store"});
+    if (!probe.ok || (await probe.json()).version === feed.version) return;
     const response = await fetch("feed.json", {cache: "no-store"});
     if (!response.ok) return;
-    const fresh = await response.json();
-    if (fresh.version !== feed.version) { feed = fresh; render(); }
+    feed = await response.json();
+    render();
   } catch (e) {
     document.getElementById("status").textContent = `Cannot reach the feed (${e}); retrying.`;
   }

@@ -1,8 +1,9 @@
 """Serving the feed on loopback, and writing it as static files.
 
-The server answers GET for exactly four names (the page, ``feed.json``, ``releases.csv``,
-``consistent.csv``), all rendered from the :class:`FeedView`; it never serves files from disk,
-so nothing in a replay directory other than its two public files can be reached through it.
+The server answers GET for exactly the names in :data:`FILES` (the page, ``feed.json``,
+``releases.csv``, ``consistent.csv``, ``version.json``), all rendered from the :class:`FeedView`;
+it never serves files from disk, so nothing in a replay directory other than its two public files
+can be reached through it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ FILES = {
     "feed.json": "application/json",
     "releases.csv": "text/csv; charset=utf-8",
     "consistent.csv": "text/csv; charset=utf-8",
+    # what the page polls: a few bytes, so feed.json is fetched only when something changed
+    "version.json": "application/json",
 }
 
 
@@ -35,6 +38,8 @@ def render_file(view: FeedView, source: str, name: str) -> str:
         return to_csv(view.release_rows(), RELEASE_COLUMNS)
     if name == "consistent.csv":
         return to_csv(view.consistent_rows(), CONSISTENT_COLUMNS)
+    if name == "version.json":
+        return json.dumps({"version": view.version})
     document = view.document(source)
     if name == "feed.json":
         return json.dumps(document, separators=(",", ":"))
