@@ -183,6 +183,11 @@ def test_json_shows_every_release_exactly_with_its_band(replay_dir: Path, served
             assert entry["revision"] == record["revision"]
             assert entry["counts"] == record["counts"]
             assert entry["totals"] == record["totals"]
+            assert entry["count_std"] == record["count_std"]  # consistent values carry their sd
+            assert entry["total_std"] == record["total_std"]
+            assert entry["total_half_width95"] == {
+                name: half_width95(sd) for name, sd in record["total_std"].items()
+            }
         newest = max(held, key=lambda r: (r["epoch"], r["period"]))
         assert stream["consistent_latest"]["counts"] == newest["counts"]
 
@@ -212,6 +217,11 @@ def test_csv_downloads_match_the_records_exactly(replay_dir: Path, served: Serve
         assert int(row["revision"]) == record["revision"]
         assert float(row["consistent_count"]) == record["counts"][row["counter"]]
         assert float(row["consistent_total"]) == record["totals"][row["counter"]]
+        assert float(row["consistent_count_std"]) == record["count_std"][row["counter"]]
+        assert float(row["consistent_total_std"]) == record["total_std"][row["counter"]]
+        assert float(row["consistent_total_half_width95"]) == half_width95(
+            record["total_std"][row["counter"]]
+        )
 
 
 def test_nothing_from_protected_files_reaches_any_answer(replay_dir: Path, served: Served) -> None:
@@ -365,6 +375,8 @@ def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
     counter = stream["counters"][0]["counter"]
     released = next(p for p in stream["counters"][0]["periods"] if p["period"] == newest["period"])
     assert f"{released['noisy_total']:,} ± {round(released['total_half_width95']):,}" in dom
+    value, width = newest["totals"][counter], newest["total_half_width95"][counter]
+    assert f"{value:,.1f} ± {round(width):,}".replace(".0 ±", " ±") in dom, (value, width)
     assert dom.count('class="point"') == len(stream["counters"][0]["periods"]), counter
 
 

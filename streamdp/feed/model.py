@@ -50,7 +50,11 @@ CONSISTENT_COLUMNS = (
     "period_end",
     "counter",
     "consistent_count",
+    "consistent_count_std",
+    "consistent_count_half_width95",
     "consistent_total",
+    "consistent_total_std",
+    "consistent_total_half_width95",
 )
 
 
@@ -110,6 +114,9 @@ class Consistent:
     period_end: str
     counts: Mapping[str, float]
     totals: Mapping[str, float]
+    #: per counter, the exact standard deviations (records written before they existed: None)
+    count_std: Mapping[str, float] | None = None
+    total_std: Mapping[str, float] | None = None
 
     def entry(self) -> dict[str, Any]:
         return {
@@ -122,7 +129,15 @@ class Consistent:
             "period_end": self.period_end,
             "counts": dict(self.counts),
             "totals": dict(self.totals),
+            "count_std": None if self.count_std is None else dict(self.count_std),
+            "total_std": None if self.total_std is None else dict(self.total_std),
+            "count_half_width95": _half_widths(self.count_std),
+            "total_half_width95": _half_widths(self.total_std),
         }
+
+
+def _half_widths(stds: Mapping[str, float] | None) -> dict[str, float] | None:
+    return None if stds is None else {name: half_width95(sd) for name, sd in stds.items()}
 
 
 def _int(value: object) -> int | None:
@@ -204,6 +219,15 @@ def parse_consistent(record: object) -> Consistent | None:
     start, end = _text(record.get("period_start")), _text(record.get("period_end"))
     constraint = _text(record.get("constraint"))
     counts, totals = _number_map(record.get("counts")), _number_map(record.get("totals"))
+    # count_std/total_std: optional (records before they were added lack them), exact if present
+    count_std, total_std = (
+        _number_map(record.get("count_std")),
+        _number_map(record.get("total_std")),
+    )
+    if ("count_std" in record and count_std is None) or (
+        "total_std" in record and total_std is None
+    ):
+        return None
     if (
         stream is None
         or revision is None
@@ -218,8 +242,9 @@ def parse_consistent(record: object) -> Consistent | None:
     ):
         return None
     return Consistent(
-        stream, revision, covered, constraint, epoch, period, start, end, counts, totals
-    )
+        stream, revision, covered, constraint, epoch, period, start, end, counts, totals,
+        count_std, total_std,
+    )  # fmt: skip
 
 
 @dataclass
@@ -281,7 +306,11 @@ class FeedView:
                     "period_end": held.period_end,
                     "counter": counter,
                     "consistent_count": held.counts[counter],
+                    "consistent_count_std": _get(held.count_std, counter),
+                    "consistent_count_half_width95": _get(_half_widths(held.count_std), counter),
                     "consistent_total": held.totals.get(counter),
+                    "consistent_total_std": _get(held.total_std, counter),
+                    "consistent_total_half_width95": _get(_half_widths(held.total_std), counter),
                 }
                 for counter in sorted(held.counts)
             )
@@ -334,6 +363,10 @@ class FeedView:
                 }
             )
         return {"source": source, "version": self.version, "streams": out}
+
+
+def _get(values: Mapping[str, float] | None, name: str) -> float | None:
+    return None if values is None else values.get(name)
 
 
 def to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:

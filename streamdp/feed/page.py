@@ -119,6 +119,13 @@ function chart(title, points, opts) {
   return svg;
 }
 
+// a consistent value with its 95% half-width when the record carries its standard deviation
+function fair(rev, values, widths, name) {
+  const width = rev[widths] ? rev[widths][name] : undefined;
+  const value = num(rev[values][name], 1);
+  return width === undefined ? value : `${value} \u00b1 ${num(width, 0)}`;
+}
+
 function consistentFor(stream, epoch, period) {
   return stream.consistent.find(c => c.epoch === epoch && c.period === period) || null;
 }
@@ -174,8 +181,8 @@ function streamSection(stream) {
                 + `(epoch ${latest.epoch}, period ${latest.period})`));
   const table = el("table", {class: "latest"},
     el("tr", {}, el("th", {}, "counter"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, "consistent count"),
-       el("th", {}, "consistent total")));
+       el("th", {}, "running total \u00b1 95%"), el("th", {}, "consistent count \u00b1 95%"),
+       el("th", {}, "consistent total \u00b1 95%")));
   for (const c of stream.counters) {
     const p = c.periods.find(q => q.epoch === latest.epoch && q.period === latest.period);
     if (!p) continue;
@@ -183,8 +190,10 @@ function streamSection(stream) {
       el("td", {}, c.counter),
       el("td", {class: "count"}, `${num(p.noisy_count, 0)} \u00b1 ${num(p.count_half_width95, 0)}`),
       el("td", {class: "total"}, `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`),
-      el("td", {}, cLatest ? num(cLatest.counts[c.counter], 1) : "not yet revised"),
-      el("td", {}, cLatest ? num(cLatest.totals[c.counter], 1) : "not yet revised")));
+      el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
+                           : "not yet revised"),
+      el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
+                           : "not yet revised")));
   }
   sec.append(table);
   const rev = stream.consistent_latest;
@@ -194,18 +203,19 @@ function streamSection(stream) {
     box.open = Object.keys(rev.counts).length <= 12;
     box.append(el("summary", {}, `Latest consistent values: ${day(rev.period_start)} `
                   + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
-    const fair = el("table", {},
-      el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count"),
-         el("th", {}, "consistent total"), el("th", {}, "released total \u00b1 95%")));
+    const revised = el("table", {},
+      el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count \u00b1 95%"),
+         el("th", {}, "consistent total \u00b1 95%"), el("th", {}, "released total \u00b1 95%")));
     for (const name of Object.keys(rev.counts).sort()) {
       const c = stream.counters.find(q => q.counter === name);
       const p = c && c.periods.find(q => q.epoch === rev.epoch && q.period === rev.period);
-      fair.append(el("tr", {}, el("td", {}, name), el("td", {}, num(rev.counts[name], 1)),
-        el("td", {}, num(rev.totals[name], 1)),
+      revised.append(el("tr", {}, el("td", {}, name),
+        el("td", {}, fair(rev, "counts", "count_half_width95", name)),
+        el("td", {}, fair(rev, "totals", "total_half_width95", name)),
         el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`
                        : "\u2013")));
     }
-    box.append(fair);
+    box.append(revised);
     sec.append(box);
   }
   sec.append(el("p", {class: "facts"}, rev
@@ -276,7 +286,8 @@ data. Values are not clipped: clipping would bias every sum built on them.</dd>
 <dt>Consistent values</dt>
 <dd>Revisions combine all releases so far into estimates that satisfy the stream's public
 constraints (for example, parts adding up to wholes). They are post-processing: no extra privacy
-loss, and their error is at most that of the release of the same period.</dd>
+loss, and their error is at most that of the release of the same period (where the records
+carry their own standard deviation, the table shows their own 95% band).</dd>
 </dl>
 """
 
