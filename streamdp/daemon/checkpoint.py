@@ -91,8 +91,9 @@ def split_snapshot(snapshot: Mapping[str, Any]) -> tuple[dict[str, Any], dict[No
     """Split an engine snapshot into its hot part and its noisy nodes.
 
     Returns ``(hot, nodes)``: ``hot`` is a deep copy of the snapshot in which every stream's
-    ``past_nodes`` and ``counter.noisy_nodes`` are replaced by ``node_counts`` (a list of
-    ``[epoch, n]``); ``nodes`` maps ``(stream, epoch, t)`` to the node's values.
+    ``past_nodes`` and ``counter.noisy_nodes`` are replaced by ``node_counts`` (runs
+    ``[first epoch, n, epochs]``: that many consecutive epochs of ``n`` nodes each; the
+    current epoch last); ``nodes`` maps ``(stream, epoch, t)`` to the node's values.
     """
     hot = copy.deepcopy(dict(snapshot))
     nodes: dict[NodeKey, list[int]] = {}
@@ -102,22 +103,31 @@ def split_snapshot(snapshot: Mapping[str, Any]) -> tuple[dict[str, Any], dict[No
             current_epoch = int(counter["epoch"])
             past = state.pop("past_nodes")
             first_epoch = current_epoch - len(past)
+            # runs [first epoch, nodes per epoch, epochs]: past epochs are complete, so a
+            # stream that rolls often keeps a constant-size entry here
             counts: list[list[int]] = []
             for offset, epoch_nodes in enumerate(past):
                 epoch = first_epoch + offset
                 for t, values in enumerate(epoch_nodes, start=1):
                     nodes[(name, epoch, t)] = list(values)
-                counts.append([epoch, len(epoch_nodes)])
+                _add_run(counts, epoch, len(epoch_nodes))
             current = counter.pop("noisy_nodes")
             for t, values in enumerate(current, start=1):
                 nodes[(name, current_epoch, t)] = list(values)
-            counts.append([current_epoch, len(current)])
+            counts.append([current_epoch, len(current), 1])
             state["node_counts"] = counts
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         raise StateError(
             f"engine snapshot has an unexpected layout ({type(error).__name__})"
         ) from None
     return hot, nodes
+
+
+def _add_run(runs: list[list[int]], epoch: int, n: int) -> None:
+    if runs and runs[-1][1] == n and runs[-1][0] + runs[-1][2] == epoch:
+        runs[-1][2] += 1
+    else:
+        runs.append([epoch, n, 1])
 
 
 def join_snapshot(
@@ -128,7 +138,11 @@ def join_snapshot(
     snapshot = copy.deepcopy(dict(hot))
     try:
         for name, state in snapshot["streams"].items():
-            counts = [(int(e), int(n)) for e, n in state.pop("node_counts")]
+            counts = [
+                (int(run[0]) + k, int(run[1]))
+                for run in state.pop("node_counts")
+                for k in range(int(run[2]) if len(run) > 2 else 1)
+            ]
             *past_counts, (current_epoch, current_n) = counts
             past: list[list[list[int]]] = []
             for epoch, n in past_counts:

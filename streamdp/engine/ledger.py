@@ -197,12 +197,27 @@ class BudgetLedger:
         return True
 
     def state(self) -> list[dict[str, Any]]:
-        """Every entry as JSON-able data."""
-        return [e.to_dict() for e in self._entries]
+        """Every entry as JSON-able data, compactly: consecutive epochs of one stream with the
+        same epsilon form one run ``{"source", "stream", "epsilon", "epochs": [first, last]}``,
+        so a stream rolling an epoch every period does not grow the state by an entry each
+        time (issue 17: a horizon-1 stream's state passed the producer's 1 MB limit)."""
+        runs: dict[tuple[str, str, Decimal], list[list[int]]] = {}
+        for e in self._entries:
+            spans = runs.setdefault((e.source, e.stream, e.epsilon), [])
+            if spans and spans[-1][1] == e.epoch - 1:
+                spans[-1][1] = e.epoch
+            else:
+                spans.append([e.epoch, e.epoch])
+        return [
+            {"source": source, "stream": stream, "epsilon": str(epsilon), "epochs": span}
+            for (source, stream, epsilon), spans in runs.items()
+            for span in spans
+        ]
 
     def merge(self, entries: list[dict[str, Any]]) -> None:
-        """Add entries from a snapshot that the backend lacks (appending them durably)."""
-        for raw in entries:
+        """Add entries from a snapshot that the backend lacks (appending them durably).
+        Reads :meth:`state`'s runs and single entries alike."""
+        for raw in _expand_runs(entries):
             entry = LedgerEntry.from_dict(raw)
             if self.has(entry.stream, entry.epoch):
                 self._add(entry)  # checks that the amounts agree
@@ -216,3 +231,22 @@ class BudgetLedger:
             )
             self.backend.append(fresh.to_dict())
             self._add(fresh)
+
+
+def _expand_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Single entries from :meth:`BudgetLedger.state`'s runs (old single entries pass through)."""
+    out: list[dict[str, Any]] = []
+    for raw in entries:
+        span = raw.get("epochs") if isinstance(raw, Mapping) else None
+        if span is None:
+            out.append(raw)
+            continue
+        try:
+            first, last = int(span[0]), int(span[1])
+        except (TypeError, ValueError, IndexError, KeyError):
+            raise StateError(f"ledger run {dict(raw)!r} is malformed") from None
+        if last < first or last - first > 10_000_000:
+            raise StateError(f"ledger run {dict(raw)!r} has an impossible epoch span")
+        base = {k: v for k, v in raw.items() if k != "epochs"}
+        out.extend({**base, "seq": 0, "epoch": epoch} for epoch in range(first, last + 1))
+    return out
