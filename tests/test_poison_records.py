@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp.daemon.service import OutputTopics
-from streamdp.daemon.settings import RECORD_OVERHEAD_BYTES, DaemonSettings
+from streamdp.daemon.settings import RECORD_OVERHEAD_BYTES, WRITE_BOUNDS, DaemonSettings
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.events import MAX_QUANTITY, MAX_RECORD_BYTES, RejectedError, decode
 from streamdp.engine.periods import (
@@ -402,9 +402,13 @@ def test_producer_request_limit_is_explicit_and_checked(tmp_path: Path) -> None:
     settings_ = DaemonSettings(config=spec)
     assert settings_.max_request_size == KAFKA_DEFAULT_REQUEST
     settings_.validate()
-    too_small = MAX_DEAD_LETTER_BYTES + RECORD_OVERHEAD_BYTES - 1
-    with pytest.raises(ConfigError, match=r"STREAMDP_MAX_REQUEST_SIZE.*dead letter"):
+    # every bounded write must fit: the largest bound names itself in the refusal
+    largest = max(WRITE_BOUNDS, key=lambda kind: WRITE_BOUNDS[kind])
+    too_small = WRITE_BOUNDS[largest] + RECORD_OVERHEAD_BYTES - 1
+    with pytest.raises(ConfigError, match=rf"STREAMDP_MAX_REQUEST_SIZE.*{largest}"):
         DaemonSettings(config=spec, max_request_size=too_small).validate()
+    assert WRITE_BOUNDS["dead letter"] == MAX_DEAD_LETTER_BYTES
+    DaemonSettings(config=spec, max_request_size=too_small + 1).validate()
 
 
 # ------------------------------------------------------------------ a live worker
