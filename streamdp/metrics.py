@@ -119,6 +119,14 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("source",),
         "Epsilon cap the configuration declares for this input source.",
     ),
+    MetricSpec(
+        "streamdp_source_epsilon_sequential_spent",
+        "gauge",
+        ("source",),
+        "Epsilon summed over every epoch of every stream of this source: what one person "
+        "contributing events in every epoch could lose (user level; grows as epochs roll; the "
+        "event-level spend is streamdp_source_epsilon_spent).",
+    ),
     # --- horizon and epochs ----------------------------------------------------------------
     MetricSpec(
         "streamdp_horizon_periods",
@@ -251,6 +259,7 @@ _BUDGET_METRICS = (
     "streamdp_stream_epsilon",
     "streamdp_source_epsilon_spent",
     "streamdp_source_epsilon_cap",
+    "streamdp_source_epsilon_sequential_spent",
 )
 
 
@@ -301,6 +310,8 @@ class SourceBudget:
     source: str
     epsilon_cap: float
     epsilon_spent: float
+    # user level: the sum over every epoch (see BudgetLedger.sequential_spent)
+    sequential_spent: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -339,10 +350,12 @@ class _LedgerCollector(Collector):
             per_epoch.add_metric([entry.stream, entry.source], _finite(entry.epsilon_per_epoch))
         source_spent = _gauge_family("streamdp_source_epsilon_spent")
         cap = _gauge_family("streamdp_source_epsilon_cap")
+        sequential = _gauge_family("streamdp_source_epsilon_sequential_spent")
         for source in view.sources:
             source_spent.add_metric([source.source], _finite(source.epsilon_spent))
             cap.add_metric([source.source], _finite(source.epsilon_cap))
-        yield from (spent, per_epoch, source_spent, cap)
+            sequential.add_metric([source.source], _finite(source.sequential_spent))
+        yield from (spent, per_epoch, source_spent, cap, sequential)
 
 
 def _gauge_family(name: str) -> GaugeMetricFamily:

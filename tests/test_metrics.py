@@ -36,6 +36,7 @@ UNITLESS_GAUGES = {
     "streamdp_stream_epsilon",
     "streamdp_source_epsilon_spent",
     "streamdp_source_epsilon_cap",
+    "streamdp_source_epsilon_sequential_spent",
     "streamdp_periods_released",
     "streamdp_epoch",
     "streamdp_release_stddev",

@@ -165,7 +165,11 @@ class WorkerRuntime:
         for name, engine in service.engines().items():
             spent = engine.ledger.spent(name)
             cap = self.spec.sources[name].epsilon_cap
-            sources.append(SourceBudget(name, float(cap), float(spent)))
+            sources.append(
+                SourceBudget(
+                    name, float(cap), float(spent), float(engine.ledger.sequential_spent(name))
+                )
+            )
             per_stream: dict[str, Decimal] = {}
             for entry in engine.ledger.entries:
                 per_stream[entry.stream] = max(
@@ -212,6 +216,10 @@ class WorkerRuntime:
                 entry["periods_released_this_epoch"] = runtime.counter.periods_closed
                 entry["revision"] = runtime.revision
                 entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
+                # user level: summed over epochs (event level composes epochs in parallel)
+                entry["epsilon_sequential_spent_on_source"] = str(
+                    engine.ledger.sequential_spent(stream_spec.source)
+                )
             streams[name] = entry
         out: dict[str, Any] = {
             "service": "streamdp",
