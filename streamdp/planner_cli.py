@@ -10,6 +10,7 @@ import sys
 from streamdp.continual.kary import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS
 from streamdp.continual.variance import NOISES
+from streamdp.errors import ConfigError
 from streamdp.planner import Plan, compare, plan
 
 
@@ -120,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(render_comparison(results) + "\n")
         return 0
+    if args.mechanism in ("binary", "naive") and args.objective != "total":
+        raise ConfigError(
+            f"--objective {args.objective} does not apply to --mechanism {args.mechanism} "
+            "(its weights are fixed); objectives choose the weights of fda and kary_*"
+        )
     result = plan(
         args.mechanism,
         args.objective,

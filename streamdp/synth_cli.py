@@ -40,7 +40,12 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.bad_fraction <= 1.0:
         raise ConfigError(f"--bad-fraction must be between 0 and 1, got {args.bad_fraction}")
     good = bad = 0
-    with Path(args.output).open("w", encoding="utf-8") as out:
+    target = Path(args.output)
+    if not target.parent.is_dir():
+        raise ConfigError(
+            f"--output {args.output!r}: directory {str(target.parent)!r} does not exist"
+        )
+    with target.open("w", encoding="utf-8") as out:
         for line in generate(
             args.scenario,
             args.periods,

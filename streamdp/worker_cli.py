@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import os
 import sys
 import threading
@@ -252,20 +253,17 @@ async def verify_topics(
     one with its default partition count). Waits while the broker cannot be reached, saying so
     every 30 s; a stop signal ends the wait at once."""
     warned = -30.0
-    while True:
-        try:
-            existing = await _broker_topics(settings)
-            break
-        except (TimeoutError, OSError) as error:
-            now = time.monotonic()
-            if now - warned >= 30.0:
-                _say(
-                    f"broker {settings.bootstrap} cannot be reached ({type(error).__name__}); "
-                    "waiting for it before starting"
-                )
-                warned = now
-            await asyncio.sleep(retry_seconds)
+    # aiokafka logs every failed connection attempt as an error: while waiting for a broker,
+    # the one line below (every 30 s) says it instead
+    quiet = logging.getLogger("aiokafka")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        existing = await _wait_for_topics(settings, retry_seconds, warned)
+    finally:
+        quiet.setLevel(level)
     missing = sorted(t for t in required if t not in existing)
+
     if missing:
         raise ConfigError(
             f"topic(s) {', '.join(missing)} do not exist on {settings.bootstrap}; create every "
@@ -280,6 +278,24 @@ async def verify_topics(
             f"topics read together must have --partitions {settings.partitions} partitions, "
             f"but {listing}; recreate them or start the worker with the topics' count"
         )
+
+
+async def _wait_for_topics(
+    settings: DaemonSettings, retry_seconds: float, warned: float
+) -> dict[str, int]:
+    while True:
+        try:
+            return await _broker_topics(settings)
+        except (TimeoutError, OSError) as error:
+            now = time.monotonic()
+            if now - warned >= 30.0:
+                _say(
+                    f"no Kafka broker answers at {settings.bootstrap} ({type(error).__name__}); "
+                    "waiting for it before starting (start one: streamdp broker --config SPEC; "
+                    "or fix --bootstrap). Ctrl-C stops"
+                )
+                warned = now
+            await asyncio.sleep(retry_seconds)
 
 
 def verify_topics_at_start(app: Any, settings: DaemonSettings, required: dict[str, int]) -> None:
