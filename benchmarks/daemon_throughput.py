@@ -3,31 +3,36 @@
 One run, repeated ``--runs`` times (each on a fresh Tansu broker, 127.0.0.1):
 
 1. pre-produce M restaurant events (``--periods`` days x ``--rate`` orders a day, keyed by the
-   source, plus the generator's closing control record) to the input topic;
+   source) to the input topic;
 2. baseline: a bare aiokafka consumer reads the same M records and JSON-decodes each value (the
    least any consumer of these records does), timed from its first record to its last
    (``benchmarks/bare_consumer.py`` if present, else the same loop here). It is measured twice,
    just before the worker starts and just after the worker has caught up, and the daemon is
    compared with the mean of the two: on a shared machine the speed drifts within a run;
-3. daemon: one ``streamdp worker`` subprocess starts on the backlog. Throughput =
-   (M - n0) / (t_last_release - t0), where (t0, n0) is the first poll of its ``/metrics``
-   (every 50 ms) showing ``streamdp_input_records_total`` > 0 and t_last_release the broker
-   timestamp (the worker's CreateTime) of the last record on ``streamdp.releases``. Startup and
-   group join are excluded; the final period closes on the closing control record, so the last
-   release marks the end of the work. Worker CPU seconds (/proc) are reported too: on a shared
+3. daemon: one ``streamdp worker`` subprocess starts on the backlog, on a public clock frozen
+   after the produced days (``--clock frozen:...``; the spec's lateness keeps every period open,
+   so every record counts and nothing closes by itself). Throughput = (M - n0) / (t_n - t0),
+   where (t0, n0) is the first poll of its ``/metrics`` (every 50 ms, input-volume metrics on)
+   showing ``streamdp_input_records_total`` > 0 and t_n the first poll showing all M: a record
+   is counted there once its batch's checkpoint and outputs are durable. Startup and group join
+   are excluded. Then one operator close record (control topic) releases the M records' days,
+   and every release is read back. Worker CPU seconds (/proc) are reported too: on a shared
    machine events per CPU-second is the steadier figure;
-4. period-close latency, worker caught up: a producer sends 20 orders per simulated day
-   (send-and-wait each) for ``--latency-days`` more days; the first order of day d+1 moves the
-   watermark past the end of day d (lateness 0). Latency = time from just before that send to
-   the moment our consumer (fetch_max_wait 10 ms) has seen all 5 counters' releases of day d.
+4. period-close latency, worker caught up: for each of ``--latency-days`` more days (inside the
+   frozen clock), a producer sends 20 orders (send-and-wait each), waits until the worker has
+   committed them, then sends the operator's close record for that day; latency = time from just
+   before that send to the moment our consumer (fetch_max_wait 10 ms) has seen all 5 counters'
+   releases of the day. This is the pipeline's latency (control record read, close, checkpoint,
+   publication, read back). A period closed by the wall clock instead waits for the worker's
+   next ``--tick`` (0.5 s by default) on top of it.
 
 Configurations: the worker's defaults (the per-fetch batch input path, 0.1 s fetch long-poll),
 ``--input-path stream`` (records through a Faust agent one event at a time, the same checkpoint
 protocol) and ``--fetch-wait 1.5`` (the batch path with Faust's own 1.5 s fetch long-poll; see
 streamdp/daemon/fetching.py).
 
-The spec is examples/restaurant.toml with lateness 0, UTC days and a long horizon (see SPEC), so
-each open period's de-duplication set holds one day of orders.
+The spec is examples/restaurant.toml with ten years of lateness, UTC days and a long horizon (see
+SPEC): on the frozen clock every period stays open until the operator closes it.
 
     .venv/bin/python benchmarks/daemon_throughput.py [--runs 5] [--periods 100 --rate 2000]
     .venv/bin/python benchmarks/daemon_throughput.py --profile   # cProfile of one worker run
@@ -78,6 +83,7 @@ from streamdp.synth import generate
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 TOPIC = "restaurant-orders"
+CONTROL = "streamdp.control"
 SOURCE_KEY = b"restaurant-orders"
 COUNTERS = ("cola", "burger", "wings", "fries", "nuggets")
 COMBO = {"cola": 2, "burger": 1, "wings": 1, "nuggets": 1}
@@ -95,9 +101,9 @@ delta = 5
 horizon = 4096
 strategy = "fda"
 objective = "total"
-allowed_lateness = 0
+allowed_lateness = "3650d"
 on_epoch_end = "roll"
-max_future_periods = 31
+max_future_periods = 0
 period = { unit = "day", timezone = "UTC", start = "2024-01-01" }
 counters = { kind = "items", items = ["cola", "burger", "wings", "fries", "nuggets"] }
 consistency = { every_periods = 7, at_epoch_end = true }
@@ -162,12 +168,14 @@ def bare_consumer() -> tuple[str, Callable[[str, str, int], Awaitable[float]]]:
 def service_only(values: list[bytes], max_batch: int, repeats: int = 3) -> tuple[float, float]:
     """events/s of the release service alone (engine + checkpoint records, no Kafka, no Faust)
     over the same records in batches of ``max_batch`` (one run each, as one partition's fetch
-    reaches the worker), and of the bare engine (``Engine.consume``: ingest + watermark).
+    reaches the worker), and of the bare engine (``Engine.consume``).
     Medians of ``repeats``: where the daemon's time goes, in the same run."""
     spec = parse_spec(SPEC, origin="bench")
     service_times, engine_times = [], []
     for _ in range(repeats):
-        service = ReleaseService(spec, sampler=InsecureSeededSampler(1), state={})
+        service = ReleaseService(
+            spec, sampler=InsecureSeededSampler(1), state={}, clock=lambda: 1704067200.0
+        )
         records = [
             InputRecord(TOPIC, 0, offset, SOURCE_KEY, value) for offset, value in enumerate(values)
         ]
@@ -294,10 +302,32 @@ async def read_releases(bootstrap: str, expected_min: int) -> tuple[int, float]:
         await consumer.stop()
 
 
+async def send_close(producer: AIOKafkaProducer, through: float) -> None:
+    """The operator's close record for the stream, on the control topic, keyed by the source."""
+    close = {
+        "type": "control",
+        "action": "close",
+        "stream": "restaurant-items",
+        "through": format_instant(through),
+    }
+    await producer.send_and_wait(CONTROL, json.dumps(close).encode(), key=SOURCE_KEY)
+
+
+async def close_all(bootstrap: str, through: float) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+    await producer.start()
+    try:
+        await send_close(producer, through)
+    finally:
+        await producer.stop()
+
+
 async def close_latency(
-    bootstrap: str, first_day: int, days: int, clock: PeriodClock
+    bootstrap: str, port: int, first_day: int, days: int, clock: PeriodClock, consumed: float
 ) -> list[float]:
-    """Period-close latencies (s) for ``days`` days starting at absolute period ``first_day``."""
+    """Period-close latencies (s) for ``days`` days starting at absolute period ``first_day``:
+    each day's orders are sent and consumed first, then the close record; latency runs from
+    that send to all the day's releases read. ``consumed``: input records counted so far."""
     consumer = AIOKafkaConsumer(
         "streamdp.releases",
         bootstrap_servers=bootstrap,
@@ -329,7 +359,7 @@ async def close_latency(
     sent_at: dict[str, float] = {}
     number = 0
     try:
-        for day in range(first_day, first_day + days + 1):
+        for day in range(first_day, first_day + days):
             lo, hi = clock.bounds(day)
             for k in range(20):
                 number += 1
@@ -339,10 +369,14 @@ async def close_latency(
                     "source": TOPIC,
                     "items": COMBO,
                 }
-                if k == 0 and day > first_day:
-                    sent_at[format_instant(clock.bounds(day - 1)[0])[:10]] = time.perf_counter()
                 await producer.send_and_wait(TOPIC, json.dumps(event).encode(), key=SOURCE_KEY)
-                await asyncio.sleep(0.005)
+            deadline = time.perf_counter() + 15
+            while (input_records(port) or 0) < consumed + number:
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("the worker did not consume the latency orders in 15 s")
+                await asyncio.sleep(0.02)
+            sent_at[format_instant(lo)[:10]] = time.perf_counter()
+            await send_close(producer, hi)
             await asyncio.sleep(0.3)
         deadline = time.perf_counter() + 15
         while len(arrived) < len(sent_at) and time.perf_counter() < deadline:
@@ -406,6 +440,10 @@ def run_once(
             "1",
             "--log-level",
             "warning",
+            # a public clock frozen after the last latency day: nothing closes by itself
+            "--clock",
+            f"frozen:{format_instant(clock.bounds(periods + latency_days - 1)[1])}",
+            "--input-volume-metrics",
             *extra_flags,
         ]
         with (work / "worker.log").open("ab") as log:
@@ -419,12 +457,14 @@ def run_once(
             t0 = n0 = None
             cpu0 = 0.0
             deadline = time.time() + 600
+            t_last = 0.0
             while time.time() < deadline:
                 n = input_records(port)
                 now = time.time()
                 if n is not None and n > 0 and t0 is None:
                     t0, n0, cpu0 = now, n, cpu_seconds(worker.pid)
                 if n is not None and n >= len(values):
+                    t_last = now
                     break
                 if worker.poll() is not None:
                     raise RuntimeError(
@@ -435,12 +475,16 @@ def run_once(
                 raise RuntimeError("the worker did not consume the backlog within 600 s")
             if t0 is None or n0 is None:
                 raise RuntimeError("no input progress was observed on /metrics")
-            releases, t_last = asyncio.run(read_releases(broker.bootstrap, periods * len(COUNTERS)))
             cpu = cpu_seconds(worker.pid) - cpu0
+            # the operator releases the backlog's days; every release is read back
+            asyncio.run(close_all(broker.bootstrap, clock.bounds(periods - 1)[1]))
+            releases, _ = asyncio.run(read_releases(broker.bootstrap, periods * len(COUNTERS)))
             bare_after = asyncio.run(measure_bare(broker.bootstrap, TOPIC, len(values)))
             before = close_histogram(port)
             latencies = asyncio.run(
-                close_latency(broker.bootstrap, periods + 1, latency_days, clock)
+                close_latency(
+                    broker.bootstrap, port, periods, latency_days, clock, float(len(values))
+                )
             )
             after = close_histogram(port)
             closes = after[1] - before[1]
@@ -452,6 +496,8 @@ def run_once(
             except subprocess.TimeoutExpired:
                 worker.kill()
                 worker.wait()
+    if t_last <= t0:
+        raise RuntimeError("the backlog was consumed between two polls: use more --periods/--rate")
     rate = (len(values) - n0) / (t_last - t0)
     return RunResult(
         config_name, len(values), bare, rate, cpu, releases, latencies, inside, bare_after
@@ -590,7 +636,7 @@ def summarise(
     command += "`"
     setup = (
         f"{events:,} pre-produced restaurant events ({args.periods} days x ~{args.rate:g} "
-        "orders/day, keyed by source, + closing control record); one `streamdp worker` "
+        "orders/day, keyed by source); one `streamdp worker` on a frozen public clock "
         f"(Faust, insecure seeded sampler, 2 partitions); baseline: {baseline} (consume + JSON "
         "decode) on the same topic in the same run, just before the worker starts and just "
         "after it caught up (the ratio uses their mean). "
@@ -654,7 +700,7 @@ def summarise(
         "| stage | events/s | CPU us per event |",
         "|---|---:|---:|",
         (
-            "| engine alone (`Engine.consume`: ingest + watermark) | "
+            "| engine alone (`Engine.consume`) | "
             f"{engine_eps:,.0f} | {1e6 / engine_eps:.1f} |"
         ),
         (
@@ -671,55 +717,23 @@ def summarise(
 FINDINGS = """
 ## Findings
 
-**Both targets are met in every run.** With the defaults the worker read 115,424 events/s at
-the median of 5 runs (101,914-118,543), **0.572 of the bare consumer** (0.526-0.641; every run
-above 0.5). The bare consumer (aiokafka + `json.loads`) read 181k-208k events/s. It is now
-measured just before the worker starts and again just after it caught up, and the ratio uses
-the mean of the two: this machine's speed drifts within a run. The last sitting had one
-measurement, before the worker: 83,043 events/s and 0.500 at the median, 0.41-0.66 across runs.
+Measured on the public-clock daemon (issue 11): periods close on the worker's clock or on an
+operator's close record, never on event times, and every record's bytes are digested (128-bit
+BLAKE2b) so that only true duplicates are dropped. So the method changed:
 
-What changed this sitting (each step measured with this program or its in-process rows):
+- The worker runs on a frozen public clock with every period open, and its throughput is timed
+  from its own count of input records made durable (input-volume metrics on, a protected
+  surface in production) instead of from the newest release: with no watermark, the backlog's
+  days are released by one operator close after it is consumed.
+- Period-close latency is the pipeline's: from sending the operator's close record for a day
+  whose orders are consumed to all five of its releases read back. A period closed by the wall
+  clock waits in addition for the worker's next tick (`--tick`, 0.5 s by default).
 
-1. *Batches are runs.* A run is one partition's records of one fetch, as aiokafka returned
-   them (`streamdp/daemon/batch_input.py`). The service finds the source, its state and its home
-   partition once per run, and the acknowledgement bookkeeping (`last_offsets`) is per run.
-   Before, all of this was done per record.
-2. *`Engine.consume`*: ingest and watermark in one call, with no result object for an event
-   every stream accepts. A property test holds it equal to `Engine.ingest` followed by
-   `advance_watermark` (the file replay's path) over every kind of bad input. The gap check
-   moved into it.
-3. *An order that is exactly a combo*: its contribution comes from one set lookup (683 -> 410 ns
-   per order). A property test over every JSON quantity kind holds it equal to the item-by-item
-   check (`True == 1` and `1.0 == 1` in a set).
-4. In process, the release service went from 140k to 233k events/s (7.1 -> 4.3 us per event).
-   The engine path went from 181k to 249k.
-5. *Logging.* Faust's start-up spinner had set the root logger to DEBUG for good, so every
-   DEBUG call in Faust, mode and aiokafka built a record that no handler printed. The worker now
-   runs without the spinner. Found while profiling, it also showed a privacy defect: at
-   `--log-level debug` Faust's and aiokafka's senders printed record values, and the state
-   changelog they send holds raw counts. Those two loggers now stay at INFO
-   (`streamdp/daemon/log_safety.py`).
-
-Where the remaining time goes. An instrumented run (ad hoc, not part of this program) put the
-release service at 5.0 us of CPU per record inside the worker (4.3 us in process). The
-remaining ~3.7 us is the rest of the worker: aiokafka's fetch and record objects (a bare
-consumer that does not parse uses 2.2-2.8 us per record), Faust, the queue, checkpoints and
-publication. JSON decoding is the largest single part of the service, ~1.3 us.
-
-orjson would decode the same record in ~0.35 us instead of ~2.1 us. But a fair baseline must
-then decode with orjson too: ad hoc, the bare consumer read 328k events/s with orjson against
-207k with `json.loads`. The ratio would fall even as events/s rose, and orjson is not one of
-the project's core dependencies. It is not used.
-
-**Period-close latency is 28 ms at the median** (p95 50 ms, p99 62 ms). That is measured from
-the send of the record that moves the watermark to the moment a consumer has every release of
-the closed day. About 10 ms of it is spent in the worker, from batch receipt to acknowledged
-releases (`streamdp_period_close_latency_seconds`). With Faust's own 1.5 s fetch long-poll
-(`--fetch-wait 1.5`, the third row) it is ~400 ms: while the worker worked on the busy
-partition's last fetch, aiokafka sent a fetch for the idle partitions alone, which waited out
-the full long-poll, and the busy partition's next fetch waited behind it
-(`streamdp/daemon/fetching.py`). The Faust agent path (`--input-path stream`) costs about ten
-times the CPU per event of the batch path.
+The previous measurement of the watermark daemon (commit 0bebfd5: 115,424 events/s, 0.572 of
+the bare consumer, close latency p50 28 ms) was taken when this machine's bare consumer read
+~195k events/s; compare ratios, not absolute rates. Where the time goes, and why orjson is not
+used, is as described in that commit's results (`git show 0bebfd5:benchmarks/results/daemon.md`).
+The content digest adds about 1.2 us per record.
 """
 
 
@@ -753,7 +767,7 @@ def plot(results: list[RunResult], path: Path) -> None:
         lat = sorted(x * 1e3 for r in results if r.config == n for x in r.latencies)
         if lat:
             right.plot(lat, np.arange(1, len(lat) + 1) / len(lat), color=color, label=n)
-    right.set_xlabel("period-close latency (ms): watermark-moving send -> all releases read")
+    right.set_xlabel("period-close latency (ms): operator close sent -> all releases read")
     right.set_ylabel("fraction of periods")
     right.set_title("Period-close latency (empirical CDF)")
     right.legend(fontsize=8)
