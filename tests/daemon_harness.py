@@ -107,29 +107,16 @@ def replay_outputs(
     """What an engine given the same records publishes: topic -> key -> final value. With
     ``cut``, every stream is closed through :meth:`Scenario.cut_instant` after the lines before
     ``cut`` (as :func:`close_through` does on a live worker); in the end through ``end``."""
-    engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
-    records = list(engine.advance_clock(scenario.end))
-    out: dict[str, dict[str, str]] = {topics.releases: {}, topics.consistent: {}}
-    parts = [(0, None)] if cut is None else [(0, cut), (cut, None)]
-    for start, stop in parts:
-        for topic, lines in scenario.lines.items():
-            for offset, line in enumerate(lines[start:stop], start=start):
-                engine.ingest(line.text.encode(), source_topic=topic, partition=0, offset=offset)
-        through = scenario.end if stop is None else scenario.cut_instant(stop)
-        for stream in scenario.spec.streams:
-            records += engine.close(stream, through)
-    for record in records:
-        out[topics.for_record(record)][record.key] = record.to_json()
-    return out
+    return replay_outputs_through_cuts(scenario, topics, seed, cuts=[] if cut is None else [cut])
 
 
 def replay_outputs_through_cuts(
     scenario: Scenario, topics: OutputTopics, seed: int = SEED, *, cuts: Sequence[int]
 ) -> dict[str, dict[str, str]]:
-    """:func:`replay_outputs` with several cuts (increasing line indices): after the lines
-    before each cut, every stream is closed through that cut's :meth:`Scenario.cut_instant`
-    (as :func:`close_through` does on a live worker, once per cut); in the end through
-    ``end``."""
+    """What an engine given the same records publishes, with several cuts (increasing line
+    indices, possibly none): after the lines before each cut, every stream is closed through
+    that cut's :meth:`Scenario.cut_instant` (as :func:`close_through` does on a live worker,
+    once per cut); in the end through ``end``."""
     if list(cuts) != sorted(set(cuts)) or any(c <= 0 for c in cuts):
         raise ValueError(f"cuts must be distinct positive line indices in order, got {cuts!r}")
     engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
