@@ -187,12 +187,7 @@ class Engine:
         exactly-once effect). A control record here is refused (``control_on_input``): operator
         actions come only through :meth:`control`.
         """
-        if (
-            source_topic is not None
-            and partition is not None
-            and offset is not None
-            and not self._take_position(source_topic, partition, offset, strict=False)
-        ):
+        if self._redelivered(source_topic, partition, offset):
             return IngestResult(skipped=True)
         return self._ingest_new(record, source_topic, offset)
 
@@ -249,6 +244,13 @@ class Engine:
         when it was already applied (a replay after a crash: handle it as skipped).
         ``strict`` as in :meth:`consume`."""
         return self._take_position(source_topic, partition, offset, strict)
+
+    def _redelivered(self, topic: str | None, partition: int | None, offset: int | None) -> bool:
+        """True when a record at this known position was already applied (skip it); records
+        without a position (a file, a test) are never re-deliveries."""
+        if topic is None or partition is None or offset is None:
+            return False
+        return not self._take_position(topic, partition, offset, strict=False)
 
     def _take_position(self, topic: str, partition: int, offset: int, strict: bool) -> bool:
         """Move the applied offset of (topic, partition) to ``offset``; False if it is there
@@ -428,12 +430,7 @@ class Engine:
         "close when the orders stop"): that would make the schedule depend on events.
         Refused records come back as dead letters (``bad_control``, ``unknown_stream``).
         """
-        if (
-            topic is not None
-            and partition is not None
-            and offset is not None
-            and not self._take_position(topic, partition, offset, strict=False)
-        ):
+        if self._redelivered(topic, partition, offset):
             return IngestResult(skipped=True)
         try:
             event = decode(record)
