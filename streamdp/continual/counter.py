@@ -53,7 +53,19 @@ class PeriodRelease:
     total_std: float
 
 
-def _int_vector(values: Any, width: int, what: str) -> Int64Array:
+def check_bank(width: int, epoch: int, carry_variance: float) -> None:
+    """Raise :class:`ConfigError` unless a counter bank's width, epoch and carried variance
+    are valid (shared by every counter kind)."""
+    if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
+        raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
+    if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
+        raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
+    if not math.isfinite(carry_variance) or carry_variance < 0.0:
+        raise ConfigError(f"carry_variance must be a finite number >= 0, got {carry_variance!r}")
+
+
+def int_vector(values: Any, width: int, what: str) -> Int64Array:
+    """``values`` as an int64 vector of shape ``(width,)``, or :class:`ConfigError`."""
     array = np.asarray(values)
     if array.shape != (width,):
         raise ConfigError(f"{what} must have shape ({width},), got shape {array.shape}")
@@ -79,14 +91,7 @@ class ContinualCounter:
         noise_label: str = "",
     ) -> None:
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
-        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
-            raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
-        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if not math.isfinite(carry_variance) or carry_variance < 0.0:
-            raise ConfigError(
-                f"carry_variance must be a finite number >= 0, got {carry_variance!r}"
-            )
+        check_bank(width, epoch, carry_variance)
         self.strategy = strategy
         self.width = int(width)
         self.sampler = sampler
@@ -95,7 +100,7 @@ class ContinualCounter:
         self.carry: Int64Array = (
             np.zeros(self.width, dtype=np.int64)
             if carry is None
-            else _int_vector(carry, self.width, "carry")
+            else int_vector(carry, self.width, "carry")
         )
         self.carry_variance = float(carry_variance)
         self._scales = node_scales(strategy, self.epsilon, self.sensitivity)
@@ -147,13 +152,13 @@ class ContinualCounter:
                 f"epoch {self.epoch} already released all {self.horizon} periods of its horizon; "
                 "call next_epoch() to start a new epoch (its totals carry this epoch's noisy total)"
             )
-        a = _int_vector(counts, self.width, "counts")
+        a = int_vector(counts, self.width, "counts")
         kids = self.strategy.children(t)
         raw = a.copy()
         for j in kids:
             raw += self._pending[j]
         if stored is not None:
-            noisy_t = _int_vector(stored, self.width, "stored noisy node")
+            noisy_t = int_vector(stored, self.width, "stored noisy node")
         else:
             noisy_t = raw + self._draw(t)
         # commit: the noisy node is stored before anything derived from it is returned
@@ -280,13 +285,13 @@ class ContinualCounter:
             closed = state["periods_closed"]
             if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
                 raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
-            noisy = [_int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]
+            noisy = [int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]
             if len(noisy) != closed:
                 raise StateError(
                     f"state holds {len(noisy)} noisy nodes but {closed} closed periods"
                 )
             pending = {
-                int(j): _int_vector(v, counter.width, "pending sum") for j, v in state["pending"]
+                int(j): int_vector(v, counter.width, "pending sum") for j, v in state["pending"]
             }
             expected = {
                 j

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.counter import check_bank, int_vector
 from streamdp.continual.kary import KaryStrategy, exact_scale
 from streamdp.continual.variance import (
     MAX_NOISE_SCALE,
@@ -85,15 +86,6 @@ def level_scales(strategy: KaryStrategy, epsilon: Epsilon, sensitivity: float) -
     return scales
 
 
-def _int_vector(values: Any, width: int, what: str) -> Int64Array:
-    array = np.asarray(values)
-    if array.shape != (width,):
-        raise ConfigError(f"{what} must have shape ({width},), got shape {array.shape}")
-    if array.dtype.kind not in "iub":
-        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
-    return array.astype(np.int64)
-
-
 class FactoredCounter:
     """A bank of ``width`` counters sharing one k-ary strategy; noise drawn at epoch start."""
 
@@ -112,14 +104,7 @@ class FactoredCounter:
         node_noise: Int64Array | None = None,
     ) -> None:
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
-        if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
-            raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
-        if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-            raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
-        if not math.isfinite(carry_variance) or carry_variance < 0.0:
-            raise ConfigError(
-                f"carry_variance must be a finite number >= 0, got {carry_variance!r}"
-            )
+        check_bank(width, epoch, carry_variance)
         self.strategy = strategy
         self.width = int(width)
         self.sampler = sampler
@@ -222,7 +207,7 @@ class FactoredCounter:
                 f"epoch {self.epoch} already released all {self.horizon} periods of its horizon; "
                 "call next_epoch() to start a new epoch (its totals carry this epoch's noisy total)"
             )
-        a = _int_vector(counts, self.width, "counts")
+        a = int_vector(counts, self.width, "counts")
         total = self._exact_total + a
         # finalise the blocks ending at t: levels 0, 1, .. while k^l divides t (amortised
         # k/(k-1) blocks per period), every level at the horizon
@@ -365,14 +350,14 @@ class FactoredCounter:
             if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
                 raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
             ids = [int(i) for i in state["final_ids"]]
-            values = [_int_vector(v, counter.width, "noisy node") for v in state["final_values"]]
+            values = [int_vector(v, counter.width, "noisy node") for v in state["final_values"]]
             real = counter._first <= counter._node_last  # digits: some blocks lie past N
             expected = (np.flatnonzero(real & (counter._node_last <= closed)) + 1).tolist()
             if sorted(ids) != expected or len(values) != len(ids):
                 raise StateError(
                     f"finalised nodes {sorted(ids)[:10]}... do not match {closed} closed periods"
                 )
-            counter._exact_total = _int_vector(state["exact_total"], counter.width, "total")
+            counter._exact_total = int_vector(state["exact_total"], counter.width, "total")
             starts = np.asarray(state["block_start"], dtype=np.int64)
             if starts.shape != (strategy.levels, counter.width):
                 raise StateError(f"block_start must have shape ({strategy.levels}, width)")
