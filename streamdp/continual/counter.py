@@ -77,6 +77,9 @@ def int_vector(values: Any, width: int, what: str) -> Int64Array:
 class ContinualCounter:
     """A bank of ``width`` counters sharing one strategy (same nodes, same noise scales)."""
 
+    #: releases are integers (sums of integer node values)
+    integral_releases = True
+
     def __init__(
         self,
         strategy: Strategy,
@@ -226,10 +229,24 @@ class ContinualCounter:
         )
 
     # ------------------------------------------------------------------ persistence
-    def state(self) -> dict[str, Any]:
+    def epoch_noise(self) -> Int64Array | None:
+        """None: this counter draws each node's noise when its period closes, so no noise is
+        held ahead of use (see :meth:`streamdp.continual.bank.CounterBank.epoch_noise`)."""
+        return None
+
+    def adopt_noise(self, node_noise: Any) -> None:  # noqa: ARG002 - the bank interface
+        """Refused: this counter holds no epoch noise (its stored nodes are adopted one by one
+        through ``close_period(stored=...)``)."""
+        raise StateError(
+            f"a {self.strategy.mechanism} counter draws each node when its period closes and "
+            "holds no epoch noise to adopt; pass stored nodes to close_period(stored=...)"
+        )
+
+    def state(self, *, with_noise: bool = True) -> dict[str, Any]:  # noqa: ARG002
         """Plain, JSON-serialisable state (ints, floats, strings, lists).
 
         Holds raw partial sums of pending nodes: protect it like the input data.
+        ``with_noise`` is accepted for the bank interface; there is no epoch noise to leave out.
         """
         return {
             "kind": STATE_KIND,

@@ -4,17 +4,26 @@ Same interface as :class:`streamdp.continual.counter.ContinualCounter` (``close_
 ``state``/``from_state``, ``next_epoch``, ``total_variance``, ``count_variance``,
 ``noisy_nodes``). Differences, all from DESIGN §3 "Beyond FDA":
 
-- At construction (the epoch's start) the noise ``z_i`` of EVERY node of the epoch is drawn,
-  one sampler call per tree level (``size = blocks x width``, label ``<label>|e<epoch>|L<l>``),
-  and held in the state; :meth:`FactoredCounter.state` must be stored before any release uses
-  it. :meth:`FactoredCounter.from_state` reuses it and never draws.
+- At the epoch's first period close (or :meth:`FactoredCounter.draw_noise`) the noise ``z_i``
+  of EVERY node of the epoch is drawn, one sampler call per tree level (``size = blocks x
+  width``, label ``<label>|e<epoch>|L<l>``), and held in the state (:meth:`epoch_noise`); it
+  must be stored before any release that used it is published.
+  :meth:`FactoredCounter.from_state` reuses it and never draws it again; noise stored by a
+  step a crash lost is given back with :meth:`adopt_noise` before it would be drawn.
 - Release ``t`` is ``s_t + n_t`` with ``s_t`` the exact running total and ``n = M z`` the
   strategy's decoded noise (:meth:`streamdp.continual.kary.KaryStrategy.decode_noise`),
   computed once per epoch in O(nodes) and read in O(1) per release. ``kary_digits`` releases
   integers; ``kary_gls`` releases real numbers (float64): rounding them would change the exact
   variances the releases declare.
 - ``noisy_nodes()`` returns the finalised blocks (every block whose last period has closed):
-  their exact sum plus their stored noise, the vector every release is post-processing of.
+  their exact sum plus their stored noise, the vector every release is post-processing of,
+  in the order they were finalised (the state names them ``noisy_nodes`` like the Fenwick
+  counter's, so the daemon stores each one once under its own key).
+- ``projection`` (a symmetric idempotent ``width x width`` matrix ``P``, optional): the
+  decoded noise of every period is ``P n_t``. When the exact counts always satisfy the public
+  constraints ``P`` projects onto (``P s = s``), release ``t = s_t + P n_t = P (s_t + n_t)``
+  is consistent at publication, still post-processing of the noisy nodes, and counter ``j``'s
+  variance is ``P_jj`` times the unprojected one (:attr:`FactoredCounter.variance_factors`).
 
 State size per counter: ``nodes`` noise integers, about ``N k / (k - 1)`` (``N = 4095, k = 11``:
 4,506), plus as many finalised noisy node values by the end of the epoch, plus ``L`` raw block
@@ -102,6 +111,7 @@ class FactoredCounter:
         carry_variance: float = 0.0,
         noise_label: str = "",
         node_noise: Int64Array | None = None,
+        projection: FloatArray | None = None,
     ) -> None:
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
         check_bank(width, epoch, carry_variance)
@@ -119,30 +129,76 @@ class FactoredCounter:
         self._scales = level_scales(strategy, epsilon, self.sensitivity)
         level_var = np.array([discrete_laplace_variance(b) for b in self._scales])
         self._node_var: FloatArray = level_var[strategy.node_levels]
-        if node_noise is None:
-            self._z = self._draw_all()
-        else:
-            z = np.asarray(node_noise)
-            if z.shape != (strategy.node_count, self.width) or z.dtype.kind not in "iu":
-                raise StateError(
-                    f"node noise must be integers of shape ({strategy.node_count}, "
-                    f"{self.width}), got {z.dtype} {z.shape}"
+        self._projection: FloatArray | None = None
+        if projection is not None:
+            matrix = np.asarray(projection, dtype=np.float64)
+            if matrix.shape != (self.width, self.width):
+                raise ConfigError(
+                    f"projection must have shape ({self.width}, {self.width}), got {matrix.shape}"
                 )
-            self._z = z.astype(np.int64)
-        self._noise = strategy.decode_noise(self._z.astype(np.float64), self._node_var)
+            self._projection = matrix
+        self._z: Int64Array | None = None
+        self._noise: FloatArray = np.zeros((0, self.width))
+        if node_noise is not None:
+            self.adopt_noise(node_noise)
         self._total_var = strategy.total_variances(self._node_var)
         self._count_var = strategy.count_variances(self._node_var)
-        first, last = strategy.node_intervals()
-        self._node_last = last
         self._closed = 0
         self._exact_total: Int64Array = np.zeros(self.width, dtype=np.int64)  # raw s_t
         # raw running total at the start of each level's open block
         self._block_start: Int64Array = np.zeros((strategy.levels, self.width), dtype=np.int64)
         self._final: list[Int64Array] = []  # noisy values of finalised nodes, in finalising order
         self._final_ids: list[int] = []  # their 1-based node ids
-        self._first = first
+        self._period_rows: list[int] = []  # index in _final of period t's level-0 block, t - 1
 
     # ------------------------------------------------------------------ noise
+    @property
+    def integral_releases(self) -> bool:
+        """True when releases are integers (negative digits without a projection)."""
+        return self.strategy.mechanism == "kary_digits" and self._projection is None
+
+    @property
+    def variance_factors(self) -> FloatArray:
+        """Per counter, the factor ``P_jj`` of its noise variance (ones without projection)."""
+        if self._projection is None:
+            return np.ones(self.width)
+        return np.clip(np.diag(self._projection), 0.0, 1.0)
+
+    def epoch_noise(self) -> Int64Array | None:
+        """Every node's noise of this epoch, shape ``(nodes, width)``, once drawn (else None).
+        Read only; store it before publishing anything released after it was drawn."""
+        return self._z
+
+    def adopt_noise(self, node_noise: npt.ArrayLike) -> None:
+        """Use stored node noise of this epoch instead of drawing it (a restore, or a crash
+        that lost the step after the noise was stored). :class:`StateError` if this epoch's
+        noise was already drawn or ``node_noise`` has the wrong shape or type."""
+        if self._z is not None:
+            raise StateError(
+                f"epoch {self.epoch} of {self.noise_label or 'this counter'} already has its "
+                "node noise; stored noise can only be adopted before it is drawn"
+            )
+        z = np.asarray(node_noise)
+        if z.shape != (self.strategy.node_count, self.width) or z.dtype.kind not in "iu":
+            raise StateError(
+                f"node noise must be integers of shape ({self.strategy.node_count}, "
+                f"{self.width}), got {z.dtype} {z.shape}"
+            )
+        self._set_noise(z.astype(np.int64))
+
+    def draw_noise(self) -> Int64Array:
+        """This epoch's node noise, drawn now if it was not drawn (or adopted) yet."""
+        if self._z is None:
+            self._set_noise(self._draw_all())
+        assert self._z is not None
+        return self._z
+
+    def _set_noise(self, z: Int64Array) -> None:
+        noise = self.strategy.decode_noise(z.astype(np.float64), self._node_var)
+        if self._projection is not None:
+            noise = noise @ self._projection  # P symmetric: each row n_t becomes P n_t
+        self._z, self._noise = z, noise
+
     def _draw_all(self) -> Int64Array:
         """Every node's noise, one call per level; the whole epoch's draw happens here."""
         parts = []
@@ -208,21 +264,18 @@ class FactoredCounter:
                 "call next_epoch() to start a new epoch (its totals carry this epoch's noisy total)"
             )
         a = int_vector(counts, self.width, "counts")
+        z = self.draw_noise()
         total = self._exact_total + a
         # finalise the blocks ending at t: levels 0, 1, .. while k^l divides t (amortised
         # k/(k-1) blocks per period), every level at the horizon
-        last = t == self.horizon
-        size = 1
-        for level, offset in enumerate(self.strategy.level_offsets):
-            if t % size and not last:
-                break
-            block = (t - 1) // size
-            if block < self.strategy.blocks[level]:
-                node = offset + block
-                self._final.append(total - self._block_start[level] + self._z[node])
+        ends = self._blocks_ending(t)
+        for level, node in ends:
+            if node is not None:
+                if level == 0:
+                    self._period_rows.append(len(self._final))
+                self._final.append(total - self._block_start[level] + z[node])
                 self._final_ids.append(node + 1)
             self._block_start[level] = total
-            size *= self.strategy.branching
         self._exact_total = total
         self._closed = t
         noisy_total = total + self._noise[t - 1]
@@ -235,6 +288,47 @@ class FactoredCounter:
             count_std=math.sqrt(self.count_variance(t)),
             total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
         )
+
+    def _blocks_ending(self, t: int) -> list[tuple[int, int | None]]:
+        """``(level, 0-based node or None)`` of every block ending at period ``t``, in
+        finalising order: levels 0, 1, .. while ``k^l`` divides ``t`` (amortised ``k/(k-1)``
+        blocks per period), every level at the horizon; None for a level's block past its
+        last node (negative digits keep no block there)."""
+        out: list[tuple[int, int | None]] = []
+        last = t == self.horizon
+        size = 1
+        for level, offset in enumerate(self.strategy.level_offsets):
+            if t % size and not last:
+                break
+            block = (t - 1) // size
+            out.append((level, offset + block if block < self.strategy.blocks[level] else None))
+            size *= self.strategy.branching
+        return out
+
+    def released(self, first: int) -> tuple[FloatArray, FloatArray]:
+        """The releases of periods ``first..periods_closed`` of this epoch, recomputed from
+        the state, ``(noisy counts, noisy totals)`` each shape ``(n, width)``, equal to what
+        :meth:`close_period` returned (carry included in the totals). O(n width): the exact
+        totals are read back from the current one through the level-0 noisy nodes
+        (``a_t = y_t - z_t``)."""
+        closed = self._closed
+        if not 1 <= first <= closed + 1:
+            raise HorizonError(f"first period must be in 1..{closed + 1}, got {first}")
+        n = closed - first + 1
+        if n == 0:
+            return np.zeros((0, self.width)), np.zeros((0, self.width))
+        z = self.draw_noise()
+        rows = self._period_rows[first - 1 :]
+        values = np.stack([self._final[r] for r in rows])
+        counts = values - z[first - 1 : closed]  # exact a_t (level-0 node t has id t)
+        # s_t for t = first-1..closed: the current total minus the later counts
+        later = np.cumsum(counts[::-1], axis=0)[::-1]
+        exact = np.vstack([self._exact_total - later, self._exact_total[None, :]])
+        noise = self._noise[max(first - 2, 0) : closed]
+        if first == 1:
+            noise = np.vstack([np.zeros((1, self.width)), noise])
+        totals: FloatArray = exact + noise
+        return np.diff(totals, axis=0), totals[1:] + self.carry
 
     def noisy_nodes(self) -> tuple[Int64Array, Int64Array, FloatArray]:
         """Finalised nodes: ``(ids (n,), noisy values (n, width), noise variances (n,))``."""
@@ -250,18 +344,12 @@ class FactoredCounter:
         ``cumsum(a) + n``. What consistency revisions project (rows onto the constraint span:
         the exact totals already satisfy the constraints, so this projects the noise).
         """
-        closed = self._closed
-        if not closed:
-            return np.zeros((0, self.width))
-        rows = {node: k for k, node in enumerate(self._final_ids)}
-        period_nodes = [rows[t] for t in range(1, closed + 1)]  # level-0 node t is id t
-        values = np.stack([self._final[k] for k in period_nodes])
-        exact = np.cumsum(values - self._z[:closed], axis=0)
-        out: FloatArray = exact + self._noise[:closed]
+        out: FloatArray = self.released(1)[1] - self.carry
         return out
 
     def next_epoch(self) -> FactoredCounter:
-        """A fresh epoch (all its noise drawn now) whose totals carry this epoch's noisy total."""
+        """A fresh epoch (its noise drawn at its first close) whose totals carry this epoch's
+        noisy total."""
         last = (
             self._exact_total + self._noise[self._closed - 1]
             if self._closed
@@ -277,14 +365,19 @@ class FactoredCounter:
             carry=last + self.carry,
             carry_variance=self.total_variance(self._closed) + self.carry_variance,
             noise_label=self.noise_label,
+            projection=self._projection,
         )
 
     # ------------------------------------------------------------------ persistence
-    def state(self) -> dict[str, Any]:
-        """Plain, JSON-serialisable state, including every node's noise of the epoch.
+    def state(self, *, with_noise: bool = True) -> dict[str, Any]:
+        """Plain, JSON-serialisable state, including every node's noise of the epoch once it
+        is drawn (``node_noise``; None before, or when ``with_noise=False``: the daemon stores
+        the noise once per epoch from :meth:`epoch_noise` and puts it back before
+        :meth:`from_state`). ``noise_drawn`` says whether a restore needs it.
 
-        Holds raw running totals: protect it like the input data. Store it before the first
-        release of the epoch.
+        Holds raw running totals: protect it like the input data. The noise must be stored
+        before any release that used it is published. The projection is not stored: it
+        follows from the stream's public constraints and is given again to :meth:`from_state`.
         """
         s = self.strategy
         return {
@@ -304,16 +397,23 @@ class FactoredCounter:
             "periods_closed": self._closed,
             "carry": self.carry.tolist(),
             "carry_variance": self.carry_variance,
-            "node_noise": self._z.tolist(),
+            "noise_drawn": self._z is not None,
+            "node_noise": self._z.tolist() if with_noise and self._z is not None else None,
             "exact_total": self._exact_total.tolist(),
             "block_start": self._block_start.tolist(),
-            "final_ids": list(self._final_ids),
-            "final_values": [v.tolist() for v in self._final],
+            "noisy_nodes": [v.tolist() for v in self._final],
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], sampler: NoiseSampler) -> FactoredCounter:
-        """Restore without drawing; :class:`StateError` if malformed or of another sampler kind."""
+    def from_state(
+        cls,
+        state: dict[str, Any],
+        sampler: NoiseSampler,
+        *,
+        projection: FloatArray | None = None,
+    ) -> FactoredCounter:
+        """Restore without drawing; :class:`StateError` if malformed, of another sampler kind,
+        or if noise that was drawn is missing (it is never drawn again)."""
         try:
             if state.get("kind") != STATE_KIND or state.get("version") != STATE_VERSION:
                 raise StateError(
@@ -344,18 +444,32 @@ class FactoredCounter:
                 carry=np.asarray(state["carry"], dtype=np.float64),
                 carry_variance=state["carry_variance"],
                 noise_label=state.get("noise_label", ""),
-                node_noise=np.asarray(state["node_noise"], dtype=np.int64),
+                projection=projection,
             )
+            noise = state.get("node_noise")
+            if noise is not None:
+                counter.adopt_noise(np.asarray(noise, dtype=np.int64))
+            elif state["noise_drawn"] or state["periods_closed"]:
+                raise StateError(
+                    f"epoch {counter.epoch}'s node noise is missing from the state; refusing to "
+                    "restore (drawn noise is never drawn again): restore its stored noise"
+                )
             closed = state["periods_closed"]
             if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
                 raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
-            ids = [int(i) for i in state["final_ids"]]
-            values = [int_vector(v, counter.width, "noisy node") for v in state["final_values"]]
-            real = counter._first <= counter._node_last  # digits: some blocks lie past N
-            expected = (np.flatnonzero(real & (counter._node_last <= closed)) + 1).tolist()
-            if sorted(ids) != expected or len(values) != len(ids):
+            values = [int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]
+            ids: list[int] = []
+            rows: list[int] = []
+            for t in range(1, closed + 1):
+                for level, node in counter._blocks_ending(t):
+                    if node is not None:
+                        if level == 0:
+                            rows.append(len(ids))
+                        ids.append(node + 1)
+            if len(values) != len(ids):
                 raise StateError(
-                    f"finalised nodes {sorted(ids)[:10]}... do not match {closed} closed periods"
+                    f"state holds {len(values)} finalised nodes; {closed} closed periods "
+                    f"finalise {len(ids)}"
                 )
             counter._exact_total = int_vector(state["exact_total"], counter.width, "total")
             starts = np.asarray(state["block_start"], dtype=np.int64)
@@ -369,4 +483,5 @@ class FactoredCounter:
         counter._closed = closed
         counter._final_ids = ids
         counter._final = values
+        counter._period_rows = rows
         return counter
