@@ -71,9 +71,9 @@ epsilon_cap = 1.0
 [streams.restaurant-items]
 source = "restaurant-orders"
 epsilon = 1.0
-delta = 5
+sensitivity = 5
 horizon = 4096
-strategy = "fda"
+mechanism = "fda"
 objective = "total"
 allowed_lateness = 0
 on_epoch_end = "roll"

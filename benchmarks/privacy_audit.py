@@ -47,9 +47,9 @@ epsilon_cap = "{epsilon}"
 [streams.flags]
 source = "people"
 epsilon = "{epsilon}"
-delta = 1
+sensitivity = 1
 horizon = 4
-strategy = "fda"
+mechanism = "fda"
 period = {{ unit = "fixed", start = "2024-01-01T00:00:00Z", length = 3600 }}
 counters = {{ kind = "flag", field = "hiv_positive", name = "positives" }}
 """

@@ -8,8 +8,8 @@ and ``streamdp.dead-letter`` and shows the releases live: a redrawn table on a t
 log lines otherwise. Ctrl-C or SIGTERM (or ``--duration``) stops producers, worker (SIGTERM, then
 wait) and broker, and exits 0.
 
-Noise comes from the production OpenDP sampler unless ``--seed N`` asks for the INSECURE seeded
-sampler (reproducible demo noise; the demo labels it as such on every screen).
+Noise comes from the production OpenDP sampler unless ``--insecure-seed N`` asks for the INSECURE
+seeded sampler (reproducible demo noise; the demo labels it as such on every screen).
 
 Process layout: this command runs the session (:mod:`streamdp.demo.session`) as a child process
 in a new session, because a terminal's Ctrl-C goes to the whole foreground process group and the
@@ -51,10 +51,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "is taken)",
     )
     parser.add_argument(
-        "--seed",
+        "--insecure-seed",
         type=int,
         metavar="N",
-        help="reproducible INSECURE seeded noise (demo only; default: the secure OpenDP sampler)",
+        help="INSECURE seeded noise and reproducible synthetic input (demo values only, never "
+        "private; default: the secure OpenDP sampler and new input every run)",
     )
     parser.add_argument(
         "--partitions", type=int, default=2, help="partitions of every topic (default 2)"
@@ -81,8 +82,8 @@ def session_argv(args: argparse.Namespace) -> list[str]:
         argv += ["--duration", repr(args.duration)]
     if args.web_port is not None:
         argv += ["--web-port", str(args.web_port)]
-    if args.seed is not None:
-        argv += ["--seed", str(args.seed)]
+    if args.insecure_seed is not None:
+        argv += ["--insecure-seed", str(args.insecure_seed)]
     return argv
 
 

@@ -21,7 +21,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--rate", type=float, required=True, metavar="R", help="mean events per period"
     )
     parser.add_argument("--output", required=True, metavar="FILE", help="events, JSON lines")
-    parser.add_argument("--seed", type=int, default=0, metavar="S")
+    parser.add_argument(
+        "--data-seed",
+        type=int,
+        default=0,
+        metavar="S",
+        help="seed of the synthetic data (not of any noise: synth draws no noise; default 0)",
+    )
     parser.add_argument(
         "--bad-fraction",
         type=float,
@@ -50,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             args.scenario,
             args.periods,
             args.rate,
-            seed=args.seed,
+            seed=args.data_seed,
             bad_fraction=args.bad_fraction,
         ):
             out.write(line.text + "\n")

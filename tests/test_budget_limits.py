@@ -151,10 +151,10 @@ def test_the_counter_draws_at_the_exact_scales() -> None:
 RESTAURANT = resources.files("streamdp").joinpath("examples", "restaurant.toml").read_text("utf-8")
 
 
-def restaurant(epsilon: str = "1.0", delta: str = "5") -> str:
+def restaurant(epsilon: str = "1.0", sensitivity: str = "5") -> str:
     text = RESTAURANT.replace("epsilon = 1.0", f"epsilon = {epsilon}", 1)
     assert text != RESTAURANT or epsilon == "1.0"
-    return text.replace("delta = 5", f"delta = {delta}", 1)
+    return text.replace("sensitivity = 5", f"sensitivity = {sensitivity}", 1)
 
 
 @pytest.mark.parametrize("epsilon", ["1e-19", "1e-300", "1e-11"])
@@ -176,9 +176,9 @@ def test_the_spec_refuses_an_epsilon_so_large_the_noise_vanishes() -> None:
         parse_spec(text)
 
 
-def test_the_spec_refuses_a_huge_delta() -> None:
+def test_the_spec_refuses_a_huge_sensitivity() -> None:
     with pytest.raises(ConfigError, match=r"(2\^40|limit)"):
-        parse_spec(restaurant(delta=str(2**41)))
+        parse_spec(restaurant(sensitivity=str(2**41)))
 
 
 def test_the_spec_refuses_an_epsilon_it_cannot_read_exactly() -> None:

@@ -540,7 +540,7 @@ def test_the_hot_state_does_not_grow_with_epochs() -> None:
 
     spec = parse_spec(
         "[sources.s]\ntopic = \"s\"\nkind = \"person\"\nepsilon_cap = 1\n"
-        "[streams.x]\nsource = \"s\"\nepsilon = 1\ndelta = 1\nhorizon = 1\n"
+        "[streams.x]\nsource = \"s\"\nepsilon = 1\nsensitivity = 1\nhorizon = 1\n"
         'period = { unit = "fixed", start = "2024-01-01T00:00:00Z", length = 60 }\n'
         'counters = { kind = "flag", field = "f" }\n'
     )

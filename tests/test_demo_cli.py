@@ -83,7 +83,7 @@ def test_timed_demo_prints_releases_and_a_revision_then_stops_everything() -> No
 def test_ctrl_c_stops_the_demo_cleanly() -> None:
     """SIGINT to the front process (what a terminal's Ctrl-C delivers; the session runs in its
     own process group) stops the worker, the producers and the broker; exit code 0."""
-    demo = _demo("--pace", "0.3", "--seed", "5")
+    demo = _demo("--pace", "0.3", "--insecure-seed", "5")
     assert demo.stdout is not None
     seen: list[str] = []
     released = threading.Event()
@@ -106,6 +106,6 @@ def test_ctrl_c_stops_the_demo_cleanly() -> None:
     demo.stdout.close()
     out = "".join(seen)
     assert code == 0, out[-3000:]
-    assert "INSECURE seeded sampler (--seed 5)" in out
+    assert "INSECURE seeded sampler (--insecure-seed 5)" in out
     assert "stopped: worker exited with code 0" in out
     _assert_all_gone(out)

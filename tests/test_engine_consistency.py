@@ -39,7 +39,7 @@ def _dense_wls(release_records, names, spec, constraint_rows) -> tuple[np.ndarra
     keys = sorted(by_period)
     T = len(keys)
     strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
-    scales = spec.delta / (float(spec.epsilon) * strategy.weights)
+    scales = spec.sensitivity / (float(spec.epsilon) * strategy.weights)
     node_var = np.array([discrete_laplace_variance(s) for s in scales])
     # observations: per epoch, noisy nodes over that epoch's periods
     rows_H, obs, weights = [], [], []
@@ -129,7 +129,7 @@ epsilon_cap = "0.8"
 [streams.census]
 source = "people"
 epsilon = "0.8"
-delta = 4
+sensitivity = 4
 horizon = 16
 period = { unit = "fixed", start = "2024-01-01T00:00:00Z", length = "1h" }
 constraints = { kind = "hierarchy" }

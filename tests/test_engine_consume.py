@@ -171,9 +171,12 @@ def test_a_control_record_on_an_input_topic_is_refused_and_never_obeyed() -> Non
     assert [r.reason for r in watermark.rejections] == ["bad_control"]
 
 
-def _restaurant_spec(over_delta: str, delta: int) -> Any:
+def _restaurant_spec(over_sensitivity: str, sensitivity: int) -> Any:
     text = files_text("restaurant.toml")
-    text = text.replace("delta = 5\n", f'delta = {delta}\nover_delta = "{over_delta}"\n')
+    text = text.replace(
+        "sensitivity = 5\n",
+        f'sensitivity = {sensitivity}\nover_sensitivity = "{over_sensitivity}"\n',
+    )
     return parse_spec(text).streams["restaurant-items"]
 
 
@@ -204,12 +207,12 @@ ITEM_NAMES = st.sampled_from(["cola", "burger", "wings", "fries", "nuggets", "pi
             ]
         ),
     ),
-    setting=st.sampled_from([("reject", 5), ("reject", 7)]),  # combos need delta >= 5, reject
+    setting=st.sampled_from([("reject", 5), ("reject", 7)]),  # combos need sensitivity >= 5, reject
 )
 def test_the_exact_combo_lookup_gives_what_the_item_by_item_check_gives(
     items: Any, setting: tuple[str, int]
 ) -> None:
-    """The one-lookup path for orders that are exactly a combo (within delta) against the
+    """The one-lookup path for orders that are exactly a combo (within the sensitivity) against the
     general check, on every kind of quantity JSON can carry (True == 1 and 1.0 == 1 in a set)."""
     from streamdp.engine.events import ItemExtractor, RejectedError
 

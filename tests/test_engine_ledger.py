@@ -23,7 +23,7 @@ epsilon_cap = "1.0"
 [streams.flags]
 source = "people"
 epsilon = "0.7"
-delta = 1
+sensitivity = 1
 horizon = 4
 on_epoch_end = "{end}"
 period = {{ unit = "fixed", start = "2024-01-01T00:00:00Z", length = 60 }}

@@ -46,7 +46,7 @@ from streamdp.synth import example_spec
 
 TOPIC = "restaurant-orders"
 KAFKA_DEFAULT_REQUEST = 1_000_000
-# a valid order of the restaurant example (a combo, within delta, inside its first periods)
+# a valid order of the restaurant example (a combo within the sensitivity, in its first periods)
 GOOD = (
     '{"event_id": "o-1", "event_time": "2024-01-03T12:00:00Z", "source": "restaurant-orders", '
     '"items": {"cola": 2, "burger": 1, "wings": 1, "nuggets": 1}}'
@@ -267,7 +267,7 @@ def test_event_id_over_the_length_limit_is_shown_by_digest() -> None:
 
 def test_duplicate_keys_mean_one_thing_the_last() -> None:
     # RFC 8259 leaves duplicate names to the reader; here the last wins, as in json.loads:
-    # an order whose first "items" is over delta but whose last is a combo is counted
+    # an order whose first "items" is over the sensitivity but whose last is a combo is counted
     record = GOOD[:-1].replace('"items"', '"items": {"cola": 99}, "items"', 1) + "}"
     assert json.loads(record)["items"] == json.loads(GOOD)["items"]
     code, out = _consume(record.encode())
@@ -382,7 +382,7 @@ def test_the_worst_dead_letter_is_within_the_bound() -> None:
     astral = "\U0001f600"
     label = astral * MAX_LABEL_CHARS
     letter = DeadLetterRecord(
-        reason="contribution_over_delta",
+        reason="contribution_over_sensitivity",
         message=astral * 10_000,
         raw=astral * 100_000,
         stream=label,

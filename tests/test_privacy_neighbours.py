@@ -203,16 +203,16 @@ def _assert_neighbours(
         count_l1[a["stream"]] += abs(a["noisy_count"] - b["noisy_count"])
         total_l1[(a["stream"], a["epoch"], a["period"])] += abs(a["noisy_total"] - b["noisy_total"])
     for stream, l1 in count_l1.items():
-        bound = spec.streams[stream].delta
+        bound = spec.streams[stream].sensitivity
         assert l1 <= bound, f"{stream}: period counts moved by {l1} > Delta = {bound}"
     for (stream, epoch, period), l1 in total_l1.items():
-        bound = spec.streams[stream].delta
+        bound = spec.streams[stream].sensitivity
         assert l1 <= bound, f"{stream} {epoch}/{period}: running totals moved by {l1} > {bound}"
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_one_hostile_record_moves_no_schedule_and_at_most_delta_on_replay(
+def test_one_hostile_record_moves_no_schedule_and_at_most_the_sensitivity_on_replay(
     scenario: str, kind: str, tmp_path: Path
 ) -> None:
     spec, records, periods = _dataset(scenario)
@@ -224,7 +224,7 @@ def test_one_hostile_record_moves_no_schedule_and_at_most_delta_on_replay(
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_one_hostile_record_moves_no_schedule_and_at_most_delta_in_the_daemon(
+def test_one_hostile_record_moves_no_schedule_and_at_most_the_sensitivity_in_the_daemon(
     scenario: str, kind: str
 ) -> None:
     spec, records, periods = _dataset(scenario)

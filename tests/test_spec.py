@@ -24,7 +24,7 @@ epsilon_cap = {cap}
 [streams.a]
 source = "s"
 epsilon = {ea}
-delta = 1
+sensitivity = 1
 horizon = 12
 period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
 counters = {{ kind = "flag", field = "hiv_positive" }}
@@ -32,7 +32,7 @@ counters = {{ kind = "flag", field = "hiv_positive" }}
 [streams.b]
 source = "s"
 epsilon = {eb}
-delta = 1
+sensitivity = 1
 horizon = 12
 period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
 counters = {{ kind = "flag", field = "other" }}
@@ -49,14 +49,14 @@ def test_examples_load(scenario) -> None:
 
 def test_seed_shapes() -> None:
     restaurant = example_spec("restaurant").streams["restaurant-items"]
-    assert restaurant.delta == 5
+    assert restaurant.sensitivity == 5
     assert [v for _, v in restaurant.constraints.combos] == [
         (2, 1, 1, 0, 1),
         (0, 2, 2, 1, 0),
         (1, 1, 0, 1, 1),
     ]
     census = example_spec("census").streams["census"]
-    assert census.delta == len(census.counters.attributes) + 2
+    assert census.sensitivity == len(census.counters.attributes) + 2
     assert census.counters.width == 1 + (2 + 7 + 23) + 2 * 7 * 23
 
 
@@ -81,8 +81,8 @@ def test_cap_exceeded_names_streams_and_sum() -> None:
         (("epsilon = 0.1", "epsilon = -1"), "stream 'a': field 'epsilon': must be a positive"),
         (
             (
-                'delta = 1\nhorizon = 12\nperiod = { unit = "month", timezone = "UTC"',
-                'delta = 1\nhorizon = 0\nperiod = { unit = "month", timezone = "UTC"',
+                'sensitivity = 1\nhorizon = 12\nperiod = { unit = "month", timezone = "UTC"',
+                'sensitivity = 1\nhorizon = 0\nperiod = { unit = "month", timezone = "UTC"',
             ),
             "field 'horizon': must be between 1 and",
         ),
@@ -98,9 +98,9 @@ def test_cap_exceeded_names_streams_and_sum() -> None:
             "monthly periods start on the 1st",
         ),
         (
-            ("epsilon = 0.1", 'epsilon = 0.1\nstrategy = "fancy"'),
+            ("epsilon = 0.1", 'epsilon = 0.1\nmechanism = "fancy"'),
             (
-                "field 'strategy': must be one of fda, binary, naive, kary_digits, kary_gls; "
+                "field 'mechanism': must be one of fda, binary, naive, kary_digits, kary_gls; "
                 "got 'fancy'"
             ),
         ),
@@ -110,7 +110,7 @@ def test_cap_exceeded_names_streams_and_sum() -> None:
             "field 'source': unknown source 'nope'; configured: s",
         ),
         (('kind = "person"', 'kind = "order"'), "'flag' counters need a source of person events"),
-        (("epsilon = 0.1\ndelta = 1\n", "epsilon = 0.1\n"), "field 'delta': missing"),
+        (("epsilon = 0.1\nsensitivity = 1\n", "epsilon = 0.1\n"), "field 'sensitivity': missing"),
     ],
 )
 def test_errors_say_where_what_and_what_is_allowed(change, expected) -> None:
@@ -122,7 +122,7 @@ def test_errors_say_where_what_and_what_is_allowed(change, expected) -> None:
     assert expected in str(info.value)
 
 
-def test_census_delta_must_cover_k_plus_two_and_combos_the_largest_combo() -> None:
+def test_census_sensitivity_must_cover_k_plus_two_and_combos_the_largest_combo() -> None:
     census = example_spec("census").raw
     text = (
         __import__("importlib.resources", fromlist=["files"])
@@ -131,8 +131,8 @@ def test_census_delta_must_cover_k_plus_two_and_combos_the_largest_combo() -> No
         .read_text("utf-8")
     )
     assert census
-    with pytest.raises(ConfigError, match=r"k \+ 2.*set delta = 5"):
-        parse_spec(text.replace("delta = 5", "delta = 4"))
+    with pytest.raises(ConfigError, match=r"k \+ 2.*set sensitivity = 5"):
+        parse_spec(text.replace("sensitivity = 5", "sensitivity = 4"))
     restaurant = (
         __import__("importlib.resources", fromlist=["files"])
         .files("streamdp")
@@ -140,7 +140,7 @@ def test_census_delta_must_cover_k_plus_two_and_combos_the_largest_combo() -> No
         .read_text("utf-8")
     )
     with pytest.raises(ConfigError, match="largest combo holds 5 units"):
-        parse_spec(restaurant.replace("delta = 5", "delta = 4"))
+        parse_spec(restaurant.replace("sensitivity = 5", "sensitivity = 4"))
     with pytest.raises(ConfigError, match="unknown item; the stream counts cola"):
         parse_spec(restaurant.replace("combo2 = { burger", "combo2 = { pizza = 1, burger"))
     with pytest.raises(ConfigError, match="not valid TOML"):

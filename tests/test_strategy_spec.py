@@ -17,7 +17,7 @@ epsilon_cap = 1
 [streams.a]
 source = "s"
 epsilon = 0.5
-delta = 1
+sensitivity = 1
 horizon = 365
 period = {{ unit = "day", timezone = "UTC", start = "2024-01-01" }}
 counters = {{ kind = "flag", field = "hiv_positive" }}
@@ -28,9 +28,9 @@ counters = {{ kind = "flag", field = "hiv_positive" }}
 @pytest.mark.parametrize(
     ("extra", "mechanism", "objective", "branching"),
     [
-        ('strategy = "kary_gls"', "kary_gls", "total", None),
-        ('strategy = "kary_digits"\nobjective = "minimax"', "kary_digits", "minimax", None),
-        ('strategy = "kary_gls"\nobjective = "count"\nbranching = 4', "kary_gls", "count", 4),
+        ('mechanism = "kary_gls"', "kary_gls", "total", None),
+        ('mechanism = "kary_digits"\nobjective = "minimax"', "kary_digits", "minimax", None),
+        ('mechanism = "kary_gls"\nobjective = "count"\nbranching = 4', "kary_gls", "count", 4),
         ("", "fda", "total", None),
     ],
 )
@@ -52,10 +52,10 @@ def test_kary_strategies_are_selectable(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ('strategy = "fda"\nbranching = 4', "field 'branching': applies to kary_digits"),
+        ('mechanism = "fda"\nbranching = 4', "field 'branching': applies to kary_digits"),
         ('objective = "count"', "field 'objective': 'count' applies to kary_digits"),
-        ('strategy = "kary_gls"\nbranching = 1', "branching"),
-        ('strategy = "kary_gls"\nbranching = 65', "branching"),
+        ('mechanism = "kary_gls"\nbranching = 1', "branching"),
+        ('mechanism = "kary_gls"\nbranching = 65', "branching"),
     ],
 )
 def test_kary_spec_errors_say_what_to_do(extra: str, message: str) -> None:
@@ -81,7 +81,7 @@ def test_the_engine_refuses_a_k_ary_strategy_with_a_clear_message() -> None:
         importlib.resources.files("streamdp")
         .joinpath("examples", "hiv.toml")
         .read_text("utf-8")
-        .replace("horizon = 120\n", 'horizon = 120\nstrategy = "kary_gls"\n')
+        .replace("horizon = 120\n", 'horizon = 120\nmechanism = "kary_gls"\n')
     )
     with pytest.raises(ConfigError, match=r"can be planned .* but not yet released"):
         Engine(parse_spec(text), sampler=InsecureSeededSampler(0))

@@ -124,7 +124,7 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
             partitions=args.partitions,
             web_port=port,
             data_dir=tmp / "worker-data",
-            insecure_seed=args.seed,
+            insecure_seed=args.insecure_seed,
             clock=clock,
         )
         worker = WorkerProcess(argv, tmp / "worker.log")
@@ -168,12 +168,12 @@ def _header(  # noqa: PLR0917 - one line each
     from streamdp.demo.board import half_width95
     from streamdp.planner import plan
 
-    if args.seed is None:
+    if args.insecure_seed is None:
         noise = "noise: OpenDP exact discrete Laplace (secure sampler)"
     else:
         noise = (
-            f"noise: INSECURE seeded sampler (--seed {args.seed}), demo noise only: "
-            "these releases are NOT private"
+            f"noise: INSECURE seeded sampler (--insecure-seed {args.insecure_seed}), demo noise "
+            "only: these releases are NOT private"
         )
     plans = []
     for name, stream in spec.streams.items():
@@ -182,7 +182,7 @@ def _header(  # noqa: PLR0917 - one line each
             stream.objective,
             stream.horizon,
             float(stream.epsilon),
-            float(stream.delta),
+            float(stream.sensitivity),
         )
         plans.append(f"{name} ±{half_width95(p.mean_variance**0.5):,.0f}")
     rates = ", ".join(f"{source} ~{rate:g}/day" for _, source, rate in SCENARIOS)
@@ -275,8 +275,12 @@ class Live:
         try:
             for i, (scenario, source, rate) in enumerate(SCENARIOS):
                 self.stats[source] = FeedStats()
-                # synthetic input (not noise): reproducible with --seed, else new every run
-                base = self.args.seed if self.args.seed is not None else time.time_ns() % 2**31
+                # synthetic input (not noise): reproducible with --insecure-seed, else new every run
+                base = (
+                    self.args.insecure_seed
+                    if self.args.insecure_seed is not None
+                    else time.time_ns() % 2**31
+                )
                 records = paced_records(
                     scenario,
                     self.spec,

@@ -569,7 +569,9 @@ class Engine:
                 f"not an engine snapshot of version {ENGINE_STATE_VERSION} "
                 f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
             )
-        if state.get("spec_fingerprint") != self.spec.fingerprint():
+        # a state stored before the configuration keys were renamed (format 1) carries the
+        # fingerprint of the old names: it restores under the same configuration renamed
+        if state.get("spec_fingerprint") not in self.spec.fingerprints():
             raise StateError(
                 "snapshot was taken under a different configuration; restore it with the "
                 "configuration it was taken with"

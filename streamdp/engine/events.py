@@ -42,7 +42,7 @@ Reason = Literal[
     "unknown_item",
     "invalid_quantity",
     "unknown_category",
-    "contribution_over_delta",
+    "contribution_over_sensitivity",
     "not_a_combo",
     "duplicate_event",
     "late",
@@ -227,15 +227,16 @@ class ItemExtractor(Extractor):
     def __init__(self, spec: StreamSpec) -> None:
         self.index = {name: i for i, name in enumerate(spec.counters.items)}
         self.allowed = ", ".join(spec.counters.items)
-        self.delta = spec.delta
-        self.clip = spec.over_delta == "clip"
+        self.sensitivity = spec.sensitivity
+        self.clip = spec.over_sensitivity == "clip"
         combos = spec.constraints.combos if spec.constraints.orders_must_be_combos else ()
         self.combos = {
             tuple((i, q) for i, q in enumerate(vector) if q): name for name, vector in combos
         }
         self.combo_names = ", ".join(name for name, _ in combos)
         # an order that is exactly a combo, written without zero quantities: its contribution
-        # by one lookup ({item: quantity} pairs as a set; the spec keeps combos within delta)
+        # by one lookup ({item: quantity} pairs as a set; the spec keeps combos within the
+        # sensitivity)
         self.exact_combos: dict[frozenset[tuple[str, int]], Contribution] = {
             frozenset((spec.counters.items[i], q) for i, q in pairs): pairs for pairs in self.combos
         }
@@ -279,15 +280,15 @@ class ItemExtractor(Extractor):
                 out.append((i, quantity))
                 total += quantity
         out.sort()
-        if total > self.delta:
+        if total > self.sensitivity:
             if not self.clip:
                 raise RejectedError(
-                    "contribution_over_delta",
+                    "contribution_over_sensitivity",
                     f"items: the order's total quantity exceeds the stream's bound "
-                    f"delta = {self.delta}",
+                    f"sensitivity = {self.sensitivity}",
                 )
             clipped: list[tuple[int, int]] = []
-            room = self.delta
+            room = self.sensitivity
             for i, q in out:
                 take = min(q, room)
                 if take:
@@ -321,7 +322,7 @@ class AttributeExtractor(Extractor):
             self.lookup.append({c: (offset + j, j * s) for j, c in enumerate(attribute.categories)})
             offset += len(attribute.categories)
         self.allowed = [", ".join(a.categories) for a in attributes]
-        self.delta = spec.delta
+        self.sensitivity = spec.sensitivity
 
     def contribution(self, event: Mapping[str, Any]) -> Contribution:
         attrs = event.get("attributes")

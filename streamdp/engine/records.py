@@ -6,8 +6,9 @@ Key formats (names cannot contain ``|``; see :data:`streamdp.engine.spec.NAME_RU
 
 - release: ``"{stream}|{counter}|{epoch}|{period}"``; re-publishing after a restart yields the
   same key and the same values, so a consumer de-duplicating by key sees each release once.
-- consistent: ``"{stream}|{epoch}|{period}"``; every revision re-publishes all periods with a
-  higher ``revision``, so a compacted topic keeps the latest consistent value of each period.
+- consistent: ``"{stream}|{epoch}|{period}"``; a revision publishes only the periods no earlier
+  revision published (a period's consistent values never change), so a compacted topic keeps
+  one consistent value per period.
 - dead letter: ``"{source or -}|{topic or -}|{offset or -}|{event_id or -}"``.
 
 Dead letters always fit (DESIGN §5; issue 16): whatever the rejected record held, a dead letter's
@@ -30,7 +31,10 @@ from typing import Any, Final
 
 from streamdp.engine.events import Reason, is_unicode_text
 
-SCHEMA_VERSION = 1
+#: 2: one vocabulary (issue 14): the contribution bound is ``sensitivity`` (was ``delta``) and
+#: the dead-letter reason ``contribution_over_sensitivity`` (was ``contribution_over_delta``);
+#: see docs/consuming.md, "Migrating from schema_version 1".
+SCHEMA_VERSION = 2
 
 #: Most bytes of the raw record a dead letter carries, measured as escaped JSON string content
 #: (``\uXXXX`` escapes make non-ASCII text up to 12 bytes a character).
@@ -133,7 +137,7 @@ class ReleaseRecord:
     count_std: float
     total_std: float
     epsilon: float
-    delta: int
+    sensitivity: int
     horizon: int
     mechanism: str
     objective: str
@@ -160,7 +164,7 @@ class ReleaseRecord:
             "count_std": self.count_std,
             "total_std": self.total_std,
             "epsilon": self.epsilon,
-            "delta": self.delta,
+            "sensitivity": self.sensitivity,
             "horizon": self.horizon,
             "mechanism": self.mechanism,
             "objective": self.objective,

@@ -2,8 +2,9 @@
 
 A configuration names input *sources* (Kafka topics / files of one event kind, each with a
 per-source epsilon cap) and *streams* (one continual release each: period, horizon N, epsilon,
-contribution bound Delta, counters, public constraints, strategy, lateness, consistency schedule,
-what happens at the end of an epoch). See DESIGN.md §2 and §5 and ``streamdp/examples/*.toml``.
+contribution bound (the sensitivity Delta), counters, public constraints, mechanism, lateness,
+consistency schedule, what happens at the end of an epoch). See DESIGN.md §2 and §5 and
+``streamdp/examples/*.toml``.
 
 Budget arithmetic is exact: epsilons are read from their decimal text (``tomllib`` with
 ``parse_float=Decimal``), so ``0.1 + 0.2 <= 0.3`` holds when checking a source's cap.
@@ -32,7 +33,7 @@ PeriodUnit = Literal["day", "month", "fixed"]
 CounterKind = Literal["items", "attributes", "flag"]
 ConstraintKind = Literal["none", "combos", "hierarchy"]
 EpochEnd = Literal["roll", "stop"]
-OverDelta = Literal["reject", "clip"]
+OverSensitivity = Literal["reject", "clip"]
 Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls"]
 Objective = Literal["total", "minimax", "count"]
 
@@ -146,7 +147,7 @@ class StreamSpec:
     name: str
     source: str
     epsilon: Decimal
-    delta: int
+    sensitivity: int
     horizon: int
     period: PeriodSpec
     counters: CounterSpec
@@ -157,7 +158,7 @@ class StreamSpec:
     allowed_lateness_seconds: float = 0.0
     consistency: ConsistencySpec = field(default_factory=ConsistencySpec)
     on_epoch_end: EpochEnd = "roll"
-    over_delta: OverDelta = "reject"
+    over_sensitivity: OverSensitivity = "reject"
     max_future_periods: int = 0
 
 
@@ -181,8 +182,24 @@ class EngineSpec:
 
     def fingerprint(self) -> str:
         """SHA-256 of the canonical configuration (snapshots refuse a different spec)."""
-        text = json.dumps(_jsonable(self.raw), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _sha256_of(self.raw)
+
+    def fingerprints(self) -> tuple[str, str]:
+        """:meth:`fingerprint` and the fingerprint of the same configuration written with the
+        first format's key names (:data:`RENAMED_KEYS`): a state stored before the keys were
+        renamed restores once the operator renames them, and under no other configuration."""
+        streams = self.raw.get("streams")
+        if not isinstance(streams, Mapping):
+            return self.fingerprint(), self.fingerprint()
+        legacy_name = {new: old for old, new in RENAMED_KEYS.items()}
+        legacy = dict(self.raw)
+        legacy["streams"] = {
+            name: {legacy_name.get(k, k): v for k, v in table.items()}
+            if isinstance(table, Mapping)
+            else table
+            for name, table in streams.items()
+        }
+        return self.fingerprint(), _sha256_of(legacy)
 
     def source_of_topic(self, topic: str) -> SourceSpec | None:
         """The source reading ``topic`` or named ``topic``, if any."""
@@ -190,6 +207,11 @@ class EngineSpec:
             if topic in (source.topic, source.name):
                 return source
         return None
+
+
+def _sha256_of(raw: Mapping[str, Any]) -> str:
+    text = json.dumps(_jsonable(raw), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def _jsonable(value: Any) -> Any:
@@ -244,6 +266,13 @@ class _Ctx:
     def only(self, data: Mapping[str, Any], allowed: tuple[str, ...], field_name: str) -> None:
         unknown = [k for k in data if k not in allowed]
         if unknown:
+            renamed = RENAMED_KEYS.get(unknown[0])
+            if renamed is not None and renamed in allowed:
+                raise self.fail(
+                    f"{field_name}.{unknown[0]}" if field_name else unknown[0],
+                    f"was renamed to {renamed!r} (configuration format 2, see "
+                    "docs/consuming.md 'Migrating from schema_version 1'); rename the key",
+                )
             raise self.fail(
                 f"{field_name}.{unknown[0]}" if field_name else unknown[0],
                 f"unknown key; allowed keys here: {', '.join(allowed)}",
@@ -306,10 +335,17 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+#: Keys of the first configuration format and their names since (one vocabulary: Delta is the
+#: *sensitivity*, never ``delta``, which DP readers take for the delta of (epsilon, delta)-DP).
+RENAMED_KEYS = {
+    "delta": "sensitivity",
+    "strategy": "mechanism",
+    "over_delta": "over_sensitivity",
+}
 _SOURCE_KEYS = ("topic", "kind", "epsilon_cap")
 _STREAM_KEYS = (
-    "source", "epsilon", "delta", "horizon", "period", "counters", "constraints", "strategy",
-    "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_delta",
+    "source", "epsilon", "sensitivity", "horizon", "period", "counters", "constraints", "mechanism",
+    "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_sensitivity",
     "max_future_periods", "branching",
 )  # fmt: skip
 _PERIOD_KEYS = ("unit", "start", "timezone", "length")
@@ -369,7 +405,7 @@ def _stream(
     ctx: _Ctx, name: str, table: dict[str, Any], sources: Mapping[str, SourceSpec]
 ) -> StreamSpec:
     ctx.only(table, _STREAM_KEYS, "")
-    for required in ("source", "epsilon", "delta", "horizon", "period", "counters"):
+    for required in ("source", "epsilon", "sensitivity", "horizon", "period", "counters"):
         if required not in table:
             raise ctx.fail(required, "missing (required for every stream)")
     source_name = table["source"]
@@ -379,7 +415,7 @@ def _stream(
         )
     source = sources[source_name]
     epsilon = ctx.epsilon(table["epsilon"], "epsilon")
-    delta = ctx.integer(table["delta"], "delta", 1)
+    sensitivity = ctx.integer(table["sensitivity"], "sensitivity", 1)
     horizon = ctx.integer(table["horizon"], "horizon", 1, MAX_HORIZON)
     period = _period(ctx, ctx.table(table["period"], "period"))
     counters = _counters(ctx, ctx.table(table["counters"], "counters"), source)
@@ -389,8 +425,8 @@ def _stream(
     mechanism = cast(
         Mechanism,
         ctx.choice(
-            table.get("strategy", "fda"),
-            "strategy",
+            table.get("mechanism", "fda"),
+            "mechanism",
             ("fda", "binary", "naive", "kary_digits", "kary_gls"),
         ),
     )
@@ -420,44 +456,47 @@ def _stream(
     on_epoch_end = cast(
         EpochEnd, ctx.choice(table.get("on_epoch_end", "roll"), "on_epoch_end", ("roll", "stop"))
     )
-    over_delta = cast(
-        OverDelta, ctx.choice(table.get("over_delta", "reject"), "over_delta", ("reject", "clip"))
+    over_sensitivity = cast(
+        OverSensitivity,
+        ctx.choice(table.get("over_sensitivity", "reject"), "over_sensitivity", ("reject", "clip")),
     )
     max_future = ctx.integer(table.get("max_future_periods", 0), "max_future_periods", 0)
 
     # Delta must admit a single legitimate event, otherwise every event would be rejected.
     if counters.kind == "attributes":
         need = len(counters.attributes) + 2
-        if delta < need:
+        if sensitivity < need:
             raise ctx.fail(
-                "delta",
-                f"is {delta}, but one record with {len(counters.attributes)} attributes changes "
+                "sensitivity",
+                f"is {sensitivity}, but one record with {len(counters.attributes)} attributes "
+                f"changes "
                 f"{need} counters (k + 2: total, one category per attribute, one cell); "
-                f"set delta = {need}",
+                f"set sensitivity = {need}",
             )
-        if over_delta == "clip":
-            raise ctx.fail("over_delta", "'clip' applies to item counters only; use 'reject'")
-    if counters.kind == "flag" and over_delta == "clip":
-        raise ctx.fail("over_delta", "'clip' applies to item counters only; use 'reject'")
+        if over_sensitivity == "clip":
+            raise ctx.fail("over_sensitivity", "'clip' applies to item counters only; use 'reject'")
+    if counters.kind == "flag" and over_sensitivity == "clip":
+        raise ctx.fail("over_sensitivity", "'clip' applies to item counters only; use 'reject'")
     if constraints.kind == "combos":
         largest = max(sum(q) for _, q in constraints.combos)
-        if constraints.orders_must_be_combos and delta < largest:
+        if constraints.orders_must_be_combos and sensitivity < largest:
             raise ctx.fail(
-                "delta",
-                f"is {delta}, but the largest combo holds {largest} units; set delta >= {largest}",
+                "sensitivity",
+                f"is {sensitivity}, but the largest combo holds {largest} units; "
+                f"set sensitivity >= {largest}",
             )
-        if over_delta == "clip":
+        if over_sensitivity == "clip":
             raise ctx.fail(
-                "over_delta",
+                "over_sensitivity",
                 "'clip' would turn orders into non-combos and break the combo constraint; "
                 "use 'reject'",
             )
-    _check_noise_limits(ctx, epsilon, delta, mechanism, objective, horizon, branching)
+    _check_noise_limits(ctx, epsilon, sensitivity, mechanism, objective, horizon, branching)
     return StreamSpec(
         name=name,
         source=source.name,
         epsilon=epsilon,
-        delta=delta,
+        sensitivity=sensitivity,
         horizon=horizon,
         period=period,
         counters=counters,
@@ -468,7 +507,7 @@ def _stream(
         allowed_lateness_seconds=lateness,
         consistency=consistency,
         on_epoch_end=on_epoch_end,
-        over_delta=over_delta,
+        over_sensitivity=over_sensitivity,
         max_future_periods=max_future,
     )
 
@@ -484,7 +523,7 @@ def _round_down(value: Decimal, digits: int) -> Decimal:
 def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
     ctx: _Ctx,
     epsilon: Decimal,
-    delta: int,
+    sensitivity: int,
     mechanism: Mechanism,
     objective: Objective,
     horizon: int,
@@ -502,7 +541,7 @@ def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
             f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
         )
     try:
-        check_noise_scales(mechanism, objective, horizon, epsilon, delta, branching)
+        check_noise_scales(mechanism, objective, horizon, epsilon, sensitivity, branching)
     except ConfigError as error:
         raise ctx.fail("epsilon", str(error)) from None
 

@@ -6,6 +6,13 @@ Streams are the unit the daemon partitions by, so everything a stream needs live
 Protected state: ``_open`` (true counts of periods not yet closed, Python ints) and the counter's
 pending raw node sums. They never leave this object except through :meth:`state`, which must be
 stored like the input topic.
+
+Every mechanism runs through one :class:`~streamdp.continual.bank.CounterBank`: a Fenwick
+counter (``fda``, ``binary``, ``naive``: one node drawn per period close, consistency from
+revisions over the stored nodes) or a factored counter (``kary_digits``, ``kary_gls``: every
+node of an epoch drawn at its first close; with constraints the decoded noise is projected onto
+the constraint span, so every release is consistent when it is published and a revision
+re-publishes the releases themselves, recomputed from the counter in O(periods revised)).
 """
 
 from __future__ import annotations
@@ -19,14 +26,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual.counter import ContinualCounter
-from streamdp.continual.strategy import MECHANISMS, build_strategy
+from streamdp.continual.bank import CounterBank, open_bank, restore_bank
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.strategy import Strategy, build_any_strategy
 from streamdp.engine.events import Contribution, RejectedError, extractor_for
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
-from streamdp.errors import ConfigError, StateError
+from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
 # 2: "seen" holds content digests of the open periods' records (1: event ids) and
@@ -48,14 +56,16 @@ class RevisionStats:
     seconds: float
 
 
+def stream_strategy(spec: StreamSpec) -> Strategy | KaryStrategy:
+    """The stream's strategy (cached: a k-ary strategy is optimised for the spec's objective
+    and exact horizon once per process). Raises :class:`ConfigError` if it cannot be built."""
+    return build_any_strategy(spec.mechanism, spec.objective, spec.horizon, spec.branching)
+
+
 def check_releasable(spec: StreamSpec) -> None:
-    """Raise :class:`ConfigError` for a stream whose strategy the engine cannot release with."""
-    if spec.mechanism not in MECHANISMS:
-        raise ConfigError(
-            f"stream {spec.name!r}: strategy {spec.mechanism!r} can be planned "
-            "(streamdp plan --mechanism) but not yet released: the engine releases with "
-            f"{', '.join(MECHANISMS)} (the k-ary counter's engine integration is not done)"
-        )
+    """Build the stream's strategy now (a worker calls this at start, so a configuration
+    error, or the k-ary optimisation's few seconds, comes before the first record)."""
+    stream_strategy(spec)
 
 
 class StreamRuntime:
@@ -70,8 +80,21 @@ class StreamRuntime:
         self.names = spec.counters.names
         self.width = len(self.names)
         self.horizon = spec.horizon
-        check_releasable(spec)
-        self.strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
+        self.strategy = stream_strategy(spec)
+        # k-ary strategies know an epoch's noise at its start: releases are projected onto the
+        # constraint span when published (P_jj scales each counter's variance)
+        self._noise_ahead = isinstance(self.strategy, KaryStrategy)
+        self._shrink: npt.NDArray[np.float64] | None = None
+        self._projection = (
+            project_nodes(spec, np.eye(self.width))
+            if self._noise_ahead and spec.constraints.kind != "none"
+            else None
+        )
+        self._release_scale = (
+            np.sqrt(self._projection_diagonal()) if self._projection is not None else None
+        )
+        # epoch -> node noise stored before a crash lost the state that refers to it
+        self._stored_noise: dict[int, npt.NDArray[np.int64]] = {}
         self.counter = self._fresh_counter()
         self.closed = 0  # absolute periods closed (over all epochs)
         self._open: dict[int, list[int]] = {}
@@ -82,7 +105,6 @@ class StreamRuntime:
         self.revision = 0
         # absolute periods below this already have their consistent values published
         self._revised_through = 0
-        self._shrink: npt.NDArray[np.float64] | None = None
         self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
         self._lateness = spec.allowed_lateness_seconds
@@ -97,14 +119,15 @@ class StreamRuntime:
         self._close_target = 0
         self.next_deadline = self._deadline()
 
-    def _fresh_counter(self) -> ContinualCounter:
-        return ContinualCounter(
+    def _fresh_counter(self) -> CounterBank:
+        return open_bank(
             self.strategy,
             float(self.spec.epsilon),
-            float(self.spec.delta),
+            float(self.spec.sensitivity),
             self.width,
             self.sampler,
             noise_label=self.spec.name,
+            projection=self._projection,
         )
 
     @property
@@ -189,10 +212,32 @@ class StreamRuntime:
     def adopt_stored_nodes(self, nodes: Mapping[tuple[int, int], list[int]]) -> None:
         """Noisy nodes ``(epoch, node) -> values`` found stored beyond this state (a crash
         after they were written, before the state that refers to them): closing their periods
-        uses them instead of drawing again. Nodes of periods already closed are ignored."""
+        uses them instead of drawing again. Nodes of periods already closed are ignored, and so
+        are a k-ary stream's (they follow from its stored epoch noise: see
+        :meth:`adopt_stored_noise`)."""
+        if self._noise_ahead:
+            return
         for (epoch, node), values in nodes.items():
             if epoch * self.horizon + node > self.closed:
                 self._stored_nodes[(epoch, node)] = list(values)
+
+    def adopt_stored_noise(self, epoch: int, node_noise: npt.ArrayLike) -> None:
+        """Node noise of ``epoch`` found stored beyond this state (a crash after it was
+        written, before the state that refers to it): the epoch uses it instead of drawing.
+        Noise of an epoch whose noise this state already holds, or of a past epoch, is
+        ignored."""
+        noise = np.asarray(node_noise, dtype=np.int64)
+        if epoch > self.counter.epoch:
+            self._stored_noise[epoch] = noise
+        elif epoch == self.counter.epoch and self.counter.epoch_noise() is None:
+            self.counter.adopt_noise(noise)
+
+    def epoch_noise(self) -> tuple[int, npt.NDArray[np.int64]] | None:
+        """``(epoch, node noise)`` of the current epoch once drawn, for the daemon to store
+        once (before anything released with it is published); None when not drawn yet or the
+        mechanism draws each node at its period's close."""
+        noise = self.counter.epoch_noise()
+        return None if noise is None else (self.counter.epoch, noise)
 
     # ------------------------------------------------------------------ closing
     def close_due(
@@ -255,6 +300,9 @@ class StreamRuntime:
         rolled = counter.periods_closed == self.horizon
         if rolled:
             counter = counter.next_epoch()
+            stored = self._stored_noise.pop(counter.epoch, None)
+            if stored is not None:
+                counter.adopt_noise(stored)
         row = self._open.get(j)
         counts = np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
         release = counter.close_period(counts, stored=self._stored_nodes.pop((epoch, period), None))
@@ -269,7 +317,15 @@ class StreamRuntime:
         spec = self.spec
         eps = float(spec.epsilon)
         cstd, tstd = float(release.count_std), float(release.total_std)
+        count_stds = [cstd] * self.width
+        total_stds = [tstd] * self.width
+        if self._release_scale is not None:  # projected at publication: P_jj per counter
+            count_stds = (cstd * self._release_scale).tolist()
+            total_stds = (tstd * self._release_scale).tolist()
         name, secure = self.sampler.name, bool(self.sampler.secure)
+        # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
+        # numbers: rounding them would change the variance they declare
+        number = int if counter.integral_releases else float
         noisy_counts = release.noisy_count.tolist()
         noisy_totals = release.noisy_total.tolist()
         out: list[ReleaseRecord | ConsistentRecord] = [
@@ -280,12 +336,12 @@ class StreamRuntime:
                 period=period,
                 period_start=start_text,
                 period_end=end_text,
-                noisy_count=int(noisy_counts[c]),
-                noisy_total=int(noisy_totals[c]),
-                count_std=cstd,
-                total_std=tstd,
+                noisy_count=number(noisy_counts[c]),
+                noisy_total=number(noisy_totals[c]),
+                count_std=count_stds[c],
+                total_std=total_stds[c],
                 epsilon=eps,
-                delta=spec.delta,
+                sensitivity=spec.sensitivity,
                 horizon=spec.horizon,
                 mechanism=spec.mechanism,
                 objective=spec.objective,
@@ -295,8 +351,11 @@ class StreamRuntime:
             for c, counter_name in enumerate(self.names)
         ]
         every = spec.consistency.every_periods
+        at_end = spec.consistency.at_epoch_end
+        # a k-ary stream revises at every epoch end when it revises at all: its revisions read
+        # the current epoch's counter, which the next close replaces
         if (every and self.closed % every == 0) or (
-            spec.consistency.at_epoch_end and period == self.horizon
+            period == self.horizon and (at_end or (self._noise_ahead and every))
         ):
             out.extend(self.revise())
         self.next_deadline = self._deadline()

@@ -178,7 +178,7 @@ def parse_release(record: object) -> Release | None:
     count, total = _int(record.get("noisy_count")), _int(record.get("noisy_total"))
     count_std, total_std = _number(record.get("count_std")), _number(record.get("total_std"))
     epsilon = _number(record.get("epsilon"))
-    # ``delta`` in schema_version 1; ``sensitivity`` is the name issue 14 moves to
+    # ``sensitivity`` since schema_version 2; ``delta`` in version 1 (old topics still read)
     sensitivity = _int(record.get("sensitivity", record.get("delta")))
     horizon = _int(record.get("horizon"))
     mechanism, objective = _text(record.get("mechanism")), _text(record.get("objective"))

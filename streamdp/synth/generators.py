@@ -46,7 +46,7 @@ COMMON_BAD = (
     "too_far_in_future",
     "control_on_input",
 )
-ORDER_BAD = ("unknown_item", "invalid_quantity", "not_a_combo", "contribution_over_delta")
+ORDER_BAD = ("unknown_item", "invalid_quantity", "not_a_combo", "contribution_over_sensitivity")
 PERSON_BAD = ("unknown_category",)
 
 
@@ -197,7 +197,7 @@ def _bad(  # noqa: PLR0917
         bad["items"] = {stream.counters.items[0]: -1}
     elif kind == "not_a_combo":
         bad["items"] = {stream.counters.items[0]: 1}
-    elif kind == "contribution_over_delta":
+    elif kind == "contribution_over_sensitivity":
         bad["items"] = {k: 3 * q for k, q in good["items"].items()}
     elif kind == "unknown_category":
         attrs = dict(good["attributes"])
