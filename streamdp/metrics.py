@@ -27,6 +27,7 @@ import math
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -127,6 +128,24 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "contributing events in every epoch could lose (user level; grows as epochs roll; the "
         "event-level spend is streamdp_source_epsilon_spent).",
     ),
+    MetricSpec(
+        "streamdp_source_epsilon_headroom",
+        "gauge",
+        ("source",),
+        "Epsilon cap minus event-level spend of this input source (exact decimal arithmetic): "
+        "how much more epsilon per epoch the ledger would still accept on it. 0 is normal when "
+        "the configured streams commit the whole cap by design.",
+    ),
+    MetricSpec(
+        "streamdp_stream_next_epoch_epsilon",
+        "gauge",
+        ("stream", "source"),
+        "Event-level epsilon the stream's next ledger spend adds to its source: its epsilon per "
+        "epoch minus the largest epsilon of the epochs already recorded (epochs compose in "
+        "parallel), so 0 for a stream rolling into another epoch at an unchanged epsilon. The "
+        "ledger refuses that spend (the worker stops) when this exceeds "
+        "streamdp_source_epsilon_headroom.",
+    ),
     # --- horizon and epochs ----------------------------------------------------------------
     MetricSpec(
         "streamdp_horizon_periods",
@@ -196,22 +215,11 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Consistency runs completed (each publishes one revision).",
     ),
     MetricSpec(
-        "streamdp_consistency_iterations",
-        "gauge",
-        ("stream",),
-        "Iterations the latest consistency run took (1 for the exact one-pass solvers).",
-    ),
-    MetricSpec(
         "streamdp_consistency_residual",
         "gauge",
         ("stream",),
-        "Largest absolute constraint violation |C y - b| of the latest consistent revision.",
-    ),
-    MetricSpec(
-        "streamdp_consistency_tolerance",
-        "gauge",
-        ("stream",),
-        "Configured stopping tolerance of the consistency solver.",
+        "Largest absolute constraint violation |C y - b| of the latest consistent revision "
+        "(counts; the projection is exact, so only floating-point rounding, far below 1e-3).",
     ),
     MetricSpec(
         "streamdp_consistency_duration_seconds",
@@ -260,6 +268,8 @@ _BUDGET_METRICS = (
     "streamdp_source_epsilon_spent",
     "streamdp_source_epsilon_cap",
     "streamdp_source_epsilon_sequential_spent",
+    "streamdp_source_epsilon_headroom",
+    "streamdp_stream_next_epoch_epsilon",
 )
 
 
@@ -293,14 +303,40 @@ def exported_sample_names(*, include_created: bool = True) -> frozenset[str]:
     return frozenset(names)
 
 
+#: An epsilon as the ledger holds it (exact decimal) or as a float from a test or an exporter.
+Epsilon = Decimal | float
+
+
+def exact_epsilon(value: Epsilon) -> Decimal:
+    """``value`` as an exact decimal: a Decimal as is, a float by its shortest repr (so a float
+    made from a configured decimal such as 0.1 gives back exactly 0.1, not 0.10000000000000000555).
+    """
+    exact = value if isinstance(value, Decimal) else Decimal(repr(float(value)))
+    if not exact.is_finite():
+        raise ValueError(f"a budget value must be finite, got {value!r}")
+    return exact
+
+
 @dataclass(frozen=True)
 class StreamBudget:
-    """The ledger's view of one stream's spend on one source (current epoch)."""
+    """The ledger's view of one stream's spend on one source.
+
+    ``epsilon_spent`` is the largest epsilon of the stream's recorded epochs (its event-level
+    spend: epochs hold disjoint events and compose in parallel)."""
 
     stream: str
     source: str
-    epsilon_per_epoch: float
-    epsilon_spent: float
+    epsilon_per_epoch: Epsilon
+    epsilon_spent: Epsilon
+
+    @property
+    def next_epoch_epsilon(self) -> Decimal:
+        """Event-level epsilon the stream's next epoch adds to its source (exact): what the
+        ledger checks against the source's headroom before recording the spend
+        (:meth:`streamdp.engine.ledger.BudgetLedger.record_epoch`)."""
+        return max(
+            exact_epsilon(self.epsilon_per_epoch) - exact_epsilon(self.epsilon_spent), Decimal(0)
+        )
 
 
 @dataclass(frozen=True)
@@ -308,10 +344,15 @@ class SourceBudget:
     """The ledger's view of one input source: its cap and what its streams spent."""
 
     source: str
-    epsilon_cap: float
-    epsilon_spent: float
+    epsilon_cap: Epsilon
+    epsilon_spent: Epsilon
     # user level: the sum over every epoch (see BudgetLedger.sequential_spent)
-    sequential_spent: float = 0.0
+    sequential_spent: Epsilon = 0.0
+
+    @property
+    def epsilon_headroom(self) -> Decimal:
+        """Cap minus event-level spend, exact (negative only if the ledger is over its cap)."""
+        return exact_epsilon(self.epsilon_cap) - exact_epsilon(self.epsilon_spent)
 
 
 @dataclass(frozen=True)
@@ -345,17 +386,23 @@ class _LedgerCollector(Collector):
         view = provider()
         spent = _gauge_family("streamdp_epsilon_spent")
         per_epoch = _gauge_family("streamdp_stream_epsilon")
+        next_epoch = _gauge_family("streamdp_stream_next_epoch_epsilon")
         for entry in view.streams:
-            spent.add_metric([entry.stream, entry.source], _finite(entry.epsilon_spent))
-            per_epoch.add_metric([entry.stream, entry.source], _finite(entry.epsilon_per_epoch))
+            labels = [entry.stream, entry.source]
+            spent.add_metric(labels, _finite(entry.epsilon_spent))
+            per_epoch.add_metric(labels, _finite(entry.epsilon_per_epoch))
+            next_epoch.add_metric(labels, _finite(entry.next_epoch_epsilon))
         source_spent = _gauge_family("streamdp_source_epsilon_spent")
         cap = _gauge_family("streamdp_source_epsilon_cap")
         sequential = _gauge_family("streamdp_source_epsilon_sequential_spent")
+        headroom = _gauge_family("streamdp_source_epsilon_headroom")
         for source in view.sources:
             source_spent.add_metric([source.source], _finite(source.epsilon_spent))
             cap.add_metric([source.source], _finite(source.epsilon_cap))
             sequential.add_metric([source.source], _finite(source.sequential_spent))
-        yield from (spent, per_epoch, source_spent, cap, sequential)
+            # an over-cap ledger shows as negative headroom (StreamdpSourceBudgetExceeded)
+            headroom.add_metric([source.source], _finite(source.epsilon_headroom, signed=True))
+        yield from (spent, per_epoch, next_epoch, source_spent, cap, sequential, headroom)
 
 
 def _gauge_family(name: str) -> GaugeMetricFamily:
@@ -363,10 +410,11 @@ def _gauge_family(name: str) -> GaugeMetricFamily:
     return GaugeMetricFamily(entry.name, entry.help, labels=list(entry.labels))
 
 
-def _finite(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
+def _finite(value: Epsilon, *, signed: bool = False) -> float:
+    number = float(value)
+    if not math.isfinite(number) or (number < 0 and not signed):
         raise ValueError(f"a budget value must be finite and >= 0, got {value!r}")
-    return float(value)
+    return number
 
 
 class StreamdpMetrics:
@@ -408,7 +456,7 @@ class StreamdpMetrics:
 
     # --- budget -------------------------------------------------------------------------------
     def bind_ledger(self, provider: BudgetProvider) -> None:
-        """Read the four budget gauges from ``provider()`` at every scrape."""
+        """Read the budget gauges from ``provider()`` at every scrape."""
         self._ledger.bind(provider)
 
     # --- configuration --------------------------------------------------------------------------
@@ -418,7 +466,6 @@ class StreamdpMetrics:
         *,
         horizon_periods: int,
         allowed_lateness_seconds: float,
-        consistency_tolerance: float,
         period_seconds: float | None = None,
     ) -> None:
         """Set the per-stream constants from the stream spec (call at start-up)."""
@@ -426,7 +473,6 @@ class StreamdpMetrics:
         self._gauges["streamdp_allowed_lateness_seconds"].labels(stream).set(
             allowed_lateness_seconds
         )
-        self._gauges["streamdp_consistency_tolerance"].labels(stream).set(consistency_tolerance)
         if period_seconds is not None:
             self._gauges["streamdp_period_seconds"].labels(stream).set(period_seconds)
 
@@ -471,14 +517,12 @@ class StreamdpMetrics:
         self,
         stream: str,
         *,
-        iterations: int,
         residual: float,
         duration_seconds: float,
         consistent_running_totals: Mapping[str, float],
     ) -> None:
         """Record one finished consistency run (one published revision)."""
         self._counters["streamdp_consistency_runs_total"].labels(stream).inc()
-        self._gauges["streamdp_consistency_iterations"].labels(stream).set(iterations)
         self._gauges["streamdp_consistency_residual"].labels(stream).set(residual)
         self._histograms["streamdp_consistency_duration_seconds"].labels(stream).observe(
             duration_seconds

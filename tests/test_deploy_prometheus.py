@@ -136,14 +136,17 @@ def dashboard_exprs() -> list[str]:
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
     for variable in dashboard["templating"]["list"]:
         query = variable["query"]["query"] if isinstance(variable["query"], dict) else ""
-        inner = re.fullmatch(r"label_values\((\w+),\s*\w+\)", query)
+        inner = re.fullmatch(r"label_values\((\w+(?:\{[^}]*\})?),\s*\w+\)", query)
         assert inner, f"unexpected template query {query!r}"
         exprs.append(inner.group(1))
     return exprs
 
 
 def grafana_to_promql(expr: str) -> str:
-    return expr.replace("$__rate_interval", "1m").replace("$__range", "1h").replace("$stream", ".*")
+    """``expr`` with Grafana's built-ins and the dashboard's variables (all used in ``=~``
+    matchers) substituted, as Grafana would before sending it."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+    return re.sub(r"\$[a-z_]+", ".*", expr)
 
 
 def test_every_named_metric_is_exported_by_streamdp() -> None:
@@ -168,7 +171,10 @@ def test_every_named_metric_is_exported_by_streamdp() -> None:
         "streamdp_consistent_cumulative",
         "streamdp_events_rejected_total",
         "streamdp_consumer_lag_records",
-        "streamdp_consistency_iterations",
+        "streamdp_consistency_residual",
+        "streamdp_source_epsilon_headroom",
+        "streamdp_stream_next_epoch_epsilon",
+        "streamdp_source_epsilon_sequential_spent",
         "streamdp_consistency_duration_seconds_bucket",
         "streamdp_period_close_latency_seconds_bucket",
     ):

@@ -11,6 +11,7 @@ budget gauges are read from the ledger at scrape time (a new process reports the
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -37,14 +38,14 @@ UNITLESS_GAUGES = {
     "streamdp_source_epsilon_spent",
     "streamdp_source_epsilon_cap",
     "streamdp_source_epsilon_sequential_spent",
+    "streamdp_source_epsilon_headroom",
+    "streamdp_stream_next_epoch_epsilon",
     "streamdp_periods_released",
     "streamdp_epoch",
     "streamdp_release_stddev",
     "streamdp_release_cumulative",
     "streamdp_consistent_cumulative",
-    "streamdp_consistency_iterations",
     "streamdp_consistency_residual",
-    "streamdp_consistency_tolerance",
 }
 NON_BASE_UNITS = re.compile(r"_(milli|micro|nano|kilo|mega)?(ms|us|minutes|hours|days|bytes_k)")
 
@@ -63,7 +64,7 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
     )
     metrics.configure_stream(
         "orders", horizon_periods=4095, allowed_lateness_seconds=3600.0,
-        consistency_tolerance=1e-6, period_seconds=86400.0,
+        period_seconds=86400.0,
     )
     metrics.record_release(
         "orders", epoch=2, periods_released=7, period_seconds=86400.0, stddev=12.5,
@@ -71,7 +72,7 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
         published_at=1_700_000_000.0, close_latency_seconds=0.7,
     )
     metrics.record_consistency(
-        "orders", iterations=3, residual=2.5e-10, duration_seconds=0.02,
+        "orders", residual=2.5e-10, duration_seconds=0.02,
         consistent_running_totals={"burger": 99.5, "fries": 0.5, "cola": 44.0},
     )
     metrics.record_input("orders", 10)
@@ -158,7 +159,13 @@ def test_exposition_round_trips_values_and_label_sets() -> None:
                  counter="burger") == 99.5
     assert value(table, "streamdp_last_release_timestamp_seconds",
                  stream="orders") == 1_700_000_000.0
-    assert value(table, "streamdp_consistency_iterations", stream="orders") == 3
+    assert value(table, "streamdp_consistency_residual", stream="orders") == 2.5e-10
+    assert value(table, "streamdp_source_epsilon_headroom", source="orders") == 1.25
+    # "orders" spent 0.25 of its 1.0 per epoch: its next epoch adds 0.75; orders_hourly 0
+    assert value(table, "streamdp_stream_next_epoch_epsilon", stream="orders",
+                 source="orders") == 0.75
+    assert value(table, "streamdp_stream_next_epoch_epsilon", stream="orders_hourly",
+                 source="orders") == 0.0
     assert value(table, "streamdp_consistency_duration_seconds_count", stream="orders") == 1
     assert value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders",
                  le="0.5") == 0
@@ -195,6 +202,34 @@ def test_budget_gauges_are_read_from_the_ledger_at_every_scrape() -> None:
                  source="admissions") == 1.0
 
 
+def test_headroom_and_next_epoch_spend_are_exact_decimals() -> None:
+    """0.3 - 0.2 is 0.09999999999999998 in floats: a stream needing 0.1 would look refused.
+    The gauges are computed in decimals, so a spend that fits the cap exactly shows as fitting,
+    and the worker's Decimal ledger values pass through unchanged."""
+    metrics = StreamdpMetrics()
+    metrics.bind_ledger(
+        lambda: BudgetView(
+            streams=(
+                StreamBudget("old", "s", Decimal("0.2"), Decimal("0.2")),
+                StreamBudget("new", "s", Decimal("0.1"), Decimal("0")),
+            ),
+            sources=(SourceBudget("s", 0.3, 0.2),),
+        )
+    )
+    table = samples(metrics)
+    headroom = value(table, "streamdp_source_epsilon_headroom", source="s")
+    needed = value(table, "streamdp_stream_next_epoch_epsilon", stream="new", source="s")
+    assert (headroom, needed) == (0.1, 0.1)
+    assert not needed > headroom  # the alert's comparison: this spend is accepted
+    assert 0.3 - 0.2 < 0.1  # what a float subtraction would have said
+
+
+def test_over_cap_ledger_shows_negative_headroom() -> None:
+    metrics = StreamdpMetrics()
+    metrics.bind_ledger(lambda: BudgetView(sources=(SourceBudget("s", 1.0, 1.5),)))
+    assert value(samples(metrics), "streamdp_source_epsilon_headroom", source="s") == -0.5
+
+
 def test_unbound_ledger_exports_no_budget_series_and_bad_values_are_refused() -> None:
     metrics = StreamdpMetrics()
     assert not any(name.startswith("streamdp_epsilon") for name, _ in samples(metrics))
@@ -226,3 +261,42 @@ def test_unknown_rejection_reason_is_refused_and_registries_are_independent() ->
     StreamdpMetrics()
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         StreamdpMetrics(registry)
+
+
+@pytest.mark.parametrize(
+    ("retired", "per_epoch", "recorded", "refused"),
+    [
+        (Decimal("0.6"), Decimal("0.5"), None, True),  # new stream, retired spend on the ledger
+        (Decimal("0.5"), Decimal("0.5"), None, False),  # new stream fits exactly
+        (Decimal("0"), Decimal("1"), Decimal("1"), False),  # rolls at the cap (the demo)
+        (Decimal("0.25"), Decimal("1"), Decimal("0.5"), True),  # raised epsilon past the cap
+    ],
+)
+def test_next_epoch_gauge_over_headroom_is_exactly_the_ledgers_refusal(
+    retired: Decimal, per_epoch: Decimal, recorded: Decimal | None, refused: bool
+) -> None:
+    """The alert StreamdpStreamNextSpendRefused compares these two gauges; the ledger decides.
+    Both must agree, including at spent == cap, where a roll is accepted."""
+    from streamdp.engine.ledger import BudgetLedger
+    from streamdp.errors import BudgetError
+
+    ledger = BudgetLedger({"s": Decimal(1)})
+    if retired:
+        ledger.record_epoch("s", "retired", 0, retired)
+    if recorded is not None:
+        ledger.record_epoch("s", "live", 0, recorded)
+    stream = StreamBudget("live", "s", per_epoch, recorded or Decimal(0))
+    source = SourceBudget("s", Decimal(1), ledger.spent("s"))
+    metrics = StreamdpMetrics()
+    metrics.bind_ledger(lambda: BudgetView(streams=(stream,), sources=(source,)))
+    table = samples(metrics)
+    alert = value(table, "streamdp_stream_next_epoch_epsilon", stream="live", source="s") > value(
+        table, "streamdp_source_epsilon_headroom", source="s"
+    )
+    assert alert is refused
+    next_epoch = 0 if recorded is None else 1
+    if refused:
+        with pytest.raises(BudgetError):
+            ledger.record_epoch("s", "live", next_epoch, per_epoch)
+    else:
+        assert ledger.record_epoch("s", "live", next_epoch, per_epoch)

@@ -166,9 +166,8 @@ class WorkerRuntime:
             spent = engine.ledger.spent(name)
             cap = self.spec.sources[name].epsilon_cap
             sources.append(
-                SourceBudget(
-                    name, float(cap), float(spent), float(engine.ledger.sequential_spent(name))
-                )
+                # exact decimals: the headroom gauge subtracts them (metrics.SourceBudget)
+                SourceBudget(name, cap, spent, engine.ledger.sequential_spent(name))
             )
             per_stream: dict[str, Decimal] = {}
             for entry in engine.ledger.entries:
@@ -181,8 +180,8 @@ class WorkerRuntime:
                         StreamBudget(
                             stream,
                             name,
-                            float(stream_spec.epsilon),
-                            float(per_stream.get(stream, Decimal(0))),
+                            stream_spec.epsilon,
+                            per_stream.get(stream, Decimal(0)),
                         )
                     )
         return BudgetView(tuple(streams), tuple(sources))
@@ -301,7 +300,6 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             name,
             horizon_periods=stream_spec.horizon,
             allowed_lateness_seconds=stream_spec.allowed_lateness_seconds,
-            consistency_tolerance=1e-9,
             period_seconds=end - start,
         )
 
@@ -495,7 +493,6 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                     stats = engine.streams[stream].last_revision
             metrics.record_consistency(
                 stream,
-                iterations=stats.iterations if stats else 1,
                 residual=stats.residual if stats else 0.0,
                 duration_seconds=stats.seconds if stats else 0.0,
                 consistent_running_totals={k: float(v) for k, v in revision.totals.items()},
