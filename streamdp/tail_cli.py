@@ -166,18 +166,17 @@ async def _tail(
             await consumer.seek_to_beginning(*tps)
         else:
             await consumer.seek_to_end(*tps)
-        start: dict[TopicPartition, int] = {}
+        # resolve every position now: records produced after this line are printed
+        start = {tp: await consumer.position(tp) for tp in tps}
+        where = "beginning" if from_beginning else "end"
+        sys.stderr.write(f"streamdp tail: reading {topic} from the {where}\n")
+        sys.stderr.flush()
         printed = 0
         while limit is None or printed < limit:
             batch = await consumer.getmany(timeout_ms=500)
-            for tp in tps:
-                if not from_beginning and tp not in start:
-                    highwater = consumer.highwater(tp)
-                    if highwater is not None:
-                        start[tp] = highwater
             for tp, messages in batch.items():
                 for m in messages:
-                    if not from_beginning and m.offset < start.get(tp, 0):
+                    if m.offset < start[tp]:
                         continue
                     record = TailRecord(topic, tp.partition, m.offset, m.timestamp, m.key, m.value)
                     sys.stdout.write(formatter(record) + "\n")

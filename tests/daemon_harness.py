@@ -315,6 +315,16 @@ class Worker:
         self.process.wait(10)
         self._log.close()
 
+    def stop_where_it_is(self, timeout: float = 30.0) -> int:
+        """Freeze the worker (SIGSTOP), queue a SIGTERM and let it resume: the graceful stop
+        starts exactly where it was frozen, with no time to read on between a test's
+        observation and the signal. Returns the exit status."""
+        self._stop_supervising()
+        self.process.send_signal(signal.SIGSTOP)
+        self.process.send_signal(signal.SIGTERM)
+        self.process.send_signal(signal.SIGCONT)
+        return self.stop(timeout)
+
     def stop(self, timeout: float = 30.0) -> int:
         self._stop_supervising()
         if self.process.poll() is None:
@@ -456,3 +466,31 @@ def committed_offsets(
             await consumer.stop()
 
     return asyncio.run(go())
+
+
+def group_member_count(broker: AnyBroker, group: str) -> int:
+    """How many members the consumer group has now, by the group coordinator's DescribeGroups
+    answer (0 once a killed worker's session has expired and the group is empty)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def go() -> int:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            answers = await admin.describe_consumer_groups([group])
+        finally:
+            await admin.close()
+        # DescribeGroupsResponse: groups = [(error_code, group_id, state, protocol_type,
+        # protocol, members, ...)]
+        return sum(len(g[5]) for answer in answers for g in answer.groups if g[1] == group)
+
+    return asyncio.run(go())
+
+
+def wait_group_empty(broker: AnyBroker, group: str, timeout: float = 60.0) -> None:
+    """Wait until the consumer group has no member (a killed worker's session expired), so a
+    restarted worker joins an empty group: one rebalance, not two."""
+    deadline = time.monotonic() + timeout
+    while (members := group_member_count(broker, group)) != 0:
+        assert time.monotonic() < deadline, f"group {group!r} still has {members} member(s)"
+        time.sleep(0.25)

@@ -50,7 +50,10 @@ def test_put_waits_while_the_queue_is_full_until_a_batch_is_taken() -> None:
         queue = BatchQueue(["in"], max_batch=2)  # holds at most 8
         await queue.put([Msg("in", 0, o) for o in range(8)])
         blocked = asyncio.ensure_future(queue.put([Msg("in", 0, 8)]))
-        await asyncio.sleep(0.05)
+        # let the put run as far as it can: with room it would finish in its first step (it
+        # does no I/O), so still pending after several loop turns means it waits for room
+        for _ in range(10):
+            await asyncio.sleep(0)
         waited = not blocked.done()
         await queue.take(0.1)
         await asyncio.wait_for(blocked, 1.0)
