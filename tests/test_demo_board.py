@@ -9,6 +9,7 @@ docs/consuming.md (2.12 sd + 1).
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 from collections import Counter
@@ -17,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from rich.cells import cell_len
+from rich.console import Console
 
 from streamdp.daemon.service import source_spec
 from streamdp.demo.board import Board, half_width95
@@ -96,28 +99,116 @@ def test_plain_lines_print_every_period_once_with_the_records_values(spec: Engin
     assert sorted(seen)[: len(expected) - 1] == expected[:-1]
 
 
-def test_table_shows_the_newest_period_and_the_latest_revision(spec: EngineSpec) -> None:
-    records = _run_engine(spec, "restaurant-orders", "restaurant", days=20)
+def _both_sources(spec: EngineSpec, days: int) -> tuple[Board, list[dict[str, Any]]]:
+    records = _run_engine(spec, "restaurant-orders", "restaurant", days=days)
+    records += _run_engine(spec, "hospital-admissions", "hospital", days=days)
     board = Board(spec)
     for record in records:
         board.add(record)
-    revisions = [r for r in records if r["kind"] == "consistent"]
-    assert revisions, "every 7 periods a revision"
-    last_revision = max(r["revision"] for r in revisions)
-    newest = max(
-        (r for r in revisions if r["revision"] == last_revision),
-        key=lambda r: (r["epoch"], r["period"]),
+    metrics = StreamdpMetrics()
+    metrics.bind_ledger(
+        lambda: BudgetView(
+            sources=(
+                SourceBudget("restaurant-orders", 1.0, 1.0, 2.0),
+                SourceBudget("hospital-admissions", 1.0, 1.0, 2.0),
+            )
+        )
     )
-    # a stale record of an older revision arriving late must not replace the newest one
-    board.add(next(r for r in revisions if r["revision"] < last_revision))
-    table = "\n".join(board.table())
-    assert f"consistent revision {last_revision} at period {newest['period']}" in table
-    cola_row = next(line for line in board.table() if line.strip().startswith("cola"))
-    assert cola_row.split()[-1] == f"{newest['totals']['cola']:,.1f}"
+    board.set_budget(metrics.exposition().decode("utf-8"))
+    return board, records
 
-    releases = [r for r in records if r["kind"] == "release" and r["counter"] == "cola"]
-    last = max(releases, key=lambda r: (r["epoch"], r["period"]))
-    assert f"{last['noisy_total']:,} ±{half_width95(last['total_std']):,.0f}" in cola_row
+
+HEADER = [
+    "streamdp demo · secure noise (OpenDP) · 61s, day 41 · worker ready · clock 2024-02-10 12:00",
+    "feed http://127.0.0.1:40123/ · metrics http://127.0.0.1:6066/metrics · Ctrl-C stops",
+]
+
+
+def _render(board: Board, width: int, height: int) -> list[str]:
+    console = Console(width=width, height=height, record=True, file=io.StringIO())
+    console.print(board.renderable(HEADER, height))
+    return console.export_text().splitlines()
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (60, 16)])
+def test_board_fits_the_terminal_without_wrapping(
+    spec: EngineSpec, width: int, height: int
+) -> None:
+    board, _ = _both_sources(spec, days=40)
+    lines = _render(board, width, height)
+    assert len(lines) <= height
+    assert max(cell_len(line) for line in lines) <= width
+    # the header stays (cut, not wrapped onto a second line), then the column titles
+    assert lines[0] == HEADER[0][: width - 1] + "…"
+    assert lines[1].startswith(HEADER[1][: width - 1].rstrip("…")[:40])
+    assert "newest period" in lines[2]
+    assert lines[3].startswith("counter")
+    # every stream keeps its title line; counters are what gets dropped
+    titles = [line for line in lines if line.split(" ")[0] in board.streams]
+    assert [t.split(" ")[0] for t in titles] == list(board.streams)
+    text = "\n".join(lines)
+    assert "Negative counts are noise: unbiased, so do not clip" in text
+    if height >= 24:
+        assert "epsilon spent / cap per epoch (event-level)" in text
+        # every shown counter of the demo fits at 80x24, and the budget says both spends
+        assert "nuggets" in text
+        assert "age=18-44" in text
+        assert "hiv_positive" in text
+        assert "1 / 1" in text
+        assert "2 (sequential)" in text
+        assert "hospital-admissions " in text
+
+
+def test_board_at_80x24_matches_the_unwrapped_rendering(spec: EngineSpec) -> None:
+    """Nothing is lost to wrapping: a 200-column rendering of the same board has the same
+    number of lines (rich would add lines if anything wrapped at 80)."""
+    board, _ = _both_sources(spec, days=40)
+    assert len(_render(board, 80, 24)) == len(_render(board, 200, 24))
+
+
+def test_released_and_consistent_totals_are_of_the_same_period(spec: EngineSpec) -> None:
+    board, records = _both_sources(spec, days=20)
+    view = board.streams["restaurant-items"]
+    latest, matched = view.latest, view.matched
+    assert latest is not None
+    assert matched is not None
+    # the newest release is past the last revision: showing its total next to the consistent
+    # one would compare different periods (the bug this test guards against)
+    assert matched < latest
+    releases = {
+        (r["epoch"], r["period"], r["counter"]): r
+        for r in records
+        if r["kind"] == "release" and r["stream"] == "restaurant-items"
+    }
+    consistent = {
+        (r["epoch"], r["period"]): r
+        for r in records
+        if r["kind"] == "consistent" and r["stream"] == "restaurant-items"
+    }
+    assert matched == max(consistent)
+    lines = _render(board, 80, 24)
+    title = next(line for line in lines if line.startswith("restaurant-items"))
+    assert f"newest day {latest[1]}/30" in title
+    assert f"matched day {matched[1]} " in title
+    rows = {
+        line.split()[0]: line
+        for line in lines
+        if line.split() and line.split()[0] in view.counters
+    }
+    assert set(rows) == set(view.counters)
+    for counter in view.counters:
+        cells = re.findall(r"-?[\d,]+(?:\.\d)?(?: ±[\d,]+)?", rows[counter].removeprefix(counter))
+        newest, at_matched = releases[(*latest, counter)], releases[(*matched, counter)]
+        assert cells[0] == f"{newest['noisy_count']:,} ±{half_width95(newest['count_std']):,.0f}"
+        assert cells[1] == f"{newest['noisy_total']:,} ±{half_width95(newest['total_std']):,.0f}"
+        assert cells[2] == (
+            f"{at_matched['noisy_total']:,} ±{half_width95(at_matched['total_std']):,.0f}"
+        )
+        assert cells[3] == f"{consistent[matched]['totals'][counter]:,.1f}"
+    # a stale record of an older revision arriving late does not move the matched period
+    older = next(r for r in records if r["kind"] == "consistent" and r["stream"] == view.name)
+    board.add(older)
+    assert view.matched == matched
 
 
 def test_dead_letters_are_counted_by_reason(spec: EngineSpec) -> None:

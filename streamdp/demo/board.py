@@ -1,7 +1,11 @@
 """The demo's view of the worker's output: release, consistent and dead-letter records in, text out.
 
-Pure state and formatting (no I/O), so the terminal table and the plain log lines are tested on
-their own. Error bounds follow ``docs/consuming.md`` section 4: a 95% interval of a released value
+Pure state and formatting (no I/O), so the terminal board and the plain log lines are tested on
+their own. The terminal board is a ``rich`` renderable sized to the terminal: every line is cut
+(never wrapped) at its width, and counter rows are dropped before anything else when the height
+is short, so an 80x24 terminal shows the whole board with its header.
+
+Error bounds follow ``docs/consuming.md`` section 4: a 95% interval of a released value
 with standard deviation ``sd`` is ``value +- (2.12 sd + 1)`` (2.12 = ln 20 / sqrt 2, the 95% point
 of one Laplace variable, the worst case of a read path; +1 because the noise is an integer).
 
@@ -13,11 +17,14 @@ the budget gauges of ``/metrics``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
 
 from streamdp.engine.spec import EngineSpec
 
@@ -27,6 +34,11 @@ LAPLACE_95_SD = 2.12
 SHOWN_COUNTERS = 5
 _STALE_AFTER = 3  # an incomplete period is printed as is once this many newer ones arrived
 _KEEP_PERIODS = 64  # plain mode prints every period that arrived in full
+#: The one-line legend under the terminal board.
+LEGEND = "Negative counts are noise: unbiased, so do not clip them to 0. ±95%: 2.12 sd + 1"
+#: Widths of the terminal board's columns (counter, then four numbers); with one space each
+#: side between columns the table is 77 characters wide.
+_COLUMN_WIDTHS = (17, 13, 15, 15, 11)
 
 
 def half_width95(sd: float) -> float:
@@ -63,6 +75,11 @@ class StreamView:
     revision: int | None = None
     revision_at: tuple[int, int] = (-1, -1)
     consistent: dict[str, float] = field(default_factory=dict)
+    #: consistent running totals and their standard deviations by (epoch, period): a period's
+    #: consistent values never change once published, so later revisions only add periods
+    consistent_at: dict[tuple[int, int], dict[str, tuple[float, float]]] = field(
+        default_factory=dict
+    )
     printed: set[tuple[int, int]] = field(default_factory=set)
     printed_revision: int | None = None
 
@@ -70,6 +87,14 @@ class StreamView:
     def latest(self) -> tuple[int, int] | None:
         """(epoch, period) of the newest release seen, or None."""
         return max(self.periods) if self.periods else None
+
+    @property
+    def matched(self) -> tuple[int, int] | None:
+        """(epoch, period) of the newest period with both its release and its consistent values
+        on the board: the period whose released and consistent running totals are shown side by
+        side (the newest release is usually a few periods past the last revision)."""
+        both = self.periods.keys() & self.consistent_at.keys()
+        return max(both) if both else None
 
 
 def _period_word(unit: str, length_seconds: int) -> str:
@@ -97,6 +122,7 @@ class Board:
             )
         self.caps = {name: float(source.epsilon_cap) for name, source in spec.sources.items()}
         self.spent: dict[str, float] = {}
+        self.sequential: dict[str, float] = {}
         self.dead_letters: Counter[str] = Counter()
         self.noise: str | None = None
         self.noise_secure: bool | None = None
@@ -150,24 +176,34 @@ class Board:
             return
         if revision != view.revision:
             view.revision, view.revision_at, view.consistent = revision, (-1, -1), {}
+        totals = record.get("totals") or {}
+        stds = record.get("total_std") or {}
+        if at > view.pruned_through:
+            view.consistent_at[at] = {
+                c: (float(totals[c]), float(stds.get(c, 0.0))) for c in view.counters if c in totals
+            }
+            for old in sorted(view.consistent_at)[:-_KEEP_PERIODS]:
+                del view.consistent_at[old]
         if at >= view.revision_at:
             view.revision_at = at
-            totals = record.get("totals") or {}
             view.consistent = {c: float(totals[c]) for c in view.counters if c in totals}
 
     def set_budget(self, metrics_text: str) -> None:
-        """Read ``streamdp_source_epsilon_spent`` / ``_cap`` from a ``/metrics`` exposition."""
+        """Read the per-source budget gauges from a ``/metrics`` exposition: the event-level
+        spend per epoch, the cap, and the sequential (across epochs) spend."""
+        targets = {
+            "streamdp_source_epsilon_spent": self.spent,
+            "streamdp_source_epsilon_cap": self.caps,
+            "streamdp_source_epsilon_sequential_spent": self.sequential,
+        }
         for family in text_string_to_metric_families(metrics_text):
-            if family.name not in {"streamdp_source_epsilon_spent", "streamdp_source_epsilon_cap"}:
+            target = targets.get(family.name)
+            if target is None:
                 continue
             for sample in family.samples:
                 source = sample.labels.get("source")
-                if source is None:
-                    continue
-                if family.name.endswith("_cap"):
-                    self.caps[source] = float(sample.value)
-                else:
-                    self.spent[source] = float(sample.value)
+                if source is not None:
+                    target[source] = float(sample.value)
 
     def set_status(self, status: Mapping[str, Any]) -> None:
         """Take readiness, batch count and the noise sampler from the worker's ``/status``."""
@@ -180,12 +216,17 @@ class Board:
 
     # ------------------------------------------------------------------ output
     def budget_line(self) -> str:
-        """``budget (epsilon spent / cap): source s / c, ...``."""
+        """The budget per source in one line: event-level spend per epoch against the cap, and
+        the sequential (user-level) spend summed across epochs."""
         parts = [
             f"{name} {self.spent.get(name, 0.0):g} / {cap:g}"
             for name, cap in sorted(self.caps.items())
         ]
-        return "budget (epsilon spent / cap per source): " + ", ".join(parts)
+        across = [f"{name} {self.sequential[name]:g}" for name in sorted(self.sequential)]
+        line = "epsilon per epoch (event-level), spent / cap: " + ", ".join(parts)
+        if across:
+            line += "; across epochs (sequential, user-level): " + ", ".join(across)
+        return line
 
     def dead_letter_line(self) -> str:
         """``dead letters (N): reason n, ...`` (most frequent first)."""
@@ -195,49 +236,84 @@ class Board:
         parts = [f"{reason} {n}" for reason, n in self.dead_letters.most_common()]
         return f"dead letters ({total}): " + ", ".join(parts)
 
-    def table(self) -> list[str]:
-        """The terminal table: per stream its newest period and the latest consistent revision."""
-        lines: list[str] = []
-        for view in self.streams.values():
-            latest = view.latest
+    def renderable(self, header: Sequence[str] = (), height: int = 24) -> RenderableType:
+        """The terminal board: ``header`` lines, then per stream its newest period (count and
+        running total) and, side by side, the running total released and the consistent one
+        of the same period (:attr:`StreamView.matched`); then the budget per source, dead
+        letters and a one-line legend. Fits ``height`` rows by showing fewer counters; every
+        line is cut with an ellipsis at the console's width, never wrapped."""
+        fixed = len(header) + 2 + len(self.streams) + 1 + len(self.caps) + 2
+        rows = _share(max(0, height - fixed), [len(v.counters) for v in self.streams.values()])
+        parts: list[RenderableType] = [_line(text) for text in header]
+        counter_width, *number_widths = _COLUMN_WIDTHS
+        newest_width = number_widths[0] + number_widths[1] + 2
+        matched_width = number_widths[2] + number_widths[3] + 2
+        parts.append(
+            _line(
+                " " * (counter_width + 1)
+                + " newest period ".center(newest_width, "─")
+                + "  "
+                + " matched period ".center(matched_width, "─")
+            )
+        )
+        parts.append(
+            _table(
+                ("counter", "count ±95%", "total ±95%", "total ±95%", "consistent"),
+                [],
+                show_header=True,
+            )
+        )
+        for view, shown in zip(self.streams.values(), rows, strict=True):
+            parts.append(_line(self._stream_title(view, shown), style="bold"))
+            parts.append(_table((), [self._row(view, c) for c in view.counters[:shown]]))
+        budget = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
+        for title in ("source", "epsilon spent / cap per epoch (event-level)", "across epochs"):
+            budget.add_column(title, no_wrap=True, overflow="ellipsis")
+        for name, cap in sorted(self.caps.items()):
+            across = self.sequential.get(name)
+            budget.add_row(
+                name,
+                f"{self.spent.get(name, 0.0):g} / {cap:g}",
+                "-" if across is None else f"{across:g} (sequential)",
+            )
+        parts += [budget, _line(self.dead_letter_line()), _line(LEGEND, style="dim")]
+        return Group(*parts)
+
+    def _stream_title(self, view: StreamView, shown: int) -> str:
+        """Most important first (the line is cut at the terminal's width): the periods shown,
+        then how many counters, the mechanism, the epsilon and the newest period's date."""
+        latest, matched = view.latest, view.matched
+        if latest is None:
             where = "waiting for the first period to close"
-            if latest is not None:
-                epoch, period = latest
-                where = (
-                    f"epoch {epoch}, {view.unit} {period}/{view.horizon} "
-                    f"from {view.starts.get(latest, '')[:10]}"
-                )
-            revision = (
-                f"consistent revision {view.revision} at period {view.revision_at[1]}"
-                if view.revision is not None
-                else "no consistent revision yet"
-            )
-            lines.append(
-                f"{view.name}  ({view.mechanism}, eps {view.epsilon}/epoch)  {where};  {revision}"
-            )
-            fair_header = (
-                f"consistent @{view.revision_at[1]}" if view.revision is not None else "consistent"
-            )
-            lines.append(
-                f"  {'counter':<24}{'period count ±95%':>22}{'running total ±95%':>24}"
-                f"{fair_header:>18}"
-            )
-            cells = view.periods.get(latest, {}) if latest is not None else {}
-            for counter in view.counters:
-                cell = cells.get(counter)
-                count = total = "-"
-                if cell is not None:
-                    count = f"{cell.count:,} ±{half_width95(cell.count_std):,.0f}"
-                    total = f"{cell.total:,} ±{half_width95(cell.total_std):,.0f}"
-                consistent = view.consistent.get(counter)
-                fair = "-" if consistent is None else f"{consistent:,.1f}"
-                lines.append(f"  {counter:<24}{count:>22}{total:>24}{fair:>18}")
-            if view.hidden:
-                lines.append(f"  (+{view.hidden} more counters on /metrics and the topics)")
-            lines.append("")
-        lines.append(self.budget_line())
-        lines.append(self.dead_letter_line())
-        return lines
+        else:
+            where = f"epoch {latest[0]}: newest {view.unit} {latest[1]}/{view.horizon}"
+        if matched is not None:
+            where += f", matched {view.unit} {matched[1]}"
+        else:
+            where += ", no consistent values yet"
+        total = len(view.counters) + view.hidden
+        details = [f"{shown} of {total} counters"] if shown < total else []
+        details += [view.mechanism, f"eps {view.epsilon}/epoch"]
+        if latest is not None:
+            details.append(view.starts.get(latest, "")[:10])
+        return f"{view.name} {where} ({', '.join(details)})"
+
+    @staticmethod
+    def _row(view: StreamView, counter: str) -> tuple[str, ...]:
+        latest, matched = view.latest, view.matched
+        newest = view.periods.get(latest, {}).get(counter) if latest is not None else None
+        count = total = released = consistent = "-"
+        if newest is not None:
+            count = _pm(newest.count, newest.count_std)
+            total = _pm(newest.total, newest.total_std)
+        if matched is not None:
+            cell = view.periods[matched].get(counter)
+            fair = view.consistent_at[matched].get(counter)
+            if cell is not None:
+                released = _pm(cell.total, cell.total_std)
+            if fair is not None:
+                consistent = f"{fair[0]:,.1f}"
+        return (counter, count, total, released, consistent)
 
     def updates(self) -> list[str]:
         """Plain log lines for what is new since the last call: each period of each stream once
@@ -273,3 +349,45 @@ class Board:
                     f"{view.revision_at[0]} period {view.revision_at[1]}) total: {values}"
                 )
         return lines
+
+
+def _pm(value: int, sd: float) -> str:
+    """``value ±half-width`` of its 95% interval, with thousands separators."""
+    return f"{value:,} ±{half_width95(sd):,.0f}"
+
+
+def _line(text: str, style: str = "") -> Text:
+    """One terminal line: cut with an ellipsis at the console's width, never wrapped."""
+    return Text(text, style=style, no_wrap=True, overflow="ellipsis", end="\n")
+
+
+def _table(
+    headers: Sequence[str], rows: list[tuple[str, ...]], *, show_header: bool = False
+) -> Table:
+    """The board's fixed-width columns (so each stream's table lines up under the one header)."""
+    table = Table(box=None, show_header=show_header, pad_edge=False, padding=(0, 1), expand=False)
+    names = headers or ("",) * len(_COLUMN_WIDTHS)
+    for i, (name, width) in enumerate(zip(names, _COLUMN_WIDTHS, strict=True)):
+        table.add_column(
+            name,
+            width=width,
+            no_wrap=True,
+            overflow="ellipsis",
+            justify="left" if i == 0 else "right",
+            header_style="bold",
+        )
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _share(rows: int, wanted: Sequence[int]) -> list[int]:
+    """Split ``rows`` counter rows over streams wanting ``wanted`` rows each, one at a time in
+    turn (every stream keeps its first counters before any stream gets a fifth)."""
+    given = [0] * len(wanted)
+    while rows > 0 and any(g < w for g, w in zip(given, wanted, strict=True)):
+        for i, w in enumerate(wanted):
+            if rows > 0 and given[i] < w:
+                given[i] += 1
+                rows -= 1
+    return given

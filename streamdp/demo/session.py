@@ -231,6 +231,8 @@ class Live:
     records_read: int = 0
     #: serve the public feed page (streamdp.feed) on this loopback port, if set
     feed_port: int | None = None
+    #: the terminal board (a rich Live display) while one is drawn
+    live: Any = None
 
     def summary(self) -> str:
         """One line: events sent, releases and revisions read, dead letters."""
@@ -312,6 +314,15 @@ class Live:
             self.started = time.monotonic()
             deadline = None if self.args.duration is None else self.started + self.args.duration
             tty = self.stream.isatty()
+            if tty:
+                from rich.console import Console
+                from rich.live import Live as LiveDisplay
+
+                console = Console(file=self.stream)
+                self.live = LiveDisplay(
+                    console=console, auto_refresh=False, vertical_overflow="crop"
+                )
+                self.live.start()
             last_status = 0.0
             while not stop.is_set():
                 code = worker_exit()
@@ -344,10 +355,13 @@ class Live:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
         if failure is None:
-            if self.stream.isatty():
+            if self.live is not None:
                 self._redraw()
             else:
                 self._log_lines(time.monotonic(), force_status=True)
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
         return failure
 
     async def _consume(self, consumer: Any, board: Any, stop: asyncio.Event) -> None:
@@ -400,12 +414,27 @@ class Live:
         return time.strftime("%Y-%m-%d %H:%M", time.gmtime(simulated))
 
     def _redraw(self) -> None:
-        now = time.monotonic()
-        lines = [*self.header, self._progress(now), "", *self.board.table()]
-        if self.board.noise_secure is False:
-            lines.append("INSECURE seeded noise: demo values only, not private")
-        self.stream.write("\x1b[H\x1b[J" + "\n".join(lines) + "\n")
-        self.stream.flush()
+        """Draw the board in the terminal, sized to it (the full header was printed once above;
+        the board keeps a two-line summary of it)."""
+        if self.live is None:
+            return
+        height = self.live.console.size.height
+        self.live.update(self.board.renderable(self.compact_header(), height), refresh=True)
+
+    def compact_header(self) -> list[str]:
+        """The board's two header lines: noise, progress and the worker's clock; addresses."""
+        board = self.board
+        insecure = self.args.insecure_seed is not None or board.noise_secure is False
+        noise = "INSECURE seeded noise, NOT private" if insecure else "secure noise (OpenDP)"
+        day = max((s.simulated_day for s in self.stats.values()), default=0)
+        elapsed = time.monotonic() - self.started
+        ready = "ready" if board.ready else "starting"
+        feed = f"feed http://127.0.0.1:{self.feed_port}/ · " if self.feed_port else ""
+        progress = f"{elapsed:.0f}s, day {day + 1} · worker {ready} · clock {self.clock_text()}"
+        return [
+            f"streamdp demo · {noise} · {progress}",
+            f"{feed}metrics http://127.0.0.1:{self.port}/metrics · Ctrl-C stops",
+        ]
 
     def _log_lines(self, now: float, *, force_status: bool) -> None:
         lines = self.board.updates()
