@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from streamdp.continual.strategy import CountingStrategy, Strategy
 from streamdp.errors import BudgetError, ConfigError
+from streamdp.noise.sampler import discrete_laplace_variances
 
 Noise = Literal["laplace", "discrete-laplace"]
 NOISES: tuple[Noise, ...] = ("laplace", "discrete-laplace")
@@ -319,9 +320,7 @@ def scale_variances(scales: npt.NDArray[np.float64], noise: Noise) -> npt.NDArra
     b = np.asarray(scales, dtype=np.float64)
     if check_noise(noise) == "laplace":
         return 2.0 * b * b
-    q = np.exp(-1.0 / b)
-    out: npt.NDArray[np.float64] = 2.0 * q / np.expm1(-1.0 / b) ** 2
-    return out
+    return discrete_laplace_variances(b)
 
 
 def node_variances(

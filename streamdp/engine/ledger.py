@@ -8,10 +8,14 @@ epochs. Streams reading the same source compose sequentially: their spends add. 
 the source's cap. (User-level protection, where one person contributes events in many epochs,
 would need the sequential sum over epochs too: :meth:`BudgetLedger.sequential_spent` reports it.)
 
-The ledger is a plain object with a pluggable durable backend: :class:`JsonLinesLedgerBackend`
-(append + fsync, for replay) or, in the daemon, a Faust-table backend. ``record_epoch`` returns
-only after the backend has made the entry durable; the engine calls it before drawing any noise
-or publishing anything of that epoch. Amounts are exact decimals.
+The ledger is a plain object with a pluggable backend. ``replay`` uses
+:class:`JsonLinesLedgerBackend` (append + fsync): ``record_epoch`` returns only after the entry
+is on disk, and the engine calls it before drawing any noise or publishing anything of that
+epoch. The daemon uses :class:`MemoryLedgerBackend` and makes the ledger durable with the rest
+of the source's state: the ledger is part of the engine snapshot, and the daemon stores that
+snapshot (its changelog-backed table) before it publishes any output of the batch, so a spend
+is durable before anything that used it is public (docs/architecture.md, the commit protocol).
+Amounts are exact decimals.
 """
 
 from __future__ import annotations

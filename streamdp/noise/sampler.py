@@ -65,9 +65,14 @@ def discrete_laplace_variance(scale: float) -> float:
     ``2 q / expm1(-1/scale)^2`` so that it stays accurate for large scales, where it tends to
     the continuous Laplace variance ``2 scale^2`` from below (``2 scale^2 - 1/6 + O(1/scale^2)``).
     """
-    b = check_scale(scale)
-    q = math.exp(-1.0 / b)
-    return 2.0 * q / math.expm1(-1.0 / b) ** 2
+    return float(discrete_laplace_variances(check_scale(scale)))
+
+
+def discrete_laplace_variances(scales: npt.ArrayLike) -> npt.NDArray[np.float64]:
+    """:func:`discrete_laplace_variance` of every scale of an array (the scales already valid)."""
+    b = np.asarray(scales, dtype=np.float64)
+    out: npt.NDArray[np.float64] = 2.0 * np.exp(-1.0 / b) / np.expm1(-1.0 / b) ** 2
+    return out
 
 
 def laplace_variance(scale: float) -> float:
