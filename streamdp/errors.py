@@ -5,6 +5,8 @@ Every error a person can cause (bad arguments, bad configuration, bad input) is 
 Messages never contain anything derived from un-noised data.
 """
 
+from enum import IntEnum
+
 
 class StreamdpError(Exception):
     """Base class of every error streamdp raises on purpose."""
@@ -41,15 +43,27 @@ class OutputWriteError(StreamdpError):
     dead letter): the batch stays unacknowledged and is read again after a restart."""
 
 
-# Exit statuses of a worker process (docs/operating.md, "Exit statuses"); from sysexits.h.
-#: stopped on SIGTERM/SIGINT (gracefully, or at the stop deadline)
-EXIT_STOPPED = 0
-#: an unexpected error (a bug): one line with the error, then exit; report it
-EXIT_CRASH = 70  # EX_SOFTWARE
-#: a write to the broker failed (checkpoint, release, dead letter): restarting re-reads the batch
-EXIT_WRITE_FAILED = 74  # EX_IOERR
-#: input records were skipped below the worker, or its input stalled: restart me
-EXIT_INPUT_GAP = 75  # EX_TEMPFAIL
-#: configuration and state or broker disagree (spec changed under existing state, budget cap
-#: exceeded, topic missing or wrongly partitioned): a restart fails the same way until fixed
-EXIT_CONFIG = 78  # EX_CONFIG
+class ExitStatus(IntEnum):
+    """Exit statuses of a worker process (docs/operating.md, "Exit statuses"); from sysexits.h.
+    Members are ints: ``os._exit(ExitStatus.CONFIG)`` and ``f"{ExitStatus.CONFIG}"`` give 78."""
+
+    #: stopped on SIGTERM/SIGINT (gracefully, or at the stop deadline)
+    STOPPED = 0
+    #: an unexpected error (a bug): one line with the error, then exit; report it
+    CRASH = 70  # EX_SOFTWARE
+    #: a write to the broker failed (checkpoint, release, dead letter): restarting re-reads it
+    WRITE_FAILED = 74  # EX_IOERR
+    #: input records were skipped below the worker, or its input stalled: restart me
+    INPUT_GAP = 75  # EX_TEMPFAIL
+    #: configuration and state or broker disagree (spec changed under existing state, budget
+    #: cap exceeded, topic missing or wrongly partitioned): a restart fails the same way until
+    #: fixed
+    CONFIG = 78  # EX_CONFIG
+
+
+# the names the operator guide and the supervisors' scripts use
+EXIT_STOPPED = ExitStatus.STOPPED
+EXIT_CRASH = ExitStatus.CRASH
+EXIT_WRITE_FAILED = ExitStatus.WRITE_FAILED
+EXIT_INPUT_GAP = ExitStatus.INPUT_GAP
+EXIT_CONFIG = ExitStatus.CONFIG
