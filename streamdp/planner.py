@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 import numpy as np
@@ -23,9 +24,19 @@ from scipy.signal import fftconvolve
 from scipy.special import ndtri
 
 from streamdp.continual.factored_counter import level_scales
-from streamdp.continual.fda import check_objective
-from streamdp.continual.kary import KARY_MECHANISMS, check_kary_objective, optimise
-from streamdp.continual.strategy import Strategy, build_strategy, check_mechanism
+from streamdp.continual.fda import OBJECTIVES, check_objective
+from streamdp.continual.kary import (
+    KARY_MECHANISMS,
+    KARY_OBJECTIVES,
+    check_kary_objective,
+    optimise,
+)
+from streamdp.continual.strategy import (
+    ALL_MECHANISMS,
+    Strategy,
+    build_strategy,
+    check_mechanism,
+)
 from streamdp.continual.variance import (
     Noise,
     check_noise,
@@ -134,6 +145,105 @@ def error_bound(scales: npt.NDArray[np.float64], noise: Noise, level: float = 0.
     return k * h
 
 
+def objectives_for(mechanism: str) -> tuple[str, ...]:
+    """The objectives ``mechanism`` can be planned with: fda chooses its node weights for
+    ``total`` or ``minimax``; the k-ary mechanisms their level budgets for ``total``,
+    ``minimax`` or ``count``; binary and naive have fixed weights, so only ``total`` (the
+    default, which changes nothing) describes them. :class:`ConfigError` for an unknown
+    mechanism."""
+    if mechanism in KARY_MECHANISMS:
+        return KARY_OBJECTIVES
+    if mechanism == "fda":
+        return OBJECTIVES
+    if mechanism in ALL_MECHANISMS:
+        return ("total",)
+    raise ConfigError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}, got {mechanism!r}")
+
+
+def planned_std(result: Plan) -> float:
+    """The standard deviation ``result``'s objective minimises (counts): the mean running-total
+    variance's root for ``total``, the largest running total's for ``minimax``, the mean
+    period count's for ``count``."""
+    if result.objective == "minimax":
+        return math.sqrt(result.max_variance)
+    if result.objective == "count":
+        return math.sqrt(result.mean_count_variance)
+    return math.sqrt(result.mean_variance)
+
+
+def epsilon_for_std(  # noqa: PLR0917 - plan()'s parameters, target first
+    target_std: float,
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    sensitivity: float,
+    noise: str = "discrete-laplace",
+    *,
+    branching: int | None = None,
+    digits: int = 3,
+) -> tuple[Decimal, Plan]:
+    """The smallest epsilon per epoch with ``digits`` significant digits (a value a spec holds
+    exactly) at which :func:`planned_std` is at most ``target_std``, and the plan at it.
+
+    Every node's Laplace scale is ``Delta / (epsilon lambda_i)`` with weights ``lambda_i`` that
+    do not depend on epsilon, so for continuous Laplace noise every variance is exactly
+    ``V(1) / epsilon^2`` and ``epsilon = std(1) / target`` solves it. The discrete noise's
+    variance is at most the continuous one of the same scale (much less once scales fall below
+    one count), and scales are rounded up for exact budgets; the variance still falls as
+    epsilon grows, so the answer is found by bisection on the planner's own variance for
+    ``noise`` below that solution, then rounded up and checked.
+    """
+    if not (math.isfinite(target_std) and target_std > 0):
+        raise ConfigError(
+            f"the target standard deviation must be a number > 0, got {target_std!r}"
+        )
+    if not 1 <= digits <= 15:
+        raise ConfigError(f"digits must be in 1..15, got {digits!r}")
+
+    def std_at(epsilon: float) -> float:
+        return planned_std(
+            plan(
+                mechanism,
+                objective,
+                horizon,
+                epsilon,
+                sensitivity,
+                noise,
+                points=[1],
+                branching=branching,
+            )
+        )
+
+    continuous = plan(
+        mechanism, objective, horizon, 1.0, sensitivity, "laplace", points=[1], branching=branching
+    )
+    high = planned_std(continuous) / target_std
+    while std_at(high) > target_std:  # only by the rounding of scales: a step or two
+        high *= 1.0 + 1e-6
+    low = high / 2.0
+    for _ in range(200):
+        if std_at(low) > target_std:
+            break
+        high, low = low, low / 2.0
+    for _ in range(60):  # std_at(low) > target >= std_at(high)
+        middle = 0.5 * (low + high)
+        if std_at(middle) > target_std:
+            low = middle
+        else:
+            high = middle
+        if high - low <= high * 1e-9:
+            break
+    exact = Decimal(repr(high))
+    step = Decimal(1).scaleb(exact.adjusted() - digits + 1)
+    epsilon = (exact / step).to_integral_value(rounding=ROUND_CEILING) * step
+    while std_at(float(epsilon)) > target_std:  # rounding up keeps it met; checked anyway
+        epsilon += step
+    result = plan(
+        mechanism, objective, horizon, float(epsilon), sensitivity, noise, branching=branching
+    )
+    return epsilon, result
+
+
 def report_points(horizon: int) -> list[int]:
     """A few releases to show: 1, quarter, half, three quarters, the last."""
     points = {1, max(1, horizon // 4), max(1, horizon // 2), max(1, 3 * horizon // 4), horizon}
@@ -166,6 +276,11 @@ def plan(  # noqa: PLR0917 - the planner's six public parameters, in CLI order
     ``mechanism``: any of :data:`streamdp.continual.strategy.ALL_MECHANISMS`; the k-ary ones
     take ``objective`` ``total``, ``minimax`` or ``count`` and optionally ``branching`` (k).
     """
+    if objective not in objectives_for(mechanism):
+        raise ConfigError(
+            f"objective {objective!r} does not apply to mechanism {mechanism!r}; it takes "
+            f"{' or '.join(objectives_for(mechanism))}"
+        )
     if mechanism in KARY_MECHANISMS:
         return _plan_kary(
             mechanism, objective, horizon, epsilon, sensitivity, noise, points, branching

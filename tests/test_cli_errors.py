@@ -16,6 +16,34 @@ from streamdp.cli import main
             "--objective minimax does not apply to --mechanism binary",
         ),
         (
+            ["plan", "--mechanism", "naive", "--objective", "count", "--horizon", "10",
+             "--epsilon", "1"],
+            "--objective count does not apply to --mechanism naive (its weights are fixed)",
+        ),
+        (
+            ["plan", "--mechanism", "fda", "--objective", "count", "--horizon", "10",
+             "--epsilon", "1"],
+            "--objective count does not apply to --mechanism fda; it takes total or minimax",
+        ),
+        (["plan", "--epsilon", "1"], "--horizon is required (or --config SPEC.toml"),
+        (["plan", "--horizon", "10"], "--epsilon is required (or --target-std COUNTS"),
+        (
+            ["plan", "--horizon", "10", "--epsilon", "1", "--target-std", "3"],
+            "--target-std finds the epsilon; drop --epsilon",
+        ),
+        (
+            ["plan", "--horizon", "10", "--target-std", "-3"],
+            "the target standard deviation must be a number > 0, got -3.0",
+        ),
+        (
+            ["plan", "--config", "streamdp/examples/demo.toml", "--horizon", "10"],
+            "--config plans each stream with the spec's own values; drop --horizon",
+        ),
+        (
+            ["plan", "--config", "/nonexistent/spec.toml"],
+            "cannot read configuration '/nonexistent/spec.toml'",
+        ),
+        (
             ["synth", "--scenario", "hiv", "--periods", "2", "--rate", "1", "--output",
              "/nonexistent/dir/x.jsonl"],
             "directory '/nonexistent/dir' does not exist",

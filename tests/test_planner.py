@@ -169,3 +169,101 @@ def test_branching_for_a_fenwick_mechanism_is_an_error(capsys) -> None:
     argv = ["plan", "--mechanism", "fda", "--branching", "4", "--horizon", "10", "--epsilon", "1"]
     assert main(argv) == 2
     assert "branching" in capsys.readouterr().err
+
+
+# --- a spec's streams, and the epsilon for a target error ------------------------------------
+DEMO = "streamdp/examples/demo.toml"
+
+
+def test_config_plans_every_stream_of_a_spec_with_its_own_values(capsys) -> None:
+    from streamdp.engine import load_spec
+
+    spec = load_spec(DEMO)
+    assert main(["plan", "--config", DEMO, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["stream"] for r in rows] == list(spec.streams)
+    for row in rows:
+        stream = spec.streams[row["stream"]]
+        expected = plan(
+            stream.mechanism,
+            stream.objective,
+            stream.horizon,
+            float(stream.epsilon),
+            float(stream.sensitivity),
+            branching=stream.branching,
+        )
+        assert row["mechanism"] == stream.mechanism
+        assert row["horizon"] == stream.horizon
+        assert row["epsilon"] == float(stream.epsilon)
+        assert row["sensitivity"] == float(stream.sensitivity)
+        assert row["mean_variance"] == pytest.approx(expected.mean_variance, rel=1e-12)
+        assert row["max_std"] == pytest.approx(math.sqrt(expected.max_variance), rel=1e-12)
+        assert row["period_count_std"] == pytest.approx(
+            math.sqrt(expected.mean_count_variance), rel=1e-12
+        )
+    assert main(["plan", "--config", DEMO]) == 0
+    table = capsys.readouterr().out
+    for name in spec.streams:
+        assert name in table
+    assert "count std" in table
+
+
+def test_config_compare_lists_every_mechanism_per_stream(capsys) -> None:
+    assert main(["plan", "--config", DEMO, "--compare", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"restaurant-items", "admissions-census", "hiv-admissions"}
+    assert all(len(rows) == 8 for rows in data.values())
+    assert {r["horizon"] for r in data["hiv-admissions"]} == {52}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "objective"),
+    [("fda", "total"), ("fda", "minimax"), ("binary", "total"), ("naive", "total"),
+     ("kary_gls", "count")],
+)  # fmt: skip
+def test_target_std_gives_the_smallest_epsilon_that_meets_it(
+    mechanism: str, objective: str
+) -> None:
+    from decimal import Decimal
+
+    from streamdp.planner import epsilon_for_std, planned_std
+
+    target = 10.0
+    epsilon, result = epsilon_for_std(target, mechanism, objective, 365, 5.0)
+    assert len(epsilon.normalize().as_tuple().digits) <= 3
+    assert result.epsilon == float(epsilon)
+    assert planned_std(result) <= target
+    # one unit less in the last of the 3 digits misses the target: the answer is the smallest
+    step = Decimal(1).scaleb(epsilon.adjusted() - 2)
+    below = plan(mechanism, objective, 365, float(epsilon - step), 5.0)
+    assert planned_std(below) > target
+    # the measure follows the objective: the worst running total for minimax
+    if objective == "minimax":
+        assert planned_std(result) == math.sqrt(result.max_variance)
+
+
+def test_target_std_for_continuous_laplace_is_the_inverse_square_law() -> None:
+    """Variance is V(1)/epsilon^2 exactly for Laplace noise: epsilon = std(1)/target, rounded up."""
+    from decimal import ROUND_CEILING, Decimal
+
+    from streamdp.planner import epsilon_for_std
+
+    one = plan("fda", "total", 1000, 1.0, 3.0, "laplace")
+    target = 100.0
+    exact = Decimal(repr(math.sqrt(one.mean_variance) / target))
+    expected = exact.quantize(Decimal("0.001"), rounding=ROUND_CEILING)  # 3 digits: 0.xyz
+    assert Decimal("0.1") <= exact < 1
+    epsilon, _ = epsilon_for_std(target, "fda", "total", 1000, 3.0, "laplace")
+    assert epsilon == expected
+
+
+def test_target_std_on_the_command_line(capsys) -> None:
+    assert main(["plan", "--horizon", "365", "--sensitivity", "5", "--target-std", "10"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("epsilon per epoch needed: 8.73 ")
+    assert "95% error bound" in out
+    argv = ["plan", "--config", DEMO, "--target-std", "20", "--format", "json"]
+    assert main(argv) == 0
+    for row in json.loads(capsys.readouterr().out):
+        assert row["planned_std"] <= 20
+        assert row["epsilon"] == float(row["epsilon_for_target"])
