@@ -27,7 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from streamdp.consistency import Tree, census_approximation, census_exact, gmc_projection
+from streamdp.consistency import census_exact
+from streamdp.papers import Tree, census_approximation, gmc_projection
 
 RESULTS = Path(__file__).parent / "results"
 FULL_REGIONS = 449_814

@@ -20,11 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from streamdp.consistency import (
-    SEED004_COMBOS,
+from streamdp.consistency import SEED004_COMBOS, census_exact, census_residuals
+from streamdp.papers import (
     census_approximation,
-    census_exact,
-    census_residuals,
     dyadic_tree,
     restaurant_approximation,
     restaurant_release,

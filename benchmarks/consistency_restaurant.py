@@ -27,12 +27,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from streamdp.consistency import (
-    SEED004_COMBOS,
-    complete_tree,
-    restaurant_approximation,
-    restaurant_release,
-)
+from streamdp.consistency import SEED004_COMBOS
+from streamdp.papers import complete_tree, restaurant_approximation, restaurant_release
 
 RESULTS = Path(__file__).parent / "results"
 ITEMS = 5

@@ -7,13 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdp.consistency import (
-    CensusVariances,
-    census_approximation,
-    census_release,
-    census_residuals,
-)
+from streamdp.consistency import CensusVariances, census_residuals
 from streamdp.errors import ConfigError
+from streamdp.papers import census_approximation, census_release
 
 
 def max_diff(a, b) -> float:  # type: ignore[no-untyped-def]

@@ -12,13 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from streamdp.consistency import (
-    SEED004_COMBOS,
-    ComboSpan,
-    census_constraint_matrix,
-    census_release,
-    project_onto_combo_span,
-)
+from streamdp.consistency import SEED004_COMBOS, ComboSpan, project_onto_combo_span
+from streamdp.papers import census_constraint_matrix, census_release
 
 
 def fenwick_matrix(N: int) -> np.ndarray:

@@ -7,18 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdp.consistency import (
-    SEED004_B,
-    SEED004_COMBOS,
-    ComboSpan,
+from streamdp.consistency import SEED004_B, SEED004_COMBOS, ComboSpan, project_onto_combo_span
+from streamdp.errors import ConfigError
+from streamdp.papers import (
     complete_tree,
     dyadic_tree,
-    project_onto_combo_span,
     restaurant_approximation,
     restaurant_constraint_matrix,
     restaurant_release,
 )
-from streamdp.errors import ConfigError
 
 
 def residual(y: np.ndarray, combos: np.ndarray, tree) -> float:  # type: ignore[no-untyped-def]

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import nnls
 
-from streamdp.consistency import (
-    SEED004_COMBOS,
+from streamdp.consistency import SEED004_COMBOS
+from streamdp.errors import ConfigError
+from streamdp.papers import (
     complete_tree,
     dense_projection,
     dykstra,
@@ -19,7 +20,6 @@ from streamdp.consistency import (
     restaurant_release,
     sparse_projection,
 )
-from streamdp.errors import ConfigError
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streamdp.consistency import (
+from streamdp.errors import ConfigError
+from streamdp.papers import (
     Tree,
     boosting,
     complete_tree,
@@ -19,7 +20,6 @@ from streamdp.consistency import (
     seed003_two_pass,
     tree_projection,
 )
-from streamdp.errors import ConfigError
 
 
 def random_tree(rng: np.random.Generator, size: int) -> Tree:

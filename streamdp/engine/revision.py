@@ -48,7 +48,7 @@ def project_nodes(spec: StreamSpec, values: npt.ArrayLike) -> FloatArray:
 
 
 def _project_hierarchy(spec: StreamSpec, y: FloatArray) -> FloatArray:
-    from streamdp.consistency import census_release
+    from streamdp.consistency import census_exact
 
     sizes = [len(a.categories) for a in spec.counters.attributes]
     n = y.shape[0]
@@ -59,7 +59,7 @@ def _project_hierarchy(spec: StreamSpec, y: FloatArray) -> FloatArray:
         marginals.append(y[:, offset : offset + size])
         offset += size
     cells = y[:, offset:].reshape((n, *sizes))
-    t_hat, m_hat, c_hat = census_release(total, marginals, cells, method="exact")
+    t_hat, m_hat, c_hat = census_exact(total, marginals, cells)
     out = np.empty_like(y)
     out[:, 0] = t_hat
     offset = 1

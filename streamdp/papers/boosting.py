@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.consistency.trees import complete_height
 from streamdp.errors import ConfigError
+from streamdp.papers.trees import complete_height
 
 FloatArray = npt.NDArray[np.float64]
 

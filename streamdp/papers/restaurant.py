@@ -25,13 +25,13 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
-from streamdp.consistency.approximation import ApproximationResult, alternating_projections
-from streamdp.consistency.boosting import boosting
 from streamdp.consistency.combos import ComboSpan
-from streamdp.consistency.reference import dense_projection
-from streamdp.consistency.sparse import sparse_projection
-from streamdp.consistency.trees import Tree, complete_height, complete_tree, tree_projection
 from streamdp.errors import ConfigError
+from streamdp.papers.approximation import ApproximationResult, alternating_projections
+from streamdp.papers.boosting import boosting
+from streamdp.papers.reference import dense_projection
+from streamdp.papers.sparse import sparse_projection
+from streamdp.papers.trees import Tree, complete_height, complete_tree, tree_projection
 
 FloatArray = npt.NDArray[np.float64]
 RestaurantMethod = Literal["exact", "approx", "dense", "sparse"]

@@ -1,1 +1,0 @@
-"""Exact fast paths for constraint sets that factor as Kronecker products."""
