@@ -13,7 +13,15 @@ from streamdp.synth import SCENARIOS, example_spec, generate, release_instant
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--scenario", required=True, choices=SCENARIOS)
+    parser.add_argument(
+        "--scenario",
+        required=True,
+        choices=SCENARIOS,
+        help=(
+            "which seed's data to imitate; each matches its spec in streamdp/examples "
+            "(restaurant orders, hospital admissions, census persons, HIV admissions)"
+        ),
+    )
     parser.add_argument(
         "--periods", type=int, required=True, metavar="N", help="periods to generate"
     )
