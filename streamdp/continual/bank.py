@@ -48,6 +48,7 @@ class CounterBank(Protocol):
 
     epoch: int
     width: int
+    carry_variance: float
 
     @property
     def horizon(self) -> int: ...
@@ -65,6 +66,8 @@ class CounterBank(Protocol):
     def next_epoch(self) -> CounterBank: ...
 
     def noisy_nodes(self) -> tuple[Int64Array, Int64Array, FloatArray]: ...
+
+    def released(self, first: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]: ...
 
     def total_variance(self, t: int) -> float: ...
 

@@ -209,6 +209,19 @@ class ContinualCounter:
             self._node_var[:n].copy(),
         )
 
+    def released(self, first: int) -> tuple[Int64Array, Int64Array]:
+        """The releases of periods ``first..periods_closed`` of this epoch, recomputed from
+        the stored noisy nodes: ``(noisy counts, noisy totals)``, each ``(n, width)``, equal to
+        what :meth:`close_period` returned (carry included in the totals). O(closed x width)."""
+        closed = self._closed
+        if not 1 <= first <= closed + 1:
+            raise HorizonError(f"first period must be in 1..{closed + 1}, got {first}")
+        values = self.noisy_nodes()[1].astype(np.float64)
+        # node values are integers below 2^53, so their float path sums are exact
+        sums = np.rint(self.strategy.layout.path_sums(values)).astype(np.int64)
+        totals = np.vstack([np.zeros((1, self.width), dtype=np.int64), sums])[first - 1 :]
+        return np.diff(totals, axis=0), totals[1:] + self.carry
+
     def next_epoch(self) -> ContinualCounter:
         """A fresh tree for the next epoch whose totals carry this epoch's noisy total.
 

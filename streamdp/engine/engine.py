@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from streamdp.engine.events import MAX_ID_LENGTH, Reason, RejectedError, decode, event_id_of
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
 from streamdp.engine.periods import format_instant, parse_instant
@@ -530,10 +533,11 @@ class Engine:
         return records
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(self, *, with_seen: bool = True) -> dict[str, Any]:
+    def snapshot(self, *, with_seen: bool = True, with_noise: bool = True) -> dict[str, Any]:
         """The complete state as plain JSON-able data (protect it like the input topic).
 
-        ``with_seen=False`` leaves out the open periods' content keys (see :meth:`seen_ids`)."""
+        ``with_seen=False`` leaves out the open periods' content keys (see :meth:`seen_ids`);
+        ``with_noise=False`` the k-ary streams' epoch noise (see :meth:`epoch_noise`)."""
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
@@ -543,7 +547,10 @@ class Engine:
             "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],
             "ledger": self.ledger.state(),
             "stats": self.stats.to_dict(),
-            "streams": {name: r.state(with_seen=with_seen) for name, r in self.streams.items()},
+            "streams": {
+                name: r.state(with_seen=with_seen, with_noise=with_noise)
+                for name, r in self.streams.items()
+            },
         }
 
     def adopt_stored_nodes(self, nodes: Mapping[tuple[str, int, int], list[int]]) -> None:
@@ -554,6 +561,23 @@ class Engine:
             runtime.adopt_stored_nodes(
                 {(e, t): v for (stream, e, t), v in nodes.items() if stream == name}
             )
+
+    def epoch_noise(self) -> dict[str, tuple[int, npt.NDArray[np.int64]]]:
+        """Per k-ary stream whose current epoch's noise is drawn: ``(epoch, node noise)`` (to
+        store once, before anything released with it is published)."""
+        out = {}
+        for name, runtime in self.streams.items():
+            drawn = runtime.epoch_noise()
+            if drawn is not None:
+                out[name] = drawn
+        return out
+
+    def adopt_stored_noise(self, stream: str, epoch: int, node_noise: list[list[int]]) -> bool:
+        """Epoch noise of ``stream`` stored before a crash lost the state that refers to it:
+        used instead of drawing (see :meth:`StreamRuntime.adopt_stored_noise`). False when it
+        is not a whole epoch's noise for this stream (ignored)."""
+        runtime = self.streams.get(stream)
+        return runtime is not None and runtime.adopt_stored_noise(epoch, node_noise)
 
     def seen_ids(self) -> dict[str, Mapping[int, AbstractSet[str]]]:
         """Per stream, the content keys counted in each open period (live views: read only)."""

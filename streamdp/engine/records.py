@@ -132,8 +132,9 @@ class ReleaseRecord:
     period: int
     period_start: str
     period_end: str
-    noisy_count: int
-    noisy_total: int
+    # int for integer mechanisms; float for kary_gls (and projected k-ary) releases
+    noisy_count: int | float
+    noisy_total: int | float
     count_std: float
     total_std: float
     epsilon: float

@@ -17,6 +17,7 @@ re-publishes the releases themselves, recomputed from the counter in O(periods r
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
@@ -36,6 +37,8 @@ from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
+
+FloatArray = npt.NDArray[np.float64]
 
 # 2: "seen" holds content digests of the open periods' records (1: event ids) and
 # "close_target" an operator's pending close; version 1 states restore (their ids stay as
@@ -81,14 +84,26 @@ class StreamRuntime:
         self.width = len(self.names)
         self.horizon = spec.horizon
         self.strategy = stream_strategy(spec)
-        # k-ary strategies know an epoch's noise at its start: releases are projected onto the
-        # constraint span when published (P_jj scales each counter's variance)
+        # k-ary strategies know an epoch's noise at its start: their decoded noise is projected
+        # onto the constraint span, so releases are consistent when published (P_jj scales each
+        # counter's variance). Only where the exact counts always lie in that span (census
+        # hierarchy; combos when every order must be a combo): then release = P (s + n), a
+        # post-processing of the noisy nodes. Projecting the noise alone while the exact counts
+        # leave the span would reveal their component outside it; such streams project their
+        # releases in revisions instead (post-processing of the releases).
         self._noise_ahead = isinstance(self.strategy, KaryStrategy)
+        constraints = spec.constraints
+        exact_in_span = constraints.kind == "hierarchy" or (
+            constraints.kind == "combos" and constraints.orders_must_be_combos
+        )
         self._shrink: npt.NDArray[np.float64] | None = None
         self._projection = (
             project_nodes(spec, np.eye(self.width))
-            if self._noise_ahead and spec.constraints.kind != "none"
+            if self._noise_ahead and exact_in_span
             else None
+        )
+        self._project_in_revisions = (
+            self._noise_ahead and constraints.kind != "none" and not exact_in_span
         )
         self._release_scale = (
             np.sqrt(self._projection_diagonal()) if self._projection is not None else None
@@ -221,16 +236,22 @@ class StreamRuntime:
             if epoch * self.horizon + node > self.closed:
                 self._stored_nodes[(epoch, node)] = list(values)
 
-    def adopt_stored_noise(self, epoch: int, node_noise: npt.ArrayLike) -> None:
+    def adopt_stored_noise(self, epoch: int, node_noise: npt.ArrayLike) -> bool:
         """Node noise of ``epoch`` found stored beyond this state (a crash after it was
         written, before the state that refers to it): the epoch uses it instead of drawing.
-        Noise of an epoch whose noise this state already holds, or of a past epoch, is
-        ignored."""
-        noise = np.asarray(node_noise, dtype=np.int64)
+        Returns False, ignoring it, unless it is a whole epoch's noise (``(nodes, width)``
+        integers) for an epoch whose noise this state does not hold yet."""
+        noise = np.asarray(node_noise)
+        shape = (self.strategy.node_count, self.width)
+        if not self._noise_ahead or noise.shape != shape or noise.dtype.kind not in "iu":
+            return False
         if epoch > self.counter.epoch:
-            self._stored_noise[epoch] = noise
-        elif epoch == self.counter.epoch and self.counter.epoch_noise() is None:
+            self._stored_noise[epoch] = noise.astype(np.int64)
+            return True
+        if epoch == self.counter.epoch and self.counter.epoch_noise() is None:
             self.counter.adopt_noise(noise)
+            return True
+        return False
 
     def epoch_noise(self) -> tuple[int, npt.NDArray[np.int64]] | None:
         """``(epoch, node noise)`` of the current epoch once drawn, for the daemon to store
@@ -316,12 +337,9 @@ class StreamRuntime:
         start_text, end_text = self.clock.iso(start), self.clock.iso(end)
         spec = self.spec
         eps = float(spec.epsilon)
-        cstd, tstd = float(release.count_std), float(release.total_std)
-        count_stds = [cstd] * self.width
-        total_stds = [tstd] * self.width
-        if self._release_scale is not None:  # projected at publication: P_jj per counter
-            count_stds = (cstd * self._release_scale).tolist()
-            total_stds = (tstd * self._release_scale).tolist()
+        # projected at publication: sqrt(P_jj) per counter
+        count_stds = self._scaled(float(release.count_std), self._release_scale)
+        total_stds = self._scaled(float(release.total_std), self._release_scale)
         name, secure = self.sampler.name, bool(self.sampler.secure)
         # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
         # numbers: rounding them would change the variance they declare
@@ -380,13 +398,12 @@ class StreamRuntime:
             return []  # nothing new to publish
         self.revision += 1
         started = time.perf_counter()
-        epochs = self.node_values()
-        results = consistent_epochs(self.spec, epochs)
+        results = self._released_since_revision() if self._noise_ahead else self._from_nodes()
         # diagnostics (noisy-derived only): the exact per-node projection is one pass; the
         # residual is how far the newest period counts and running totals of each epoch are from
         # the constraint subspace (O(width) per epoch, so the revision's cost does not double)
         residual = 0.0
-        for counts, totals in results:
+        for _, _, counts, totals in results:
             if counts.shape[0]:
                 last = np.vstack([counts[-1:], totals[-1:]])
                 residual = max(
@@ -395,7 +412,6 @@ class StreamRuntime:
         self.last_revision = RevisionStats(
             iterations=1, residual=residual, seconds=time.perf_counter() - started
         )
-        first_epoch = self.counter.epoch - len(self._past_nodes)
         out: list[ConsistentRecord] = []
         constraint = self.spec.constraints.kind
         # exact standard deviations: every node's counter vector is projected by the same
@@ -404,15 +420,30 @@ class StreamRuntime:
         # totals' variance as carry, exactly as the releases do
         shrink = self._projection_diagonal()
         final_var = self.counter.total_variance(self.horizon)
-        for e, (counts, totals) in enumerate(results):
-            epoch = first_epoch + e
+        scale = np.sqrt(shrink)
+        for epoch, offset, counts, totals in results:
+            # row r of ``counts`` is period offset + r + 1 of the epoch
             first_new = self._revised_through - epoch * self.horizon
-            if first_new >= counts.shape[0]:
+            if first_new >= offset + counts.shape[0]:
                 continue  # every period of this epoch was published by an earlier revision
             count_rows = counts.tolist()
             total_rows = totals.tolist()
-            for p in range(max(0, first_new), counts.shape[0]):
+            for p in range(max(offset, first_new), offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
+                if self._noise_ahead:  # the release's own stds, computed as it computed them
+                    count_std = math.sqrt(self.counter.count_variance(p + 1))
+                    total_std = math.sqrt(
+                        self.counter.total_variance(p + 1) + self.counter.carry_variance
+                    )
+                    count_stds = self._scaled(count_std, scale)
+                    total_stds = self._scaled(total_std, scale)
+                else:
+                    count_stds = self._scaled_variance(
+                        shrink, self.counter.count_variance(p + 1)
+                    )
+                    total_stds = self._scaled_variance(
+                        shrink, self.counter.total_variance(p + 1) + epoch * final_var
+                    )
                 out.append(
                     ConsistentRecord(
                         stream=self.spec.name,
@@ -422,17 +453,40 @@ class StreamRuntime:
                         period=p + 1,
                         period_start=self.clock.iso(start),
                         period_end=self.clock.iso(end),
-                        counts=dict(zip(self.names, count_rows[p], strict=True)),
-                        totals=dict(zip(self.names, total_rows[p], strict=True)),
+                        counts=dict(zip(self.names, count_rows[p - offset], strict=True)),
+                        totals=dict(zip(self.names, total_rows[p - offset], strict=True)),
                         constraint=constraint,
-                        count_std=self._stds(shrink, self.counter.count_variance(p + 1)),
-                        total_std=self._stds(
-                            shrink, self.counter.total_variance(p + 1) + epoch * final_var
-                        ),
+                        count_std=dict(zip(self.names, count_stds, strict=True)),
+                        total_std=dict(zip(self.names, total_stds, strict=True)),
                     )
                 )
         self._revised_through = self.closed
         return out
+
+    def _from_nodes(self) -> list[tuple[int, int, FloatArray, FloatArray]]:
+        """Fenwick streams: ``(epoch, 0, counts, totals)`` of every epoch so far, projected
+        per stored node (:func:`consistent_epochs`)."""
+        epochs = self.node_values()
+        first_epoch = self.counter.epoch - len(self._past_nodes)
+        return [
+            (first_epoch + e, 0, counts, totals)
+            for e, (counts, totals) in enumerate(consistent_epochs(self.spec, epochs))
+        ]
+
+    def _released_since_revision(self) -> list[tuple[int, int, FloatArray, FloatArray]]:
+        """k-ary streams: the releases of the current epoch's periods no revision published
+        yet, recomputed from the counter (they were projected when published, so they are
+        the consistent values). O(periods revised x width). Periods of an earlier epoch are
+        not available here: every scheduled revision includes the epoch's last period, so none
+        is left unpublished, except by a stream with no revision schedule whose epoch ended
+        before an on-demand revision (its releases are the consistent values)."""
+        counter = self.counter
+        epoch = counter.epoch
+        offset = max(0, self._revised_through - epoch * self.horizon)
+        counts, totals = counter.released(offset + 1)
+        if self._project_in_revisions:
+            counts, totals = project_nodes(self.spec, counts), project_nodes(self.spec, totals)
+        return [(epoch, offset, counts, totals)]
 
     def _projection_diagonal(self) -> npt.NDArray[np.float64]:
         """``P_jj`` of the stream's constraint projection (1 for no constraint), cached."""
@@ -440,16 +494,28 @@ class StreamRuntime:
             self._shrink = np.clip(np.diag(project_nodes(self.spec, np.eye(self.width))), 0, 1)
         return self._shrink
 
-    def _stds(self, shrink: npt.NDArray[np.float64], variance: float) -> dict[str, float]:
-        return dict(zip(self.names, np.sqrt(shrink * variance).tolist(), strict=True))
+    @staticmethod
+    def _scaled_variance(shrink: FloatArray, variance: float) -> list[float]:
+        """Per counter ``sqrt(P_jj variance)``."""
+        out: list[float] = np.sqrt(shrink * variance).tolist()
+        return out
+
+    def _scaled(self, std: float, scale: FloatArray | None) -> list[float]:
+        """``std`` per counter, times ``scale`` (``sqrt(P_jj)``) when given."""
+        if scale is None:
+            return [std] * self.width
+        out: list[float] = (std * scale).tolist()
+        return out
 
     # ------------------------------------------------------------------ persistence
-    def state(self, *, with_seen: bool = True) -> dict[str, Any]:
+    def state(self, *, with_seen: bool = True, with_noise: bool = True) -> dict[str, Any]:
         """Plain JSON-able state. Holds raw counts: protect it like the input topic.
 
         With ``with_seen=False`` the event ids of the open periods are left out (the daemon
         stores them incrementally, from :meth:`seen_ids`); :meth:`restore` needs them back
-        under ``"seen"``."""
+        under ``"seen"``. With ``with_noise=False`` a k-ary counter's epoch noise is left out
+        (the daemon stores it once per epoch, from :meth:`epoch_noise`); :meth:`restore` needs
+        it back under ``counter.node_noise``."""
         out = {
             "version": STREAM_STATE_VERSION,
             "stream": self.spec.name,
@@ -459,7 +525,7 @@ class StreamRuntime:
             "revision": self.revision,
             "open": [[j, list(row)] for j, row in sorted(self._open.items())],
             "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
-            "counter": self.counter.state(),
+            "counter": self.counter.state(with_noise=with_noise),
         }
         if with_seen:
             out["seen"] = [[j, sorted(ids)] for j, ids in sorted(self._seen.items())]
@@ -482,7 +548,9 @@ class StreamRuntime:
                     f"{state.get('version')!r}; expected {self.spec.name!r} version "
                     f"{STREAM_STATE_VERSION}"
                 )
-            counter = ContinualCounter.from_state(dict(state["counter"]), self.sampler)
+            counter = restore_bank(
+                dict(state["counter"]), self.sampler, projection=self._projection
+            )
             open_ = {int(j): [int(v) for v in row] for j, row in state["open"]}
             seen = {int(j): {str(i) for i in ids} for j, ids in state["seen"]}
             past = [
@@ -504,6 +572,8 @@ class StreamRuntime:
             raise StateError(f"stream {self.spec.name!r}: counter state does not match the spec")
         if counter.epoch * self.horizon + counter.periods_closed != closed:
             raise StateError(f"stream {self.spec.name!r}: closed-period count is inconsistent")
+        if counter.epoch_noise() is None and counter.epoch in self._stored_noise:
+            counter.adopt_noise(self._stored_noise.pop(counter.epoch))
         self.counter = counter
         self._open, self._seen, self._past_nodes = open_, seen, past
         self.closed, self.revision = closed, revision

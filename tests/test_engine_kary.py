@@ -1,0 +1,317 @@
+"""The k-ary mechanisms (kary_gls, kary_digits) through the engine and the replay (issue 13).
+
+- a TOML spec with ``mechanism = "kary_gls"`` / ``"kary_digits"`` replays: releases carry the
+  strategy's exact standard deviations, GLS releases are real numbers, digits releases integers;
+- the declared standard deviations are what the noise does: many seeded runs on fixed data,
+  the empirical variance of every period's released count and total against the declared one
+  (and the same test rejects a declaration off by 1.5x);
+- with public constraints the releases are consistent when published (the node noise is
+  projected), the consistent records repeat them, and no period is published twice.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import numpy as np
+import pytest
+from stats_continual import P_THRESHOLD, variance_z_pvalue
+
+from streamdp.continual.factored_counter import level_scales
+from streamdp.continual.strategy import build_any_strategy
+from streamdp.engine import ConsistentRecord, Engine, ReleaseRecord, parse_spec
+from streamdp.engine.periods import parse_instant
+from streamdp.engine.replay import read_jsonl, replay
+from streamdp.engine.revision import project_nodes
+from streamdp.noise import InsecureSeededSampler
+from streamdp.noise.sampler import discrete_laplace_variance
+
+DAY = 86400.0
+SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
+ITEMS_SPEC = """
+[sources.orders]
+topic = "orders"
+kind = "order"
+epsilon_cap = 1.0
+
+[streams.items]
+source = "orders"
+epsilon = 1.0
+sensitivity = 3
+horizon = {horizon}
+mechanism = "{mechanism}"
+branching = 3
+on_epoch_end = "roll"
+period = {{ unit = "day", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "items", items = ["a", "b", "c"] }}
+consistency = {{ every_periods = 7, at_epoch_end = true }}
+{constraints}
+"""
+COMBOS = """
+[streams.items.constraints]
+kind = "combos"
+orders_must_be_combos = {must}
+
+[streams.items.constraints.combos]
+one = {{ a = 1, b = 1 }}
+two = {{ b = 1, c = 2 }}
+"""
+
+
+def _items_spec(mechanism: str = "kary_gls", horizon: int = 40, combos: bool | None = None) -> Any:
+    constraints = "" if combos is None else COMBOS.format(must=str(combos).lower())
+    return parse_spec(
+        ITEMS_SPEC.format(mechanism=mechanism, horizon=horizon, constraints=constraints)
+    )
+
+
+def _orders(days: int, combos: bool = False) -> tuple[list[bytes], np.ndarray]:
+    """Fixed orders over ``days`` days and their exact per-day item counts ``(days, 3)``."""
+    rng = np.random.default_rng(7)
+    lines: list[bytes] = []
+    exact = np.zeros((days, 3), dtype=np.int64)
+    shapes = [{"a": 1, "b": 1}, {"b": 1, "c": 2}] if combos else [{"a": 1}, {"b": 2}, {"c": 1}]
+    for day in range(days):
+        for n in range(int(rng.integers(0, 4))):
+            items = shapes[int(rng.integers(0, len(shapes)))]
+            for name, q in items.items():
+                exact[day, "abc".index(name)] += q
+            when = 1704067200 + day * DAY + 3600 * (n + 1)
+            stamp = np.datetime_as_string(np.datetime64(int(when), "s")) + "Z"
+            event = {"event_id": f"o{day}-{n}", "event_time": stamp, "source": "orders"}
+            lines.append(json.dumps({**event, "items": items}).encode())
+    return lines, exact
+
+
+def _run(spec: Any, lines: list[bytes], days: int, seed: int) -> list[Any]:
+    engine = Engine(spec, sampler=InsecureSeededSampler(seed), batch=True)
+    as_of = 1704067200 + days * DAY
+    engine.start_batch(as_of)
+    for offset, line in enumerate(lines, start=1):
+        assert engine.ingest(line, offset=offset).accepted
+    return engine.advance_clock(as_of)
+
+
+def _exact_stds(
+    mechanism: str, horizon: int, sensitivity: int, branching: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per period ``(count std, total std)`` from the strategy's exact variances."""
+    strategy = build_any_strategy(mechanism, "total", horizon, branching)
+    scales = np.asarray(level_scales(strategy, 1.0, sensitivity))[strategy.node_levels]
+    node_var = np.array([discrete_laplace_variance(b) for b in scales])
+    return (
+        np.sqrt(strategy.count_variances(node_var)),
+        np.sqrt(strategy.total_variances(node_var)),
+    )
+
+
+@pytest.mark.parametrize("mechanism", ["kary_gls", "kary_digits"])
+def test_replay_of_a_kary_spec_releases_with_the_strategys_exact_stds(
+    mechanism: str, tmp_path: Path
+) -> None:
+    text = (
+        importlib.resources.files("streamdp")
+        .joinpath("examples", "hiv.toml")
+        .read_text("utf-8")
+        .replace("horizon = 120\n", f'horizon = 120\nmechanism = "{mechanism}"\n')
+    )
+    spec = parse_spec(text)
+    assert spec.streams["hiv-monthly"].mechanism == mechanism
+    events = [
+        {
+            "event_id": f"p{i}",
+            "event_time": f"2024-{1 + i % 6:02d}-{1 + i % 27:02d}T08:00:00Z",
+            "source": "admissions",
+            "hiv_positive": i % 3 == 0,
+        }
+        for i in range(90)
+    ]
+    source = tmp_path / "admissions.jsonl"
+    source.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    as_of = parse_instant("2024-07-03T00:00:00Z")
+    assert as_of is not None
+    summary = replay(spec, source, tmp_path / "out", as_of=as_of, sampler=InsecureSeededSampler(3))
+    assert summary.periods_released == {"hiv-monthly": 6}
+    releases = read_jsonl(tmp_path / "out" / "releases.jsonl")
+    assert [r["period"] for r in releases] == [1, 2, 3, 4, 5, 6]
+    count_std, total_std = _exact_stds(mechanism, 120, 1)
+    exact = np.zeros(6, dtype=np.int64)
+    for e in events:
+        exact[int(e["event_time"][5:7]) - 1] += int(e["hiv_positive"])
+    for r in releases:
+        t = r["period"]
+        assert r["mechanism"] == mechanism
+        assert r["count_std"] == pytest.approx(count_std[t - 1], rel=1e-12)
+        assert r["total_std"] == pytest.approx(total_std[t - 1], rel=1e-12)
+    kinds = {type(r["noisy_total"]) for r in releases} | {type(r["noisy_count"]) for r in releases}
+    # GLS releases are real numbers (rounding would change their variance); digits: integers
+    assert kinds == ({float} if mechanism == "kary_gls" else {int})
+    counts = np.array([r["noisy_count"] for r in releases])
+    totals = np.array([r["noisy_total"] for r in releases])
+    np.testing.assert_allclose(np.cumsum(counts), totals, rtol=0, atol=1e-9)
+    assert not np.allclose(totals, np.cumsum(exact))  # noise was added
+    # the replay's closing revision publishes each released period once, equal to its release
+    consistent = read_jsonl(tmp_path / "out" / "consistent.jsonl")
+    assert [c["period"] for c in consistent] == [1, 2, 3, 4, 5, 6]
+    for name, records in (("release", releases), ("consistent", consistent)):
+        schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text("utf-8"))
+        for record in records:
+            jsonschema.validate(record, schema)
+    for c, r in zip(consistent, releases, strict=True):
+        assert c["counts"] == {r["counter"]: r["noisy_count"]}
+        assert c["totals"] == {r["counter"]: r["noisy_total"]}
+        assert c["count_std"] == {r["counter"]: r["count_std"]}
+        assert c["total_std"] == {r["counter"]: r["total_std"]}
+
+
+def _deviations(
+    spec: Any, lines: list[bytes], exact: np.ndarray, seeds: range
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Released minus exact count and total per (seed, period, counter), with the declared
+    standard deviations per (period, counter) (identical in every run)."""
+    days = exact.shape[0]
+    totals = np.cumsum(exact, axis=0)
+    d_count = np.zeros((len(seeds), days, 3))
+    d_total = np.zeros((len(seeds), days, 3))
+    std_count = np.zeros((days, 3))
+    std_total = np.zeros((days, 3))
+    for k, seed in enumerate(seeds):
+        for r in _run(spec, lines, days, seed):
+            if isinstance(r, ReleaseRecord):
+                t, c = r.period - 1, "abc".index(r.counter)
+                d_count[k, t, c] = r.noisy_count - exact[t, c]
+                d_total[k, t, c] = r.noisy_total - totals[t, c]
+                if k == 0:
+                    std_count[t, c], std_total[t, c] = r.count_std, r.total_std
+                else:
+                    assert (std_count[t, c], std_total[t, c]) == (r.count_std, r.total_std)
+    return d_count, d_total, std_count, std_total
+
+
+def _variance_checks(
+    deviations: np.ndarray, stds: np.ndarray
+) -> tuple[list[float], list[float], list[float]]:
+    """Per period, the deviations of all counters divided by their declared stds (counters
+    are independent): p-values of variance 1 (the declaration), 1.5 and 1/1.5 (declarations
+    off by that factor, which the same test must reject), and last, the same three for the
+    mean standardised square over all periods and counters of each run (runs independent)."""
+    standard = deviations / stds
+    right, high, low = [], [], []
+    for d in [standard[:, t, :].ravel() for t in range(standard.shape[1])]:
+        right.append(variance_z_pvalue(d, 1.0))
+        high.append(variance_z_pvalue(d, 1.5))
+        low.append(variance_z_pvalue(d, 1 / 1.5))
+    per_run = np.sqrt((standard**2).mean(axis=(1, 2)))  # its square's mean is the run's mean
+    right.append(variance_z_pvalue(per_run, 1.0))
+    high.append(variance_z_pvalue(per_run, 1.5))
+    low.append(variance_z_pvalue(per_run, 1 / 1.5))
+    return right, high, low
+
+
+def test_simulation_confirms_the_declared_stds_of_a_kary_gls_stream() -> None:
+    """400 seeded runs of a 40-day kary_gls stream (k = 3, three counters, fixed orders):
+    the released counts and totals scatter around the exact ones with the variance each
+    release declares (per period, and pooled over the whole run; Bonferroni over the 82
+    checks; the declared stds equal the strategy's exact ones). Power: declaring 1.5x more or
+    less is rejected by the pooled check and for most periods by the same test."""
+    spec = _items_spec("kary_gls", horizon=40)
+    lines, exact = _orders(40)
+    d_count, d_total, std_count, std_total = _deviations(spec, lines, exact, range(400))
+    count_std, total_std = _exact_stds("kary_gls", 40, 3, branching=3)
+    np.testing.assert_allclose(std_count, np.repeat(count_std[:, None], 3, axis=1), rtol=1e-12)
+    np.testing.assert_allclose(std_total, np.repeat(total_std[:, None], 3, axis=1), rtol=1e-12)
+    alpha = 1e-3 / 82  # family-wise 1e-3 over 2 x 41 checks
+    for deviations, stds in ((d_count, std_count), (d_total, std_total)):
+        right, high, low = _variance_checks(deviations, stds)
+        assert min(right) > alpha, min(right)
+        assert max(high[-1], low[-1]) < P_THRESHOLD  # the pooled check has ample power
+        assert np.mean(np.array(high[:-1]) < alpha) > 0.9  # and so do most periods
+        assert np.mean(np.array(low[:-1]) < alpha) > 0.9
+        # unbiased: the mean deviation is within 5 standard errors everywhere
+        se = stds / np.sqrt(deviations.shape[0])
+        assert np.all(np.abs(deviations.mean(axis=0)) < 5 * se)
+
+
+def test_simulation_confirms_the_projected_stds_of_a_kary_stream_with_combos() -> None:
+    """With combos every order must follow, each release is exact + P n: consistent when
+    published, declared std sqrt(P_jj) x the strategy's, confirmed by 400 seeded runs."""
+    spec = _items_spec("kary_gls", horizon=12, combos=True)
+    stream = spec.streams["items"]
+    lines, exact = _orders(12, combos=True)
+    d_count, d_total, std_count, std_total = _deviations(spec, lines, exact, range(400))
+    shrink = np.clip(np.diag(project_nodes(stream, np.eye(3))), 0, 1)
+    assert shrink.max() < 1.0  # the projection removes noise
+    count_std, total_std = _exact_stds("kary_gls", 12, 3, branching=3)
+    np.testing.assert_allclose(std_count, np.sqrt(np.outer(count_std**2, shrink)), rtol=1e-9)
+    np.testing.assert_allclose(std_total, np.sqrt(np.outer(total_std**2, shrink)), rtol=1e-9)
+    # every run's deviations lie in the combo span (exact counts already do)
+    flat = d_total.reshape(-1, 3)
+    np.testing.assert_allclose(project_nodes(stream, flat), flat, atol=1e-8)
+    alpha = 1e-3 / 26
+    for deviations, stds in ((d_count, std_count), (d_total, std_total)):
+        right, high, low = _variance_checks(deviations, stds)
+        assert min(right) > alpha, min(right)
+        assert max(high[-1], low[-1]) < P_THRESHOLD
+        assert np.mean(np.array(high[:-1]) < alpha) > 0.9
+        assert np.mean(np.array(low[:-1]) < alpha) > 0.9
+
+
+@pytest.mark.parametrize("mechanism", ["kary_gls", "kary_digits"])
+def test_kary_releases_with_combos_are_consistent_at_publication(mechanism: str) -> None:
+    """Releases lie in the combo span when published; every period's consistent record
+    (published with the revision schedule: every 7 periods and at each epoch end) equals its
+    releases and standard deviations, and no period is published twice, across epochs."""
+    spec = _items_spec(mechanism, horizon=10, combos=True)
+    stream = spec.streams["items"]
+    lines, _ = _orders(25, combos=True)
+    out = _run(spec, lines, 25, seed=5)
+    releases: dict[tuple[int, int], dict[str, ReleaseRecord]] = {}
+    consistent: list[ConsistentRecord] = []
+    for r in out:
+        if isinstance(r, ReleaseRecord):
+            releases.setdefault((r.epoch, r.period), {})[r.counter] = r
+        else:
+            consistent.append(r)
+    assert len(releases) == 25
+    for by_counter in releases.values():
+        vector = np.array([[by_counter[c].noisy_total for c in "abc"]])
+        np.testing.assert_allclose(project_nodes(stream, vector), vector, atol=1e-8)
+    # schedule: periods 7 and 10 (epoch end), 14, 20 (epoch end) and 21
+    revisions = sorted({(c.revision, c.periods_covered) for c in consistent})
+    assert revisions == [(1, 7), (2, 10), (3, 14), (4, 20), (5, 21)]
+    keys = [(c.epoch, c.period) for c in consistent]
+    assert keys == sorted(keys)
+    assert len(keys) == len(set(keys)) == 21
+    for c in consistent:
+        by_counter = releases[(c.epoch, c.period)]
+        assert c.counts == {n: r.noisy_count for n, r in by_counter.items()}
+        assert c.totals == {n: r.noisy_total for n, r in by_counter.items()}
+        assert c.count_std == {n: r.count_std for n, r in by_counter.items()}
+        assert c.total_std == {n: r.total_std for n, r in by_counter.items()}
+
+
+def test_unenforced_combos_are_projected_in_revisions_not_at_publication() -> None:
+    """When orders need not be combos, exact counts may leave the span; projecting only the
+    noise would reveal their component outside it. So the releases are not projected and the
+    revisions project the releases (post-processing), with P_jj-scaled stds."""
+    spec = _items_spec("kary_gls", horizon=10, combos=False)
+    stream = spec.streams["items"]
+    lines, _ = _orders(10)  # single-item orders: not combos
+    out = _run(spec, lines, 10, seed=2)
+    rel = [r for r in out if isinstance(r, ReleaseRecord)]
+    con = [r for r in out if isinstance(r, ConsistentRecord)]
+    totals = np.array([[r.noisy_total for r in rel if r.period == t] for t in range(1, 11)])
+    assert not np.allclose(project_nodes(stream, totals), totals, atol=1e-6)
+    assert len({r.count_std for r in rel if r.period == 3}) == 1  # not scaled per counter
+    shrink = np.clip(np.diag(project_nodes(stream, np.eye(3))), 0, 1)
+    by_period = {c.period: c for c in con}
+    assert sorted(by_period) == list(range(1, 11))
+    got = np.array([[by_period[t].totals[n] for n in "abc"] for t in range(1, 11)])
+    np.testing.assert_allclose(got, project_nodes(stream, totals), atol=1e-9)
+    std = next(r.total_std for r in rel if r.period == 4)
+    expected = dict(zip("abc", std * np.sqrt(shrink), strict=True))
+    assert by_period[4].total_std == pytest.approx(expected)
