@@ -11,6 +11,7 @@ from streamdp.engine.replay import replay
 from streamdp.engine.spec import load_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, NoiseSampler, production_sampler
+from streamdp.progress import progress_stream
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +47,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="INSECURE: seeded numpy noise for reproducible tests; never publish its output "
         "(default: OpenDP's exact sampler with OS entropy)",
     )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="report progress on stderr even when it is not a terminal (on a terminal: always, "
+        "for inputs over 1 MB)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
         sampler = production_sampler()
     as_of = parse_as_of(args.as_of)
     summary = replay(
-        spec, args.input, args.output_dir, as_of=as_of, sampler=sampler, progress=sys.stderr
+        spec,
+        args.input,
+        args.output_dir,
+        as_of=as_of,
+        sampler=sampler,
+        progress=progress_stream(args.progress),
     )
     sys.stdout.write(f"as of {format_instant(as_of)}\n")
     sys.stdout.write(summary.render(show_counts=args.show_counts) + "\n")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from streamdp.engine.periods import format_instant
 from streamdp.errors import ConfigError
+from streamdp.progress import ProgressLine
 from streamdp.synth import SCENARIOS, example_spec, generate, release_instant
 
 
@@ -44,6 +45,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="probability of a bad record after each good event, cycling through every "
         "rejection kind (default 0)",
     )
+    parser.add_argument(
+        "--progress",
+        action="store_true",
+        help="report progress on stderr even when it is not a terminal (on a terminal: always)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--output {args.output!r}: directory {str(target.parent)!r} does not exist"
         )
+    progress = ProgressLine("streamdp synth", args.periods, "periods", forced=args.progress)
     with target.open("w", encoding="utf-8") as out:
         for line in generate(
             args.scenario,
@@ -72,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
                 good += 1
             else:
                 bad += 1
+            if (good + bad) % 1024 == 0:
+                progress.update(line.period, f"{good + bad:,} records")
+    progress.finish(args.periods, f"{good + bad:,} records")
     sys.stderr.write(f"wrote {good} good and {bad} bad records to {args.output}\n")
     as_of = format_instant(release_instant(example_spec(args.scenario), args.periods))
     sys.stderr.write(f"every generated period is released by: replay ... --as-of {as_of}\n")

@@ -58,10 +58,12 @@ def example_spec(scenario: str) -> EngineSpec:
 
 @dataclass(frozen=True)
 class Line:
-    """One input line and the rejection reason it should get (None: a good event)."""
+    """One input line, the rejection reason it should get (None: a good event), and the index
+    of the generated period it belongs to (for progress reports)."""
 
     text: str
     expect: str | None
+    period: int = 0
 
 
 def generate(
@@ -105,7 +107,7 @@ def generate(
                 "source": source.topic,
                 **maker(),
             }
-            yield Line(json.dumps(event), None)
+            yield Line(json.dumps(event), None, j)
             if bad_fraction > 0 and rng.uniform() < bad_fraction:
                 kind = bad_kinds[bad_index % len(bad_kinds)]
                 bad_index += 1
@@ -114,7 +116,7 @@ def generate(
                     s.on_epoch_end == "stop" for s in spec.streams.values()
                 ):
                     expect = "after_horizon"  # beyond a stopping stream's horizon first
-                yield Line(_bad(kind, event, clock, j, grid_stream, number), expect)
+                yield Line(_bad(kind, event, clock, j, grid_stream, number), expect, j)
 
 
 def generated_end(spec: EngineSpec, periods: int) -> float:
