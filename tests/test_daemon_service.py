@@ -27,11 +27,27 @@ from test_engine_support import arrivals_following, drive
 from streamdp.daemon.checkpoint import join_snapshot, split_snapshot
 from streamdp.daemon.service import InputRecord, OutputTopics, ReleaseService, home_partition
 from streamdp.engine import Engine
+from streamdp.errors import StateError
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import example_spec, generate, release_instant
 
 TOPICS = OutputTopics()
 START = 1704067200.0  # 2024-01-01T00:00:00Z, where the example streams start
+
+
+def _spec(scenario: str) -> Any:
+    """An example spec; ``restaurant+kary_gls`` (or another mechanism after ``+``): the
+    restaurant with that mechanism and 8-day epochs, so a short run rolls several epochs."""
+    base, _, mechanism = scenario.partition("+")
+    if not mechanism:
+        return example_spec(base)
+    import importlib.resources
+
+    from streamdp.engine import parse_spec
+
+    text = importlib.resources.files("streamdp").joinpath("examples", f"{base}.toml")
+    text = text.read_text("utf-8").replace("horizon = 366", "horizon = 8")
+    return parse_spec(text.replace('mechanism = "fda"', f'mechanism = "{mechanism}"'))
 
 
 class StepClock:
@@ -71,8 +87,8 @@ def _records(
 ) -> tuple[list[InputRecord], list[float]]:
     """The scenario's records on partition 0 and, per record, a test clock reading that follows
     the data (see test_engine_support.arrivals_following)."""
-    spec = example_spec(scenario)
-    lines = list(generate(scenario, periods, rate, seed=3, bad_fraction=bad))
+    spec = _spec(scenario)
+    lines = list(generate(scenario.partition("+")[0], periods, rate, seed=3, bad_fraction=bad))
     topic = next(iter(spec.sources.values())).topic
     source = next(iter(spec.sources))
     out = [
@@ -86,7 +102,7 @@ def _replay(
     scenario: str, records: list[InputRecord], arrivals: list[float], batch: int, final: float
 ) -> dict[str, str]:
     """A plain engine advanced to the clock reading of each batch before its records."""
-    spec = example_spec(scenario)
+    spec = _spec(scenario)
     engine = Engine(spec, sampler=InsecureSeededSampler(9))
     published: dict[str, str] = {}
     outs: list[Any] = []
@@ -124,7 +140,7 @@ def _run(
     The clock reads ``arrivals[i]`` when the batch starting at record ``i`` is processed (a
     re-delivered batch starts at the same record, so it reads the same); a last tick at
     ``final`` closes what is left."""
-    spec = example_spec(scenario)
+    spec = _spec(scenario)
     state: dict[str, Any] = {}
     drawn: list[str] = []
     published: dict[str, str] = {}
@@ -190,10 +206,10 @@ def _without_dead_letters(published: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in published.items() if not k.startswith(TOPICS.dead_letter)}
 
 
-@pytest.mark.parametrize("scenario", ["restaurant", "hospital"])
+@pytest.mark.parametrize("scenario", ["restaurant", "hospital", "restaurant+kary_gls"])
 def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
     records, arrivals = _records(scenario, periods=40, rate=6)
-    final = release_instant(example_spec(scenario), 40)
+    final = release_instant(_spec(scenario), 40)
     expected = _replay(scenario, records, arrivals, 17, final)
     got, drawn = _run(scenario, records, arrivals, batch=17, crash_plan={}, final=final)
     assert got == expected
@@ -566,3 +582,79 @@ def test_the_hot_state_does_not_grow_with_epochs() -> None:
     assert outcome.accepted == 1
     assert [r.epoch for r in outcome.releases] == [399]
     assert again.engines()["s"].ledger.sequential_spent("s") == 400
+
+
+@pytest.mark.parametrize(
+    "where", ["before-writes", "half-writes", "mid-writes", "before-publish", "before-ack"]
+)
+def test_a_kary_streams_epoch_noise_is_stored_once_and_reused_after_any_crash(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kary_gls restaurant, 8-day epochs (several rolls), noise chunks of 3 rows: a crash
+    anywhere in the protocol changes no published value; noise a checkpoint stored is never
+    drawn again (each epoch's levels are drawn once per label), only noise no stored record
+    used; and every chunk is written once."""
+    import streamdp.daemon.checkpoint as checkpoint
+
+    monkeypatch.setattr(checkpoint, "NOISE_CHUNK_VALUES", 15)  # width 5: 3 rows a chunk
+    scenario = "restaurant+kary_gls"
+    records, arrivals = _records(scenario, periods=30, rate=5, bad=0.1)
+    final = release_instant(_spec(scenario), 30)
+    clean, clean_drawn = _run(scenario, records, arrivals, batch=11, crash_plan={}, final=final)
+    assert len(clean_drawn) == len(set(clean_drawn))
+    assert {label.split("|")[1] for label in clean_drawn} == {"e0", "e1", "e2", "e3"}
+    plan = dict.fromkeys(range(1, 200, 3), where)
+    crashed, drawn = _run(scenario, records, arrivals, batch=11, crash_plan=plan, final=final)
+    assert crashed == clean
+    assert set(drawn) == set(clean_drawn)
+    if where not in ("before-writes", "half-writes"):
+        assert len(drawn) == len(set(drawn)), "stored epoch noise was drawn twice"
+
+
+def test_epoch_noise_is_written_in_bounded_chunks_before_any_output_and_never_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import streamdp.daemon.checkpoint as checkpoint
+    from streamdp.daemon.checkpoint import NOISE_CHUNK_VALUES, noise_key
+
+    monkeypatch.setattr(checkpoint, "NOISE_CHUNK_VALUES", 15)  # 3 rows a chunk
+    spec = _spec("restaurant+kary_gls")
+    records, arrivals = _records("restaurant+kary_gls", periods=20, rate=5)
+    state: dict[str, Any] = {}
+    clock = StepClock()
+    drawn: list[str] = []
+    svc = _service(spec, state, clock, sampler=CountingSampler(4, drawn), topics=TOPICS)
+    written: list[str] = []
+    for first in range(0, len(records), 9):
+        clock.value = arrivals[first]
+        outcome = svc.process(records[first : first + 9])
+        keys = [w.key for w in outcome.writes]
+        noise = [k for k in keys if "|noise|" in k]
+        if noise:  # before every outbox record and the hot state of its checkpoint
+            assert max(keys.index(k) for k in noise) < min(
+                i for i, k in enumerate(keys) if "|out|" in k or k == "restaurant-orders"
+            )
+        for w in outcome.writes:
+            if "|noise|" in w.key:
+                assert len(w.value) * 5 <= 15
+                assert len(json.dumps(w.value).encode()) < 1_000_000
+        written += noise
+        _apply(state, outcome.writes)
+        _apply(state, outcome.cleanup)
+    assert len(written) == len(set(written)), "a noise chunk was written twice"
+    assert {k.split("|")[3] for k in written} == {"0", "1", "2"}  # one set per epoch drawn
+    # the hot state does not hold the noise (nor grow with it)
+    hot = state["restaurant-orders"]
+    assert hot["streams"]["restaurant-items"]["counter"]["node_noise"] is None
+    assert len(json.dumps(hot)) < 20_000
+    # a restart reuses it, drawing nothing; a missing chunk is refused, never redrawn
+    before = len(drawn)
+    again = _service(spec, dict(state), clock, sampler=CountingSampler(4, drawn))
+    assert again.process([records[-1]]).skipped == 1  # loads the source; offset applied
+    assert len(drawn) == before
+    epoch = hot["streams"]["restaurant-items"]["counter"]["epoch"]
+    broken = dict(state)
+    del broken[noise_key("restaurant-orders", "restaurant-items", epoch, 1)]
+    with pytest.raises(StateError, match=r"noise .* is missing"):
+        _service(spec, broken, clock).process([records[-1]])
+    assert NOISE_CHUNK_VALUES * 15 < 1_000_000  # the production bound, for any width

@@ -10,6 +10,13 @@ split into keys of the changelog-backed table:
                                           outbox sequence numbers)
 ``<source>|node|<stream>|<epoch>|<t>``    one noisy node (a list of ``width`` ints), written
                                           once, when it is drawn, and never changed
+``<source>|noise|<stream>|<epoch>|<c>``   chunk ``c`` of a k-ary stream's node noise for one
+                                          epoch (rows of ``width`` ints, at most
+                                          :data:`NOISE_CHUNK_VALUES` values a chunk), written
+                                          once, by the checkpoint of the batch that drew it
+                                          (before anything released with it is published),
+                                          and never changed; the hot state names how many
+                                          chunks the current epoch has
 ``<source>|out|<seq>``                    one output record waiting to be (re)published: the
                                           outbox, deleted after its publication is acknowledged
 ``<source>|seen|<stream>|<j>|<n>``        chunk ``n`` of the event ids counted in open period
@@ -33,10 +40,17 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from streamdp.errors import StateError
 
 NodeKey = tuple[str, int, int]  # (stream, epoch, t) with t the 1-based node index
 SEPARATOR = "|"
+#: Most noise values in one ``noise`` chunk: a value is at most 15 bytes of JSON (scales are
+#: below 2^40), so a chunk stays under 250 KB, well below a producer's 1 MB request limit.
+#: The census stream (width 355, N = 4095, 4,506 nodes) needs 98 chunks of 46 rows.
+NOISE_CHUNK_VALUES = 16_384
 
 
 def hot_key(source: str) -> str:
@@ -56,6 +70,29 @@ def parse_node_key(source: str, key: str) -> NodeKey | None:
         return None
     stream, epoch, t = key[len(prefix) :].rsplit(SEPARATOR, 2)
     return stream, int(epoch), int(t)
+
+
+def noise_key(source: str, stream: str, epoch: int, chunk: int) -> str:
+    """Table key of one chunk of a k-ary stream's epoch noise."""
+    return SEPARATOR.join((source, "noise", stream, str(epoch), str(chunk)))
+
+
+def parse_noise_key(source: str, key: str) -> NodeKey | None:
+    """``(stream, epoch, chunk)`` of a :func:`noise_key` of ``source``; None for other keys."""
+    prefix = f"{source}{SEPARATOR}noise{SEPARATOR}"
+    if not key.startswith(prefix):
+        return None
+    stream, epoch, chunk = key[len(prefix) :].rsplit(SEPARATOR, 2)
+    return stream, int(epoch), int(chunk)
+
+
+def noise_chunks(noise: npt.NDArray[np.int64]) -> list[list[list[int]]]:
+    """An epoch's node noise ``(nodes, width)`` as bounded chunks of whole rows (at most
+    :data:`NOISE_CHUNK_VALUES` values each, at least one row); their concatenation is
+    the noise."""
+    rows = max(1, NOISE_CHUNK_VALUES // max(1, noise.shape[1]))
+    values = noise.tolist()
+    return [values[i : i + rows] for i in range(0, len(values), rows)]
 
 
 def outbox_key(source: str, seq: int) -> str:
@@ -131,13 +168,28 @@ def _add_run(runs: list[list[int]], epoch: int, n: int) -> None:
 
 
 def join_snapshot(
-    hot: Mapping[str, Any], node: Callable[[str, int, int], list[int] | None]
+    hot: Mapping[str, Any],
+    node: Callable[[str, int, int], list[int] | None],
+    noise: Callable[[str, int], list[list[int]] | None] | None = None,
 ) -> dict[str, Any]:
-    """Inverse of :func:`split_snapshot`: rebuild the engine snapshot from the hot part and a
-    lookup of stored nodes. Raises :class:`StateError` if a node is missing (never redraws)."""
+    """Inverse of :func:`split_snapshot`: rebuild the engine snapshot from the hot part and
+    lookups of stored nodes and of stored epoch noise (``(stream, epoch)`` -> rows, for a
+    k-ary counter whose state says its noise was drawn; the engine snapshot was taken without
+    it). Raises :class:`StateError` if a node or noise is missing (never redraws)."""
     snapshot = copy.deepcopy(dict(hot))
     try:
         for name, state in snapshot["streams"].items():
+            counter = state["counter"]
+            if counter.get("noise_drawn") and counter.get("node_noise") is None:
+                epoch = int(counter["epoch"])
+                rows = None if noise is None else noise(name, epoch)
+                if rows is None:
+                    raise StateError(
+                        f"stored node noise of stream {name!r} epoch {epoch} is missing or "
+                        "incomplete; refusing to restore (noise that releases used is never "
+                        "drawn again): restore the state topic from a backup"
+                    )
+                counter["node_noise"] = rows
             counts = [
                 (int(run[0]) + k, int(run[1]))
                 for run in state.pop("node_counts")

@@ -5,8 +5,8 @@ partition, offset, key, value). The service routes each record to the engine of 
 (one :class:`~streamdp.engine.Engine` per source, so a source's state moves between workers as
 one unit), and returns a :class:`BatchOutcome`:
 
-1. ``writes``: table entries (hot state, new noisy nodes, outbox records) the adapter must make
-   durable (changelog delivery acknowledged) FIRST;
+1. ``writes``: table entries (hot state, new noisy nodes, a k-ary epoch's noise, outbox records)
+   the adapter must make durable (changelog delivery acknowledged) FIRST;
 2. ``publications``: output records to send, only after step 1;
 3. ``cleanup``: outbox deletions to write once the publications are acknowledged.
 
@@ -43,9 +43,12 @@ from streamdp.daemon.checkpoint import (
     hot_key,
     join_snapshot,
     node_key,
+    noise_chunks,
+    noise_key,
     outbox_key,
     outbox_prefix,
     parse_node_key,
+    parse_noise_key,
     parse_seen_key,
     seen_key,
     split_snapshot,
@@ -209,6 +212,8 @@ class _SourceSlot:
         self.engine = engine
         self.home = home
         self.stored_nodes: set[tuple[str, int, int]] = set()
+        # (stream, epoch) -> chunks of the k-ary epoch noise already stored
+        self.stored_noise: dict[tuple[str, int], int] = {}
         self.next_outbox = 0
         # per (stream, open period): the event ids stored in its chunks, and how many chunks
         self.stored_seen: dict[tuple[str, int], set[str]] = {}
@@ -285,7 +290,16 @@ class ReleaseService:
                 value = self.state.get(node_key(source, stream, epoch, t))
                 return None if value is None else list(value)
 
-            snapshot = join_snapshot(hot, node)
+            slot.stored_noise = {
+                (str(stream), int(epoch)): int(n)
+                for stream, epoch, n in daemon.get("noise_chunks", [])
+            }
+
+            def noise(stream: str, epoch: int) -> list[list[int]] | None:
+                n = slot.stored_noise.get((stream, epoch))
+                return None if n is None else self._noise_rows(source, stream, epoch, n)
+
+            snapshot = join_snapshot(hot, node, noise)
             for key in keys:
                 parsed = parse_seen_key(source, key)
                 if parsed is not None:
@@ -294,7 +308,7 @@ class ReleaseService:
                     slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
             self._restore_seen(source, slot, snapshot, daemon.get("seen_chunks", []))
             engine.restore(snapshot)
-            _, nodes = split_snapshot(engine.snapshot(with_seen=False))
+            _, nodes = split_snapshot(engine.snapshot(with_seen=False, with_noise=False))
             slot.stored_nodes = set(nodes)
             # re-publish whatever a crash left in the outbox (same key, same value)
             prefix = outbox_prefix(source)
@@ -319,8 +333,33 @@ class ReleaseService:
         if unreferenced:
             engine.adopt_stored_nodes(unreferenced)
             slot.stored_nodes |= set(unreferenced)
+        # k-ary epoch noise a crash left stored but unreferenced (written before the outbox and
+        # the hot state, so an outbox record published on reload may have used it): the epoch
+        # uses it instead of drawing. Chunks a crash cut short never preceded a stored outbox
+        # record (writes are made durable in order), so no release used them: that epoch's
+        # noise is drawn afresh and its chunks written again.
+        found: dict[tuple[str, int], int] = {}
+        for key in keys:
+            parsed_noise = parse_noise_key(source, key)
+            if parsed_noise is not None and parsed_noise[:2] not in slot.stored_noise:
+                stream, epoch, chunk = parsed_noise
+                found[(stream, epoch)] = max(found.get((stream, epoch), 0), chunk + 1)
+        for (stream, epoch), n in sorted(found.items()):
+            rows = self._noise_rows(source, stream, epoch, n)
+            if rows is not None and engine.adopt_stored_noise(stream, epoch, rows):
+                slot.stored_noise[(stream, epoch)] = n
         self.slots[source] = slot
         return slot
+
+    def _noise_rows(self, source: str, stream: str, epoch: int, n: int) -> list[list[int]] | None:
+        """The rows of chunks ``0..n-1`` of a stored epoch noise; None if one is missing."""
+        rows: list[list[int]] = []
+        for chunk in range(n):
+            value = self.state.get(noise_key(source, stream, epoch, chunk))
+            if value is None:
+                return None
+            rows.extend(list(r) for r in value)
+        return rows
 
     def _restore_seen(
         self, source: str, slot: _SourceSlot, snapshot: dict[str, Any], counts: list[Any]
@@ -541,8 +580,21 @@ class ReleaseService:
     def _checkpoint(
         self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
     ) -> None:
-        hot, nodes = split_snapshot(slot.engine.snapshot(with_seen=False))
+        hot, nodes = split_snapshot(slot.engine.snapshot(with_seen=False, with_noise=False))
         seen_counts = self._checkpoint_seen(source, slot, outcome)
+        # a k-ary epoch's noise, once, by the checkpoint of the batch that drew it: before the
+        # outbox records that used it and the hot state that refers to it
+        for stream, (epoch, noise) in sorted(slot.engine.epoch_noise().items()):
+            if (stream, epoch) in slot.stored_noise:
+                continue
+            chunks = noise_chunks(noise)
+            for c, rows in enumerate(chunks):
+                key = noise_key(source, stream, epoch, c)
+                outcome.writes.append(StateWrite(slot.home, key, rows))
+            slot.stored_noise = {
+                (s, e): n for (s, e), n in slot.stored_noise.items() if s != stream or e > epoch
+            }
+            slot.stored_noise[(stream, epoch)] = len(chunks)
         for new in sorted(set(nodes) - slot.stored_nodes):
             stream, epoch, t = new
             outcome.writes.append(
@@ -576,6 +628,7 @@ class ReleaseService:
             "home": slot.home,
             "next_outbox": slot.next_outbox,
             "seen_chunks": seen_counts,
+            "noise_chunks": [[s, e, n] for (s, e), n in sorted(slot.stored_noise.items())],
         }
         # the hot state goes last: on recovery it only refers to nodes already written
         outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
