@@ -138,7 +138,6 @@ def _run(args: argparse.Namespace, tmp: Path) -> int:
                 spec=spec,
                 bootstrap=broker.bootstrap,
                 port=port,
-                header=header,
                 anchor=anchor,
                 origin=origin,
                 feed_port=feed_port,
@@ -219,7 +218,6 @@ class Live:
     spec: Any
     bootstrap: str
     port: int
-    header: list[str]
     # the wall instant (Unix seconds) the feeds start at; the worker's clock starts
     # WORKER_CLOCK_LAG seconds later, at ``origin`` (the streams' start)
     anchor: float = field(default_factory=time.time)
