@@ -45,6 +45,13 @@ def _pretty(value: bytes) -> str:
     return format_pretty(TailRecord("streamdp.releases", 1, 42, 1_700_000_000_000, b"k", value))
 
 
+def _of_kind(published: list[bytes], kind: str) -> list[tuple[dict[str, Any], str]]:
+    """Each published record of ``kind`` with its pretty line (at least one)."""
+    found = [json.loads(v) for v in published if json.loads(v)["kind"] == kind]
+    assert found, kind
+    return [(record, _pretty(json.dumps(record).encode())) for record in found]
+
+
 def test_every_streamdp_record_is_one_readable_line_not_json(published: list[bytes]) -> None:
     kinds = {json.loads(v)["kind"] for v in published}
     assert kinds == {"release", "consistent", "dead_letter"}
@@ -57,10 +64,7 @@ def test_every_streamdp_record_is_one_readable_line_not_json(published: list[byt
 
 
 def test_release_lines_carry_the_records_values(published: list[bytes]) -> None:
-    releases = [json.loads(v) for v in published if json.loads(v)["kind"] == "release"]
-    assert releases
-    for record in releases:
-        line = _pretty(json.dumps(record).encode())
+    for record, line in _of_kind(published, "release"):
         assert f"release {record['stream']}/{record['counter']} " in line
         assert f"epoch {record['epoch']} period {record['period']} " in line
         assert f"count {record['noisy_count']:,} (sd {record['count_std']:.3g})" in line
@@ -69,10 +73,7 @@ def test_release_lines_carry_the_records_values(published: list[bytes]) -> None:
 
 
 def test_consistent_lines_list_every_total(published: list[bytes]) -> None:
-    revisions = [json.loads(v) for v in published if json.loads(v)["kind"] == "consistent"]
-    assert revisions
-    for record in revisions:
-        line = _pretty(json.dumps(record).encode())
+    for record, line in _of_kind(published, "consistent"):
         assert f"revision {record['revision']} " in line
         for counter, total in record["totals"].items():
             assert f"{counter} {total:,.1f}" in line or f"{counter} {int(total):,}" in line
@@ -81,10 +82,9 @@ def test_consistent_lines_list_every_total(published: list[bytes]) -> None:
 def test_dead_letter_lines_give_the_reason_and_leave_the_raw_record_out(
     published: list[bytes],
 ) -> None:
-    letters = [json.loads(v) for v in published if json.loads(v)["kind"] == "dead_letter"]
-    assert len({r["reason"] for r in letters}) >= 5
-    for record in letters:
-        line = _pretty(json.dumps(record).encode())
+    letters = _of_kind(published, "dead_letter")
+    assert len({record["reason"] for record, _ in letters}) >= 5
+    for record, line in letters:
         assert line.split(" ", 2)[2].startswith(f"dead letter {record['reason']} from ")
         raw = record.get("raw") or ""
         if len(raw) >= 12:
