@@ -1,6 +1,7 @@
 """The worker's aiokafka consumer long-polls for ``--fetch-wait`` seconds, not Faust's 1.5 s
 (streamdp.daemon.fetching explains the stalls the long poll causes; the daemon benchmark
-measures them)."""
+measures them); and the stall watchdog's decision (``InputStallWatch``): exit on records the
+consumer could fetch and never delivered, never while the partition's leader is down."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamdp.daemon.app import create_app
+from streamdp.daemon.batch_input import FetchView, InputStallWatch
 from streamdp.daemon.settings import DaemonSettings
 
 
@@ -36,3 +38,79 @@ def test_the_worker_consumer_long_polls_for_the_configured_time(
             await consumer.stop()
 
     assert asyncio.run(go()) == (expected_ms, 1024**2)
+
+
+# ---------------------------------------------------------------- the input stall watchdog
+KEY = ("orders", 0)
+STALL = 5.0
+
+
+def view(
+    *, end: int | None = 10, fetched: int | None = 4, leader: int | None = 1, reachable: bool = True
+) -> FetchView:
+    return FetchView(end=end, fetched=fetched, leader=leader, leader_reachable=reachable)
+
+
+def first_exit(watch: InputStallWatch, views: list[FetchView], done: int = 4) -> float | None:
+    """The first check time (one check a second) at which the watch says: exit."""
+    for second, seen in enumerate(views):
+        if watch.check(KEY, seen, done, blocked=False, now=float(second)) is not None:
+            return float(second)
+    return None
+
+
+def test_records_the_leader_could_serve_but_never_arrive_are_a_stall() -> None:
+    watch = InputStallWatch(STALL)
+    assert first_exit(watch, [view()] * 20) == STALL
+
+
+def test_records_fetched_and_never_delivered_are_a_stall_whatever_the_leader() -> None:
+    # faust-streaming's dropped fetch: the client's position is past the durable offset
+    watch = InputStallWatch(STALL)
+    assert first_exit(watch, [view(fetched=10, reachable=False)] * 20) == STALL
+
+
+@pytest.mark.parametrize(
+    "down",
+    [view(reachable=False), view(leader=None, reachable=False), view(leader=-1, reachable=False)],
+    ids=["leader-unreachable", "leader-unknown", "no-leader"],
+)
+def test_a_partition_without_a_reachable_leader_never_stalls(down: FetchView) -> None:
+    watch = InputStallWatch(STALL)
+    assert first_exit(watch, [down] * 600) is None
+
+
+def test_the_clock_restarts_when_a_failover_ends() -> None:
+    # reachable for 4 s, the leader dies for 30 s, a new leader is reachable: a full period again
+    views = [view()] * 4 + [view(reachable=False)] * 30 + [view(leader=2)] * 20
+    watch = InputStallWatch(STALL)
+    assert first_exit(watch, views) == 34 + STALL
+
+
+def test_a_leader_change_alone_restarts_the_clock() -> None:
+    views = [view(leader=1)] * 4 + [view(leader=2)] * 20
+    assert first_exit(InputStallWatch(STALL), views) == 4 + STALL
+
+
+def test_a_rebalance_restoring_or_a_checkpoint_write_stops_the_clock() -> None:
+    watch = InputStallWatch(STALL)
+    for second in range(4):
+        assert watch.check(KEY, view(), 4, blocked=False, now=float(second)) is None
+    assert watch.check(KEY, view(), 4, blocked=True, now=4.0) is None
+    for second in range(5, 5 + int(STALL)):
+        assert watch.check(KEY, view(), 4, blocked=False, now=float(second)) is None
+    assert watch.check(KEY, view(), 4, blocked=False, now=5 + STALL) == STALL
+
+
+def test_progress_or_nothing_to_read_stops_the_clock() -> None:
+    watch = InputStallWatch(STALL)
+    for second in range(4):
+        watch.check(KEY, view(), 4, blocked=False, now=float(second))
+    watch.progressed(KEY)
+    assert watch.check(KEY, view(), 4, blocked=False, now=4.0) is None
+    assert watch.check(KEY, view(), 4, blocked=False, now=4 + STALL - 0.5) is None
+    assert watch.check(KEY, view(), 4, blocked=False, now=4 + STALL) == STALL
+    caught_up = InputStallWatch(STALL)
+    assert first_exit(caught_up, [view(end=4)] * 20) is None
+    assert first_exit(caught_up, [view(end=None)] * 20) is None
+    assert first_exit(InputStallWatch(STALL), [None] * 20) is None  # type: ignore[list-item]

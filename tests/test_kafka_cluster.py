@@ -28,14 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import kafka_or_skip
 from daemon_harness import (
+    SEED,
     Worker,
     close_through,
     collect,
@@ -50,7 +55,10 @@ from daemon_harness import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import KafkaCluster
+from streamdp.broker.tansu import free_loopback_port
+from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.settings import DaemonSettings
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 PARTITIONS = 2
@@ -78,7 +86,12 @@ class Namespace:
     """One test's scenario, spec file, app id and topics on the cluster, and its worker."""
 
     def __init__(
-        self, cluster: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+        self,
+        cluster: KafkaCluster,
+        tmp_path: Path,
+        unique_name: Callable[[str], str],
+        *,
+        changelog_leaders_apart: bool = False,
     ) -> None:
         self.cluster = cluster
         self.tmp_path = tmp_path
@@ -88,12 +101,29 @@ class Namespace:
         self.config.write_text(self.scenario.spec_text)
         self.app_id = f"app-{suffix}"
         self.topics = OutputTopics.in_namespace(f"out-{suffix}")
-        create_topics(
-            cluster, self.scenario, self.config, PARTITIONS, app_id=self.app_id, topics=self.topics
-        )
+        if changelog_leaders_apart:
+            self._create_topics_with_changelog_leaders_apart()
+        else:
+            create_topics(
+                cluster, self.scenario, self.config, PARTITIONS, app_id=self.app_id,
+                topics=self.topics,
+            )  # fmt: skip
         self.workers: list[Worker] = []
         self.cut: int | None = None
         self.expected: dict[str, dict[str, str]] = {}
+
+    def _create_topics_with_changelog_leaders_apart(self) -> None:
+        """Every input and control partition led by another node than its state changelog
+        partition: killing the changelog's leader leaves the input readable."""
+        settings = DaemonSettings(
+            config=self.config, bootstrap=self.cluster.bootstrap, partitions=PARTITIONS,
+            app_id=self.app_id, topics=self.topics,
+        )  # fmt: skip
+        topics = required_topics(self.scenario.spec, settings)
+        readers = [*self.input_topics, self.topics.control]
+        leaders = {name: [p % NODES for p in range(PARTITIONS)] for name in readers}
+        leaders[self.changelog] = [(p + 1) % NODES for p in range(PARTITIONS)]
+        self.cluster.create_topics(topics, leaders=leaders)
 
     @property
     def changelog(self) -> str:
@@ -103,7 +133,7 @@ class Namespace:
     def input_topics(self) -> list[str]:
         return list(self.scenario.lines)
 
-    def start_worker(self, name: str) -> Worker:
+    def start_worker(self, name: str, extra_args: Sequence[str] = ()) -> Worker:
         worker = Worker(
             self.cluster,
             self.config,
@@ -113,9 +143,27 @@ class Namespace:
             log_path=self.tmp_path / f"{name}.log",
             namespace=self.topics.releases.rsplit(".", 1)[0],
             clock=self.scenario.clock,
+            extra_args=extra_args,
         )
         self.workers.append(worker)
         return worker
+
+    def worker_args(self, name: str, stall_exit: float) -> list[str]:
+        """The flags of ``streamdp worker`` as :meth:`start_worker` gives them."""
+        return [
+            "worker",
+            "--config", str(self.config),
+            "--bootstrap", self.cluster.bootstrap,
+            "--app-id", self.app_id,
+            "--partitions", str(PARTITIONS),
+            "--web-port", str(free_loopback_port()),
+            "--data-dir", str(self.tmp_path / f"data-{name}"),
+            "--session-timeout", "6",
+            "--stall-exit", str(stall_exit),
+            "--topic-namespace", self.topics.releases.rsplit(".", 1)[0],
+            "--clock", self.scenario.clock,
+            "--insecure-seed", str(SEED),
+        ]  # fmt: skip
 
     def split(self, parts: int) -> None:
         """Feed the input in ``parts`` slices; the first slice's periods are closed mid-stream
@@ -227,6 +275,17 @@ class Namespace:
             if worker.process.poll() is None:
                 worker.stop()
 
+    def close_and_resync(self) -> None:
+        """Stop the workers, restart any node a failed test left down, and wait until this
+        namespace's partitions are in sync on every node again."""
+        self.close()
+        for index in range(NODES):
+            if not self.cluster.node_running(index):
+                self.cluster.restart_node(index)
+        self.cluster.wait_fully_replicated(
+            [*self.input_topics, self.changelog, self.topics.releases]
+        )
+
 
 def end_offsets(cluster: KafkaCluster, topic: str) -> dict[int, int]:
     """Each partition's log end offset (ListOffsets is exact on Apache Kafka)."""
@@ -251,10 +310,7 @@ def space(
 ) -> Iterator[Namespace]:
     namespace = Namespace(healthy, tmp_path, unique_name)
     yield namespace
-    namespace.close()
-    healthy.wait_fully_replicated(
-        [*namespace.input_topics, namespace.changelog, namespace.topics.releases]
-    )
+    namespace.close_and_resync()
 
 
 def _kill_leader_mid_stream(space: Namespace, leader_of_what: Callable[[int], str]) -> None:
@@ -343,4 +399,94 @@ def test_node_down_longer_than_the_session_timeout(space: Namespace) -> None:
     cluster.restart_node(down)
     produce(cluster, space.part(2))
     space.check_outcome(worker)
+    assert worker.stop() == 0, worker.log_tail()
+
+
+STALL_EXIT = 5.0  # seconds; the cluster takes ~6 s (its broker session timeout) to fence a node
+STALL_LINE = "exiting to restart from the last checkpoint"
+
+
+@pytest.fixture
+def apart(
+    healthy: KafkaCluster, tmp_path: Path, unique_name: Callable[[str], str]
+) -> Iterator[Namespace]:
+    namespace = Namespace(healthy, tmp_path, unique_name, changelog_leaders_apart=True)
+    yield namespace
+    namespace.close_and_resync()
+
+
+def test_a_failover_longer_than_the_stall_timeout_is_waited_out(apart: Namespace) -> None:
+    """A worker whose checkpoint cannot be written while its changelog partition has no
+    leader (the node killed, ~6 s until the cluster fences it and elects another) does not take
+    that for a stalled input, though it holds unprocessed records past its durable offset for
+    longer than ``--stall-exit``: it waits, never exits, and its outputs are exact."""
+    space, cluster = apart, apart.cluster
+    space.split(2)
+    worker = space.start_worker("w1", extra_args=["--stall-exit", str(STALL_EXIT)])
+    worker.wait_ready()
+    produce(cluster, space.part(0))
+    space.close_first_part()
+    partition = space.input_partition(space.input_topics[0])
+    target = cluster.leader_of(space.changelog, partition)
+    assert target != cluster.leader_of(space.input_topics[0], partition)
+    # the second part reaches the cluster while the worker is frozen: thawed, it fetches the
+    # records from a live input leader and its checkpoint waits for the changelog's new leader
+    worker.process.send_signal(signal.SIGSTOP)
+    try:
+        produce(cluster, space.part(1))
+        cluster.kill_node(target)
+        killed = time.monotonic()
+    finally:
+        worker.process.send_signal(signal.SIGCONT)
+    cluster.wait_leader_change(space.changelog, partition, target)
+    outage = time.monotonic() - killed
+    # the test proves something only if the changelog had no leader for longer than the stall
+    # timeout (the watchdog before this fix exited 75 here)
+    assert outage > STALL_EXIT, f"changelog leader back after {outage:.1f} s only"
+    space.check_outcome(worker)
+    log = worker.log_tail(400)
+    assert worker.restarts == 0, log
+    assert STALL_LINE not in log, log
+    cluster.restart_node(target)
+    assert worker.stop() == 0, worker.log_tail()
+
+
+def test_records_fetched_and_never_delivered_end_the_worker_with_75(space: Namespace) -> None:
+    """The true stall (faust-streaming's dropped fetch, injected by tests/dropping_worker.py):
+    the input partition's leader is up and the consumer fetched the records, but none reached
+    the worker and nothing later reveals a gap. The watchdog exits 75 after ``--stall-exit``;
+    the restarted worker reads them again from the checkpoint and the outputs are exact."""
+    cluster = space.cluster
+    space.split(2)
+    topic = space.input_topics[0]
+    log_path = space.tmp_path / "dropping.log"
+    # produced first, so that the worker's first fetch holds all of it: the one lost fetch
+    # leaves no later record to reveal a gap
+    produce(cluster, space.part(0))
+    with log_path.open("ab") as log:
+        dropping = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name("dropping_worker.py")),
+             *space.worker_args("dropping", STALL_EXIT)],
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "DROP_FIRST_FETCH_OF": topic},
+        )  # fmt: skip
+    try:
+        status = dropping.wait(timeout=120)
+    finally:
+        if dropping.poll() is None:
+            dropping.kill()
+            dropping.wait(10)
+    text = log_path.read_text(errors="replace")
+    assert status == EXIT_INPUT_GAP, text[-3000:]
+    stall_lines = [line for line in text.splitlines() if STALL_LINE in line]
+    assert stall_lines, text[-3000:]
+    assert "dropped a fetch" in stall_lines[0], stall_lines[0]
+    assert topic in stall_lines[0], stall_lines[0]
+    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
+    worker = space.start_worker("w2")
+    worker.wait_ready()
+    space.close_first_part()
+    produce(cluster, space.part(1))
+    space.check_outcome(worker)
+    assert worker.restarts == 0, worker.log_tail()
     assert worker.stop() == 0, worker.log_tail()

@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -279,6 +279,11 @@ class KafkaCluster:
 
     def node_running(self, index: int) -> bool:
         return self._node(index).running
+
+    def node_pid(self, index: int) -> int | None:
+        """The process id of node ``index``'s JVM while it runs (benchmarks read its CPU time)."""
+        node = self._node(index)
+        return node.process.pid if node.running and node.process is not None else None
 
     def _node(self, index: int) -> _Node:
         if not 0 <= index < len(self._nodes):
@@ -590,29 +595,46 @@ class KafkaCluster:
         *,
         config: Mapping[str, Mapping[str, str]] | None = None,
         exist_ok: bool = False,
+        leaders: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         """Create topics ``{name: partitions}`` with this cluster's replication factor, and
-        return once every partition has a leader. Raises :class:`BrokerError` if a topic
-        exists (unless ``exist_ok``) or the cluster refuses it."""
+        return once every partition has a leader. ``leaders`` names, for some topics, the node
+        that leads each partition (its preferred leader; the other replicas are the next nodes
+        in turn), so a test can put two partitions' leaders on different nodes. Raises
+        :class:`BrokerError` if a topic exists (unless ``exist_ok``) or the cluster refuses
+        it."""
         from aiokafka.admin import NewTopic
 
         bad = {name: n for name, n in topics.items() if not name or n < 1}
         if bad:
             raise BrokerError(f"topics need a name and >= 1 partition, got {bad}")
         configs = config or {}
-        unknown = set(configs) - set(topics)
+        placed = leaders or {}
+        unknown = (set(configs) | set(placed)) - set(topics)
         if unknown:
-            raise BrokerError(f"config given for topics not being created: {sorted(unknown)}")
+            raise BrokerError(
+                f"config or leaders given for topics not being created: {sorted(unknown)}"
+            )
+        for name, nodes in placed.items():
+            if len(nodes) != topics[name] or not all(0 <= n < self.node_count for n in nodes):
+                raise BrokerError(
+                    f"leaders of {name!r} must name one node in 0..{self.node_count - 1} per "
+                    f"partition ({topics[name]}), got {list(nodes)}"
+                )
+
+        def new_topic(name: str, n: int) -> Any:
+            topic_config = dict(configs.get(name, {}))
+            if name not in placed:
+                return NewTopic(name, n, self.replication_factor, topic_configs=topic_config)
+            assignments = {
+                partition: [(lead + k) % self.node_count for k in range(self.replication_factor)]
+                for partition, lead in enumerate(placed[name])
+            }
+            return NewTopic(name, -1, -1, assignments, topic_configs=topic_config)
+
         admin = await self._admin()
         try:
-            response = await admin.create_topics(
-                [
-                    NewTopic(
-                        name, n, self.replication_factor, topic_configs=dict(configs.get(name, {}))
-                    )
-                    for name, n in topics.items()
-                ]
-            )
+            response = await admin.create_topics([new_topic(name, n) for name, n in topics.items()])
             failures: list[str] = []
             for entry in response.topic_errors:
                 name, code = entry[0], entry[1]
@@ -653,11 +675,14 @@ class KafkaCluster:
         *,
         config: Mapping[str, Mapping[str, str]] | None = None,
         exist_ok: bool = False,
+        leaders: Mapping[str, Sequence[int]] | None = None,
     ) -> None:
         """Blocking :meth:`acreate_topics`; safe with or without a running event loop."""
         if not self._started:
             raise BrokerError("the Kafka cluster is not started: call start() first")
-        _run_in_thread(lambda: self.acreate_topics(topics, config=config, exist_ok=exist_ok))
+        _run_in_thread(
+            lambda: self.acreate_topics(topics, config=config, exist_ok=exist_ok, leaders=leaders)
+        )
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         """Metadata of ``topic``'s partitions: ``partition``, ``leader`` (node id, -1 if none),

@@ -38,7 +38,13 @@ from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
-from streamdp.daemon.batch_input import BatchQueue, batching_consumer, last_offsets
+from streamdp.daemon.batch_input import (
+    BatchQueue,
+    InputStallWatch,
+    batching_consumer,
+    fetch_view,
+    last_offsets,
+)
 from streamdp.daemon.fetching import tuned_fetching
 from streamdp.daemon.log_safety import hold_value_loggers
 from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
@@ -409,7 +415,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     app.crash = crash_async_and_exit  # type: ignore[method-assign]
     lag: dict[tuple[str, int], int] = {}
     next_offset: dict[tuple[str, int], int] = {}  # next input offset to process, per partition
-    waiting_since: dict[tuple[str, int], float] = {}
+    stall_watch = InputStallWatch(settings.stall_exit_seconds)
 
     def ensure_service() -> ReleaseService:
         if runtime.service is None:
@@ -553,7 +559,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             topic = key[0]
             per_topic[topic] = per_topic.get(topic, 0) + count
             next_offset[key] = max(next_offset.get(key, 0), last + 1)
-            waiting_since.pop(key, None)
+            stall_watch.progressed(key)
             try:
                 lag[key] = max(0, int(app.consumer.highwater(TP(*key))) - last - 1)
             except (KeyError, TypeError, AttributeError, NotReady):
@@ -634,29 +640,37 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
 
         @app.timer(interval=max(0.5, min(5.0, stall / 4)))  # type: ignore[untyped-decorator]
         async def exit_when_input_stalls() -> None:
+            # only a partition the consumer could fetch counts (streamdp.daemon.batch_input.
+            # InputStallWatch): not while the group rebalances, the state table is restored,
+            # a checkpoint is being written or the partition's leader is down or unknown
             now = time.monotonic()
             consumer = app.consumer
+            in_flight = runtime.in_flight
+            blocked = (
+                _stopping(app)
+                or bool(getattr(app, "rebalancing", False))
+                or not runtime.ready
+                or runtime.lock.locked()
+                or (in_flight is not None and not in_flight.done())
+            )
             for tp in list(consumer.assignment()):
                 if tp.topic not in input_names:
                     continue
                 key = (tp.topic, tp.partition)
-                try:
-                    end = consumer.highwater(tp)
-                except (KeyError, TypeError, AttributeError, AssertionError):
-                    continue
+                view = fetch_view(consumer, tp)
                 committed = getattr(consumer, "_committed_offset", {}).get(tp) or 0
                 done = max(next_offset.get(key, 0), int(committed))
-                if end is None or int(end) <= done:
-                    waiting_since.pop(key, None)
-                    continue
-                first = waiting_since.setdefault(key, now)
-                if now - first >= stall:
+                waited = stall_watch.check(key, view, done, blocked=blocked, now=now)
+                if waited is not None and view is not None and view.end is not None:
                     async with runtime.lock:
+                        fetched = view.fetched is not None and view.fetched > done
                         log.critical(
                             "input %s[%d] has records up to offset %d but none from %d arrived "
-                            "for %.0f s (faust-streaming dropped a fetch): exiting to restart "
+                            "for %.0f s while they could be fetched (%s): exiting to restart "
                             "from the last checkpoint",
-                            tp.topic, tp.partition, int(end) - 1, done, now - first,
+                            tp.topic, tp.partition, view.end - 1, done, waited,
+                            "fetched and never delivered: faust-streaming dropped a fetch"
+                            if fetched else f"leader node {view.leader} reachable, none fetched",
                         )  # fmt: skip
                         logging.shutdown()
                         os._exit(EXIT_INPUT_GAP)

@@ -23,8 +23,11 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from aiokafka.client import ConnectionGroup
+from aiokafka.errors import ConsumerStoppedError
 from faust.exceptions import NotReady
 
 from streamdp.daemon.service import InputLike
@@ -130,6 +133,92 @@ class BatchQueue:
         if self._drained is not None:
             self._drained.set()
         return dropped
+
+
+@dataclass(frozen=True)
+class FetchView:
+    """What the worker's Kafka consumer knows of one input partition (for the stall watchdog)."""
+
+    #: the high watermark of the last fetch response: records exist below it (None: no answer)
+    end: int | None
+    #: the consumer's fetch position: the next offset it asks the leader for (None: unknown)
+    fetched: int | None
+    #: the partition leader's node id in the consumer's metadata (None or -1: no leader known)
+    leader: int | None
+    #: whether the consumer holds an open connection to that leader
+    leader_reachable: bool
+
+
+def fetch_view(consumer: Any, tp: Any) -> FetchView | None:
+    """The view of partition ``tp`` from Faust's aiokafka consumer ``consumer`` (None while it
+    has no client: starting or stopping). Reads the client's state only; sends nothing."""
+    try:
+        client_consumer = consumer._thread._ensure_consumer()
+        end = client_consumer.highwater(tp)
+        assignment = client_consumer._subscription.subscription.assignment
+        state = assignment.state_value(tp) if assignment is not None else None
+        fetched = state.position if state is not None and state.has_valid_position else None
+        client = client_consumer._client
+        leader = client.cluster.leader_for_partition(tp)
+        reachable = False
+        if leader is not None and leader >= 0:
+            connection = client._conns.get((leader, ConnectionGroup.DEFAULT))
+            reachable = connection is not None and bool(connection.connected())
+    except (AttributeError, AssertionError, KeyError, TypeError, ConsumerStoppedError):
+        return None
+    return FetchView(
+        end=None if end is None else int(end),
+        fetched=None if fetched is None else int(fetched),
+        leader=leader,
+        leader_reachable=reachable,
+    )
+
+
+class InputStallWatch:
+    """Tells a stalled input partition (exit and restart from the checkpoint) from a broker that
+    cannot serve it yet (wait: the client retries on its own).
+
+    A partition is *stalled* when, for ``stall_seconds`` without a break, it had records past the
+    worker's position (``end > done``), none of them became durable, and the consumer could
+    have fetched them: it was not rebalancing or restoring state, and either it had already
+    fetched past ``done`` (records fetched and never delivered: faust-streaming's dropped
+    fetch) or the partition's leader was known and connected. While the partition has no
+    leader, its leader is unreachable (a node down, an election under way) or the group
+    rebalances, the clock does not run; it restarts from zero when the leader changes (a
+    failover just ended) and whenever records become durable (:meth:`progressed`).
+    """
+
+    def __init__(self, stall_seconds: float) -> None:
+        self.stall_seconds = stall_seconds
+        self._since: dict[tuple[str, int], float] = {}
+        self._leader: dict[tuple[str, int], int | None] = {}
+
+    def progressed(self, key: tuple[str, int]) -> None:
+        """Records of partition ``key`` became durable: its clock stops."""
+        self._since.pop(key, None)
+
+    def check(
+        self, key: tuple[str, int], view: FetchView | None, done: int, *, blocked: bool, now: float
+    ) -> float | None:
+        """Seconds partition ``key`` has been stalled once that reaches ``stall_seconds``, else
+        None. ``done``: the next offset whose effects are durable; ``blocked``: the consumer
+        cannot fetch now (rebalancing, restoring the state table, stopping)."""
+        if view is None or blocked:
+            self._since.pop(key, None)
+            return None
+        if self._leader.get(key, view.leader) != view.leader:
+            self._since.pop(key, None)  # a failover just ended: the new leader gets a full period
+        self._leader[key] = view.leader
+        if view.end is None or view.end <= done:
+            self._since.pop(key, None)  # nothing to read past the position
+            return None
+        fetched_past = view.fetched is not None and view.fetched > done
+        if not fetched_past and not view.leader_reachable:
+            self._since.pop(key, None)  # no leader to fetch from: the broker's business
+            return None
+        first = self._since.setdefault(key, now)
+        waited = now - first
+        return waited if waited >= self.stall_seconds else None
 
 
 def last_offsets(runs: Iterable[Sequence[InputLike]]) -> dict[tuple[str, int], tuple[int, int]]:
