@@ -352,3 +352,35 @@ def test_census_kary_releases_satisfy_the_hierarchy_when_published() -> None:
         stds = np.array([by_name[n].count_std for n in names])
         np.testing.assert_allclose(stds, count_std[t - 1] * np.sqrt(shrink), rtol=1e-12)
     assert len({r.noisy_total for r in releases}) > 1000  # real numbers, not rounded
+
+
+def test_readers_show_real_valued_releases(tmp_path: Path) -> None:
+    """A kary_gls release (real numbers) is read by the feed, the demo board and tail, not
+    dropped or truncated to an integer."""
+    from streamdp.demo.board import Board
+    from streamdp.feed.model import parse_release
+    from streamdp.tail_cli import describe_record
+
+    text = (
+        importlib.resources.files("streamdp")
+        .joinpath("examples", "hiv.toml")
+        .read_text("utf-8")
+        .replace("horizon = 120\n", 'horizon = 120\nmechanism = "kary_gls"\n')
+    )
+    spec = parse_spec(text)
+    engine = Engine(spec, sampler=InsecureSeededSampler(0))
+    out = engine.close("hiv-monthly", 1706745600.0)  # January 2024 closes
+    record = next(r for r in out if isinstance(r, ReleaseRecord)).to_dict()
+    assert isinstance(record["noisy_total"], float)
+    assert not float(record["noisy_total"]).is_integer()
+    release = parse_release(json.loads(json.dumps(record)))
+    assert release is not None
+    assert release.noisy_total == record["noisy_total"]
+    board = Board(spec)
+    board.add(record)
+    cell = board.streams["hiv-monthly"].periods[(0, 1)]["hiv_positive_admissions"]
+    assert cell.total == record["noisy_total"]
+    assert any(f"{record['noisy_total']:,.0f}" in line for line in board.updates())
+    described = describe_record(record)
+    assert described is not None
+    assert f"{record['noisy_total']:,.1f}" in described

@@ -51,9 +51,9 @@ def half_width95(sd: float) -> float:
 class Cell:
     """One counter's release in one period: noisy values and their standard deviations."""
 
-    count: int
+    count: int | float  # real numbers for kary_gls releases
     count_std: float
-    total: int
+    total: int | float
     total_std: float
 
 
@@ -158,9 +158,9 @@ class Board:
         if at <= view.pruned_through:
             return  # a duplicate of a period already dropped from the board
         view.periods.setdefault(at, {})[counter] = Cell(
-            int(record["noisy_count"]),
+            _released(record["noisy_count"]),
             float(record["count_std"]),
-            int(record["noisy_total"]),
+            _released(record["noisy_total"]),
             float(record["total_std"]),
         )
         view.starts[at] = str(record.get("period_start", ""))
@@ -331,7 +331,7 @@ class Board:
                     break
                 view.printed.add(at)
                 values = "  ".join(
-                    f"{c} {cells[c].total:,}±{half_width95(cells[c].total_std):,.0f}"
+                    f"{c} {cells[c].total:,.0f}±{half_width95(cells[c].total_std):,.0f}"
                     for c in view.counters
                     if c in cells
                 )
@@ -351,9 +351,15 @@ class Board:
         return lines
 
 
-def _pm(value: int, sd: float) -> str:
-    """``value ±half-width`` of its 95% interval, with thousands separators."""
-    return f"{value:,} ±{half_width95(sd):,.0f}"
+def _released(value: Any) -> int | float:
+    """A released count or total as published: an int, or a real number (kary_gls)."""
+    return value if isinstance(value, int) else float(value)
+
+
+def _pm(value: float, sd: float) -> str:
+    """``value ±half-width`` of its 95% interval, with thousands separators (a real-valued
+    release shown to the unit: its noise is far larger)."""
+    return f"{value:,.0f} ±{half_width95(sd):,.0f}"
 
 
 def _line(text: str, style: str = "") -> Text:

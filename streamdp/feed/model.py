@@ -68,8 +68,8 @@ class Release:
     period: int
     period_start: str
     period_end: str
-    noisy_count: int
-    noisy_total: int
+    noisy_count: int | float  # a real number for kary_gls (rounding would change its variance)
+    noisy_total: int | float
     count_std: float
     total_std: float
     epsilon: float
@@ -144,6 +144,13 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _count(value: object) -> int | float | None:
+    """A released count or total: an int stays an int, a finite real number (kary_gls) a float."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return _number(value)
+
+
 def _number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
@@ -175,7 +182,7 @@ def parse_release(record: object) -> Release | None:
     stream, counter = _text(record.get("stream")), _text(record.get("counter"))
     epoch, period = _int(record.get("epoch")), _int(record.get("period"))
     start, end = _text(record.get("period_start")), _text(record.get("period_end"))
-    count, total = _int(record.get("noisy_count")), _int(record.get("noisy_total"))
+    count, total = _count(record.get("noisy_count")), _count(record.get("noisy_total"))
     count_std, total_std = _number(record.get("count_std")), _number(record.get("total_std"))
     epsilon = _number(record.get("epsilon"))
     # ``sensitivity`` since schema_version 2; ``delta`` in version 1 (old topics still read)
