@@ -24,18 +24,17 @@ from scipy.signal import fftconvolve
 from scipy.special import ndtri
 
 from streamdp.continual.factored_counter import level_scales
-from streamdp.continual.fda import OBJECTIVES, check_objective
+from streamdp.continual.fda import check_objective
 from streamdp.continual.kary import (
     KARY_MECHANISMS,
-    KARY_OBJECTIVES,
     check_kary_objective,
     optimise,
 )
 from streamdp.continual.strategy import (
-    ALL_MECHANISMS,
     Strategy,
     build_strategy,
     check_mechanism,
+    objectives_for,
 )
 from streamdp.continual.variance import (
     Noise,
@@ -143,21 +142,6 @@ def error_bound(scales: npt.NDArray[np.float64], noise: Noise, level: float = 0.
     cum = np.cumsum(dist[centre:] + dist[centre::-1]) - dist[centre]
     k = int(np.searchsorted(cum, level))
     return k * h
-
-
-def objectives_for(mechanism: str) -> tuple[str, ...]:
-    """The objectives ``mechanism`` can be planned with: fda chooses its node weights for
-    ``total`` or ``minimax``; the k-ary mechanisms their level budgets for ``total``,
-    ``minimax`` or ``count``; binary and naive have fixed weights, so only ``total`` (the
-    default, which changes nothing) describes them. :class:`ConfigError` for an unknown
-    mechanism."""
-    if mechanism in KARY_MECHANISMS:
-        return KARY_OBJECTIVES
-    if mechanism == "fda":
-        return OBJECTIVES
-    if mechanism in ALL_MECHANISMS:
-        return ("total",)
-    raise ConfigError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}, got {mechanism!r}")
 
 
 def planned_std(result: Plan) -> float:

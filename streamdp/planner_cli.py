@@ -15,10 +15,10 @@ from decimal import Decimal
 from typing import Any
 
 from streamdp.continual.kary import KARY_OBJECTIVES
-from streamdp.continual.strategy import ALL_MECHANISMS
+from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
 from streamdp.continual.variance import NOISES
 from streamdp.errors import ConfigError
-from streamdp.planner import Plan, compare, epsilon_for_std, objectives_for, plan, planned_std
+from streamdp.planner import Plan, compare, epsilon_for_std, plan, planned_std
 
 #: Flags that describe one configuration; --config takes all of them from the spec instead.
 _CONFIGURATION_FLAGS = ("mechanism", "objective", "branching", "horizon", "epsilon", "sensitivity")

@@ -53,7 +53,11 @@ def test_kary_strategies_are_selectable(
     ("extra", "message"),
     [
         ('mechanism = "fda"\nbranching = 4', "field 'branching': applies to kary_digits"),
-        ('objective = "count"', "field 'objective': 'count' applies to kary_digits"),
+        ('objective = "count"', "field 'objective': 'count' does not apply to mechanism 'fda'"),
+        (
+            'mechanism = "binary"\nobjective = "minimax"',
+            "field 'objective': 'minimax' does not apply to mechanism 'binary'; it takes 'total'",
+        ),
         ('mechanism = "kary_gls"\nbranching = 1', "branching"),
         ('mechanism = "kary_gls"\nbranching = 65', "branching"),
     ],

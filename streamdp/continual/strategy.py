@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from streamdp.continual import fenwick
 from streamdp.continual.fda import (
+    OBJECTIVES,
     Objective,
     binary_weights,
     check_horizon,
@@ -45,6 +46,7 @@ from streamdp.continual.fda import (
 )
 from streamdp.continual.kary import (
     KARY_MECHANISMS,
+    KARY_OBJECTIVES,
     KaryStrategy,
     check_kary_objective,
     optimise,
@@ -62,6 +64,22 @@ ALL_MECHANISMS: tuple[str, ...] = (*MECHANISMS, *KARY_MECHANISMS)
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
+
+
+def objectives_for(mechanism: str) -> tuple[str, ...]:
+    """The objectives ``mechanism`` can be planned and released with (one rule for the spec,
+    ``streamdp plan`` and its CLI): fda chooses its node weights for
+    ``total`` or ``minimax``; the k-ary mechanisms their level budgets for ``total``,
+    ``minimax`` or ``count``; binary and naive have fixed weights, so only ``total`` (the
+    default, which changes nothing) describes them. :class:`ConfigError` for an unknown
+    mechanism."""
+    if mechanism in KARY_MECHANISMS:
+        return KARY_OBJECTIVES
+    if mechanism == "fda":
+        return OBJECTIVES
+    if mechanism in ALL_MECHANISMS:
+        return ("total",)
+    raise ConfigError(f"mechanism must be one of {', '.join(ALL_MECHANISMS)}, got {mechanism!r}")
 
 
 def check_mechanism(mechanism: str) -> Mechanism:

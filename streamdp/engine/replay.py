@@ -87,7 +87,9 @@ class _Progress:
         self.enabled = stream.isatty() and total_bytes > 1_000_000
         self._last = 0.0
 
-    def update(self, done: int, lines: int) -> None:
+    def update(self, done: int) -> None:
+        """Show the fraction of the file's bytes read: no record count (the counts are derived
+        from raw input and shown only with ``--show-counts``)."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -98,7 +100,7 @@ class _Progress:
         width = 30
         filled = int(fraction * width)
         bar = "#" * filled + "-" * (width - filled)
-        self.stream.write(f"\r[{bar}] {fraction:6.1%} {lines} lines")
+        self.stream.write(f"\r[{bar}] {fraction:6.1%} of the input read")
         self.stream.flush()
 
     def finish(self) -> None:
@@ -180,7 +182,7 @@ def _drive(
         for letter in result.dead_letters:
             dead.write(letter.to_json() + "\n")
         if number % 4096 == 0:
-            bar.update(done, summary.lines)
+            bar.update(done)
     return summary
 
 

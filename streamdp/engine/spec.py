@@ -434,9 +434,16 @@ def _stream(
         Objective,
         ctx.choice(table.get("objective", "total"), "objective", ("total", "minimax", "count")),
     )
+    from streamdp.continual.strategy import objectives_for
+
+    allowed = objectives_for(mechanism)
+    if objective not in allowed:
+        raise ctx.fail(
+            "objective",
+            f"{objective!r} does not apply to mechanism {mechanism!r}; it takes "
+            f"{' or '.join(repr(o) for o in allowed)}",
+        )
     kary = mechanism in ("kary_digits", "kary_gls")
-    if objective == "count" and not kary:
-        raise ctx.fail("objective", "'count' applies to kary_digits and kary_gls only")
     branching = None
     if "branching" in table:
         if not kary:
