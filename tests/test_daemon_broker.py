@@ -187,6 +187,43 @@ def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
     assert second.stop() == 0, second.log_tail()
 
 
+def test_sigkill_of_a_kary_gls_worker_then_restart_changes_nothing(broker, setup) -> None:
+    """The restaurant stream with kary_gls (its epoch noise drawn at the first close, projected
+    onto the combo span, stored in chunks): SIGKILL mid-stream and a restart publish only the
+    replay's values, and every noise chunk and node is written to the changelog once."""
+    make, start = setup
+    scenario, config, app_id, T = make()
+    scenario.spec_text = scenario.spec_text.replace('mechanism = "fda"', 'mechanism = "kary_gls"')
+    assert scenario.spec.streams["restaurant-items"].mechanism == "kary_gls"
+    config.write_text(scenario.spec_text)
+    first = start(config, app_id, T, "w1")
+    first.wait_ready()
+    half = len(scenario.lines[next(iter(scenario.lines))]) // 2
+    expected = replay_outputs(scenario, T, cut=half)
+    produce(broker, lines_as_records(scenario, stop=half))
+    close_through(broker, scenario, T, app_id, cut=half, partitions=PARTITIONS)
+    collect(
+        broker,
+        [T.releases],
+        lambda seen: any(k in expected[T.releases] for k in seen[T.releases]),
+        timeout=60,
+    )
+    first.kill()
+    produce(broker, lines_as_records(scenario, start=half))
+    wait_group_empty(broker, app_id)
+    second = start(config, app_id, T, "w2")
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+    topic = f"{app_id}-state-changelog"
+    changelog = collect(broker, [topic], lambda s: False, timeout=8)[topic]
+    noise = {k: v for k, v in changelog.items() if "|noise|restaurant-items|" in k}
+    assert noise, "the kary stream's epoch noise never reached the state changelog"
+    _assert_each_written_once(noise)
+    _assert_each_written_once({k: v for k, v in changelog.items() if "|node|" in k})
+    assert second.stop() == 0, second.log_tail()
+
+
 def test_sigterm_during_a_backlog_exits_cleanly_then_restart_changes_nothing(broker, setup) -> None:
     """A graceful stop while batches are being processed and checkpointed (the batch path has
     one batch in flight while it processes the next): exit status 0, and a restarted worker
