@@ -7,7 +7,8 @@ deploy tests check that every query names only metrics listed in :data:`CATALOGU
 Naming rules (checked by ``tests/test_metrics.py``): one ``streamdp_`` prefix, base units
 (seconds, records, epsilon is dimensionless), ``_total`` on counters only, ``_seconds`` /
 ``_records`` suffixes naming the unit, and labels drawn only from small sets fixed by the
-configuration (``stream``, ``source``, ``counter``, ``topic``) or by the code (``reason``).
+configuration (``stream``, ``source``, ``counter``, ``topic``) or by the code (``reason``,
+and the build's ``version`` and ``sampler``).
 Never a period index, an event id, or anything else derived from the data.
 
 Privacy. Every value exported here is a function of the configuration, the clock, or already
@@ -185,6 +186,20 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         ("stream",),
         "Wall-clock time (Unix seconds) at which the stream's latest period release was published.",
+    ),
+    MetricSpec(
+        "streamdp_build",
+        "gauge",
+        ("version", "sampler"),
+        "Always 1: the worker's streamdp version and the name of the noise sampler its releases "
+        "are drawn with (labels fixed by the code).",
+    ),
+    MetricSpec(
+        "streamdp_noise_secure",
+        "gauge",
+        (),
+        "1 when releases use the production sampler (OpenDP's exact discrete Laplace), 0 for "
+        "the INSECURE seeded sampler of tests and demos, whose releases are not private.",
     ),
     MetricSpec(
         "streamdp_release_stddev",
@@ -460,6 +475,11 @@ class StreamdpMetrics:
         self._ledger.bind(provider)
 
     # --- configuration --------------------------------------------------------------------------
+    def record_build(self, version: str, sampler: str, *, secure: bool) -> None:
+        """Export the build and the noise sampler (call once at start-up)."""
+        self._gauges["streamdp_build"].labels(version, sampler).set(1)
+        self._gauges["streamdp_noise_secure"].set(1 if secure else 0)
+
     def configure_stream(
         self,
         stream: str,

@@ -29,7 +29,7 @@ from streamdp.metrics import (
     spec,
 )
 
-ALLOWED_LABELS = {"stream", "source", "counter", "topic", "reason"}
+ALLOWED_LABELS = {"stream", "source", "counter", "topic", "reason", "version", "sampler"}
 # Units a name may end in (base units only), and unitless gauges that name what they count.
 BASE_UNIT_SUFFIXES = ("_seconds", "_records", "_periods")
 UNITLESS_GAUGES = {
@@ -46,6 +46,8 @@ UNITLESS_GAUGES = {
     "streamdp_release_cumulative",
     "streamdp_consistent_cumulative",
     "streamdp_consistency_residual",
+    "streamdp_build",
+    "streamdp_noise_secure",
 }
 NON_BASE_UNITS = re.compile(r"_(milli|micro|nano|kilo|mega)?(ms|us|minutes|hours|days|bytes_k)")
 
@@ -66,6 +68,7 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
         "orders", horizon_periods=4095, allowed_lateness_seconds=3600.0,
         period_seconds=86400.0,
     )
+    metrics.record_build("0.1.0", "opendp-discrete-laplace", secure=True)
     metrics.record_release(
         "orders", epoch=2, periods_released=7, period_seconds=86400.0, stddev=12.5,
         noisy_running_totals={"burger": 101.0, "fries": -3.0, "cola": 44.0},

@@ -295,6 +295,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         check_releasable(stream_spec)  # refused at start, not when its first record arrives
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
+    metrics.record_build(__version__, runtime.sampler.name, secure=bool(runtime.sampler.secure))
     public_clock = parse_clock(settings.clock)
     if public_clock.describe() != "wall":
         log.warning("public clock: %s (not the wall clock)", public_clock.describe())
