@@ -156,9 +156,18 @@ def test_worker_releases_equal_a_file_replay_of_the_same_records(broker, setup) 
     assert worker.stop() == 0, worker.log_tail()
 
 
-def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
+def _sigkill_mid_stream_and_restart(broker, setup, mechanism: str = "") -> tuple[str, Worker]:  # type: ignore[no-untyped-def]
+    """Half the input, a close, SIGKILL once something is released, the rest of the input, a
+    restart, a final close: every expected value published. ``mechanism`` replaces the
+    restaurant stream's. Returns the app id and the running second worker."""
     make, start = setup
     scenario, config, app_id, T = make()
+    if mechanism:
+        scenario.spec_text = scenario.spec_text.replace(
+            'mechanism = "fda"', f'mechanism = "{mechanism}"'
+        )
+        assert scenario.spec.streams["restaurant-items"].mechanism == mechanism
+        config.write_text(scenario.spec_text)
     first = start(config, app_id, T, "w1")
     first.wait_ready()
     half = len(scenario.lines[next(iter(scenario.lines))]) // 2
@@ -181,6 +190,11 @@ def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
     close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
     seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
     _values(seen, expected, T)
+    return app_id, second
+
+
+def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
+    app_id, second = _sigkill_mid_stream_and_restart(broker, setup)
     node_writes = _node_writes(broker, app_id)
     assert node_writes, "no noisy node reached the state changelog"
     _assert_each_written_once(node_writes)
@@ -191,30 +205,7 @@ def test_sigkill_of_a_kary_gls_worker_then_restart_changes_nothing(broker, setup
     """The restaurant stream with kary_gls (its epoch noise drawn at the first close, projected
     onto the combo span, stored in chunks): SIGKILL mid-stream and a restart publish only the
     replay's values, and every noise chunk and node is written to the changelog once."""
-    make, start = setup
-    scenario, config, app_id, T = make()
-    scenario.spec_text = scenario.spec_text.replace('mechanism = "fda"', 'mechanism = "kary_gls"')
-    assert scenario.spec.streams["restaurant-items"].mechanism == "kary_gls"
-    config.write_text(scenario.spec_text)
-    first = start(config, app_id, T, "w1")
-    first.wait_ready()
-    half = len(scenario.lines[next(iter(scenario.lines))]) // 2
-    expected = replay_outputs(scenario, T, cut=half)
-    produce(broker, lines_as_records(scenario, stop=half))
-    close_through(broker, scenario, T, app_id, cut=half, partitions=PARTITIONS)
-    collect(
-        broker,
-        [T.releases],
-        lambda seen: any(k in expected[T.releases] for k in seen[T.releases]),
-        timeout=60,
-    )
-    first.kill()
-    produce(broker, lines_as_records(scenario, start=half))
-    wait_group_empty(broker, app_id)
-    second = start(config, app_id, T, "w2")
-    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
-    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
-    _values(seen, expected, T)
+    app_id, second = _sigkill_mid_stream_and_restart(broker, setup, "kary_gls")
     topic = f"{app_id}-state-changelog"
     changelog = collect(broker, [topic], lambda s: False, timeout=8)[topic]
     noise = {k: v for k, v in changelog.items() if "|noise|restaurant-items|" in k}

@@ -62,6 +62,16 @@ two = {{ b = 1, c = 2 }}
 """
 
 
+def _example(name: str, mechanism: str) -> Any:
+    """A packaged example spec (horizon 120) whose stream uses ``mechanism``."""
+    text = importlib.resources.files("streamdp").joinpath("examples", f"{name}.toml")
+    return parse_spec(
+        text.read_text("utf-8").replace(
+            "horizon = 120\n", f'horizon = 120\nmechanism = "{mechanism}"\n'
+        )
+    )
+
+
 def _items_spec(mechanism: str = "kary_gls", horizon: int = 40, combos: bool | None = None) -> Any:
     constraints = "" if combos is None else COMBOS.format(must=str(combos).lower())
     return parse_spec(
@@ -113,13 +123,7 @@ def _exact_stds(
 def test_replay_of_a_kary_spec_releases_with_the_strategys_exact_stds(
     mechanism: str, tmp_path: Path
 ) -> None:
-    text = (
-        importlib.resources.files("streamdp")
-        .joinpath("examples", "hiv.toml")
-        .read_text("utf-8")
-        .replace("horizon = 120\n", f'horizon = 120\nmechanism = "{mechanism}"\n')
-    )
-    spec = parse_spec(text)
+    spec = _example("hiv", mechanism)
     assert spec.streams["hiv-monthly"].mechanism == mechanism
     events = [
         {
@@ -323,13 +327,7 @@ def test_census_kary_releases_satisfy_the_hierarchy_when_published() -> None:
     strategy's; the projection runs once per epoch, not per release."""
     from streamdp.synth import generate
 
-    text = (
-        importlib.resources.files("streamdp")
-        .joinpath("examples", "census.toml")
-        .read_text("utf-8")
-        .replace("horizon = 120\n", 'horizon = 120\nmechanism = "kary_gls"\n')
-    )
-    spec = parse_spec(text)
+    spec = _example("census", "kary_gls")
     stream = spec.streams["census"]
     engine = Engine(spec, sampler=InsecureSeededSampler(8), batch=True)
     as_of = parse_instant("2024-05-03T00:00:00Z")
@@ -361,13 +359,7 @@ def test_readers_show_real_valued_releases(tmp_path: Path) -> None:
     from streamdp.feed.model import parse_release
     from streamdp.tail_cli import describe_record
 
-    text = (
-        importlib.resources.files("streamdp")
-        .joinpath("examples", "hiv.toml")
-        .read_text("utf-8")
-        .replace("horizon = 120\n", 'horizon = 120\nmechanism = "kary_gls"\n')
-    )
-    spec = parse_spec(text)
+    spec = _example("hiv", "kary_gls")
     engine = Engine(spec, sampler=InsecureSeededSampler(0))
     out = engine.close("hiv-monthly", 1706745600.0)  # January 2024 closes
     record = next(r for r in out if isinstance(r, ReleaseRecord)).to_dict()

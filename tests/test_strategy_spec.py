@@ -71,27 +71,3 @@ def test_noise_scale_limits_apply_to_kary_levels() -> None:
     check_noise_scales("kary_gls", "total", 365, 0.5, 1.0)
     with pytest.raises(ConfigError, match="outside"):
         check_noise_scales("kary_gls", "total", 365, 1e-13, 1.0)
-
-
-def test_the_engine_releases_a_k_ary_stream() -> None:
-    """The k-ary strategies were planned only; the engine now releases them (one period
-    closed here; tests/test_engine_kary.py covers replay, variances and consistency)."""
-    import importlib.resources
-
-    from streamdp.engine import Engine, ReleaseRecord, parse_spec
-    from streamdp.engine.stream import check_releasable
-    from streamdp.noise import InsecureSeededSampler
-
-    text = (
-        importlib.resources.files("streamdp")
-        .joinpath("examples", "hiv.toml")
-        .read_text("utf-8")
-        .replace("horizon = 120\n", 'horizon = 120\nmechanism = "kary_gls"\n')
-    )
-    spec = parse_spec(text)
-    check_releasable(spec.streams["hiv-monthly"])
-    engine = Engine(spec, sampler=InsecureSeededSampler(0))
-    out = engine.close("hiv-monthly", 1706745600.0)  # 2024-02-01: January closes
-    releases = [r for r in out if isinstance(r, ReleaseRecord)]
-    assert [(r.mechanism, r.period) for r in releases] == [("kary_gls", 1)]
-    assert isinstance(releases[0].noisy_total, float)

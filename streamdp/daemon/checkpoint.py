@@ -63,13 +63,18 @@ def node_key(source: str, stream: str, epoch: int, t: int) -> str:
     return f"{source}{SEPARATOR}node{SEPARATOR}{stream}{SEPARATOR}{epoch}{SEPARATOR}{t}"
 
 
-def parse_node_key(source: str, key: str) -> NodeKey | None:
-    """``(stream, epoch, t)`` of a :func:`node_key` of ``source``; None for other keys."""
-    prefix = f"{source}{SEPARATOR}node{SEPARATOR}"
+def _parse_entry(source: str, kind: str, key: str) -> tuple[str, int, int] | None:
+    """``(stream, a, b)`` of a key ``<source>|<kind>|<stream>|<a>|<b>``; None for others."""
+    prefix = f"{source}{SEPARATOR}{kind}{SEPARATOR}"
     if not key.startswith(prefix):
         return None
-    stream, epoch, t = key[len(prefix) :].rsplit(SEPARATOR, 2)
-    return stream, int(epoch), int(t)
+    stream, a, b = key[len(prefix) :].rsplit(SEPARATOR, 2)
+    return stream, int(a), int(b)
+
+
+def parse_node_key(source: str, key: str) -> NodeKey | None:
+    """``(stream, epoch, t)`` of a :func:`node_key` of ``source``; None for other keys."""
+    return _parse_entry(source, "node", key)
 
 
 def noise_key(source: str, stream: str, epoch: int, chunk: int) -> str:
@@ -79,11 +84,7 @@ def noise_key(source: str, stream: str, epoch: int, chunk: int) -> str:
 
 def parse_noise_key(source: str, key: str) -> NodeKey | None:
     """``(stream, epoch, chunk)`` of a :func:`noise_key` of ``source``; None for other keys."""
-    prefix = f"{source}{SEPARATOR}noise{SEPARATOR}"
-    if not key.startswith(prefix):
-        return None
-    stream, epoch, chunk = key[len(prefix) :].rsplit(SEPARATOR, 2)
-    return stream, int(epoch), int(chunk)
+    return _parse_entry(source, "noise", key)
 
 
 def noise_chunks(noise: npt.NDArray[np.int64]) -> list[list[list[int]]]:
@@ -112,11 +113,7 @@ def seen_prefix(source: str) -> str:
 
 def parse_seen_key(source: str, key: str) -> tuple[str, int, int] | None:
     """``(stream, period, chunk)`` of a :func:`seen_key` of ``source``; None for other keys."""
-    prefix = seen_prefix(source)
-    if not key.startswith(prefix):
-        return None
-    stream, period, chunk = key[len(prefix) :].rsplit(SEPARATOR, 2)
-    return stream, int(period), int(chunk)
+    return _parse_entry(source, "seen", key)
 
 
 def outbox_prefix(source: str) -> str:
