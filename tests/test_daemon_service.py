@@ -658,3 +658,71 @@ def test_epoch_noise_is_written_in_bounded_chunks_before_any_output_and_never_ag
     with pytest.raises(StateError, match=r"noise .* is missing"):
         _service(spec, broken, clock).process([records[-1]])
     assert NOISE_CHUNK_VALUES * 15 < 1_000_000  # the production bound, for any width
+
+
+def test_noise_adopted_after_a_crash_survives_a_second_restart_before_its_epoch_starts() -> None:
+    """A crash after the batch that rolled into epoch 1 wrote its noise (not its hot state);
+    a restart adopts that noise and checkpoints without reaching epoch 1 (its hot state now
+    lists the noise); a second restart must adopt it again: epoch 1 is drawn once and every
+    published value is the uninterrupted run's."""
+    scenario = "restaurant+kary_gls"
+    spec = _spec(scenario)
+    records, arrivals = _records(scenario, periods=20, rate=5)
+    batches = list(range(0, len(records), 9))
+
+    def fresh(state: dict[str, Any], clock: StepClock, drawn: list[str]) -> ReleaseService:
+        return _service(spec, state, clock, sampler=CountingSampler(9, drawn), topics=TOPICS)
+
+    def publish(outcome: Any, published: dict[str, str]) -> None:
+        for p in outcome.publications:
+            assert published.setdefault(f"{p.topic}/{p.key}", p.value) == p.value
+
+    clean: dict[str, str] = {}
+    clean_state: dict[str, Any] = {}
+    clock = StepClock()
+    svc = fresh(clean_state, clock, [])
+    rolled = None
+    for b, first in enumerate(batches):
+        clock.value = arrivals[first]
+        outcome = svc.process(records[first : first + 9])
+        if rolled is None and any("|noise|restaurant-items|1|" in w.key for w in outcome.writes):
+            rolled = b
+        _apply(clean_state, outcome.writes)
+        publish(outcome, clean)
+        _apply(clean_state, outcome.cleanup)
+    assert rolled is not None
+    assert rolled > 0
+
+    state: dict[str, Any] = {}
+    drawn: list[str] = []
+    published: dict[str, str] = {}
+    svc = fresh(state, clock, drawn)
+    for first in batches[:rolled]:
+        clock.value = arrivals[first]
+        outcome = svc.process(records[first : first + 9])
+        _apply(state, outcome.writes)
+        publish(outcome, published)
+        _apply(state, outcome.cleanup)
+    first = batches[rolled]
+    clock.value = arrivals[first]
+    outcome = svc.process(records[first : first + 9])
+    _apply(state, outcome.writes[:-1])  # crash: everything but the hot state
+    # restart 1: the clock of the batch before, a re-delivered record: a checkpoint, no roll
+    clock.value = arrivals[batches[rolled - 1]]
+    again = fresh(state, clock, drawn)
+    outcome = again.process([records[first - 1]])
+    assert outcome.skipped == 1
+    _apply(state, outcome.writes)
+    publish(outcome, published)  # the outbox the crash left, made with epoch 1's noise
+    _apply(state, outcome.cleanup)
+    assert [1, 1] in [e[1:] for e in state["restaurant-orders"]["daemon"]["noise_chunks"]]
+    # restart 2, then the rest of the input
+    svc = fresh(state, clock, drawn)
+    for first in batches[rolled:]:
+        clock.value = arrivals[first]
+        outcome = svc.process(records[first : first + 9])
+        _apply(state, outcome.writes)
+        publish(outcome, published)
+        _apply(state, outcome.cleanup)
+    assert published == clean
+    assert drawn.count("restaurant-items|e1|L0") == 1, "epoch 1's stored noise was redrawn"

@@ -333,19 +333,25 @@ class ReleaseService:
         if unreferenced:
             engine.adopt_stored_nodes(unreferenced)
             slot.stored_nodes |= set(unreferenced)
-        # k-ary epoch noise a crash left stored but unreferenced (written before the outbox and
-        # the hot state, so an outbox record published on reload may have used it): the epoch
-        # uses it instead of drawing. Chunks a crash cut short never preceded a stored outbox
-        # record (writes are made durable in order), so no release used them: that epoch's
-        # noise is drawn afresh and its chunks written again.
+        # k-ary epoch noise stored for an epoch the restored state has not drawn (a crash came
+        # after it was written, before the state that refers to it, or it was adopted so
+        # before): an outbox record published on reload may have used it, so the epoch uses it
+        # instead of drawing. Chunks a crash cut short never preceded a stored outbox record
+        # (writes are made durable in order), so no release used them: that epoch's noise is
+        # drawn afresh and its chunks written again. Past epochs' chunks are not read.
+        held = {(name, epoch) for name, (epoch, _) in engine.epoch_noise().items()}
+        current = {name: runtime.counter.epoch for name, runtime in engine.streams.items()}
         found: dict[tuple[str, int], int] = {}
         for key in keys:
             parsed_noise = parse_noise_key(source, key)
-            if parsed_noise is not None and parsed_noise[:2] not in slot.stored_noise:
-                stream, epoch, chunk = parsed_noise
+            if parsed_noise is None:
+                continue
+            stream, epoch, chunk = parsed_noise
+            if epoch >= current.get(stream, epoch + 1) and (stream, epoch) not in held:
                 found[(stream, epoch)] = max(found.get((stream, epoch), 0), chunk + 1)
         for (stream, epoch), n in sorted(found.items()):
             rows = self._noise_rows(source, stream, epoch, n)
+            slot.stored_noise.pop((stream, epoch), None)
             if rows is not None and engine.adopt_stored_noise(stream, epoch, rows):
                 slot.stored_noise[(stream, epoch)] = n
         self.slots[source] = slot
