@@ -321,12 +321,13 @@ class StreamRuntime:
         rolled = counter.periods_closed == self.horizon
         if rolled:
             counter = counter.next_epoch()
-            stored = self._stored_noise.pop(counter.epoch, None)
+            stored = self._stored_noise.get(counter.epoch)
             if stored is not None:
                 counter.adopt_noise(stored)
         row = self._open.get(j)
         counts = np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
         release = counter.close_period(counts, stored=self._stored_nodes.pop((epoch, period), None))
+        self._stored_noise.pop(counter.epoch, None)  # in use now (kept if the close failed)
         if rolled:
             self._past_nodes.append(self.counter.noisy_nodes()[1])
         self.counter = counter
