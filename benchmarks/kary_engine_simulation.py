@@ -36,8 +36,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _spec(mechanism: str, combos: bool, days: int):  # type: ignore[no-untyped-def]
-    text = importlib.resources.files("streamdp").joinpath("examples", "restaurant.toml")
-    text = text.read_text("utf-8").replace('mechanism = "fda"', f'mechanism = "{mechanism}"')
+    example = importlib.resources.files("streamdp").joinpath("examples", "restaurant.toml")
+    text = example.read_text("utf-8").replace('mechanism = "fda"', f'mechanism = "{mechanism}"')
     text = text.replace("horizon = 366", f"horizon = {days}")
     if not combos:
         text = re.sub(r"\[streams\.restaurant-items\.constraints\][\s\S]*", "", text)
