@@ -146,7 +146,8 @@ def main() -> None:
     lines.append(
         f"Per-period ratios scatter as a variance estimate from {args.runs} x 5 samples does "
         f"(standard error about {math.sqrt(2 / (args.runs * 5)):.3f} for normal noise, more for "
-        "Laplace tails; a period count read from few blocks has kurtosis up to 6, about 0.06); "
+        "Laplace tails: a period count read from few blocks has kurtosis up to 6, "
+        f"{math.sqrt(5 / (args.runs * 5)):.3f}); "
         "the min and max over every period lie 3-4 such standard errors out."
     )
     args.out.mkdir(parents=True, exist_ok=True)
