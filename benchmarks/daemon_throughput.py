@@ -97,9 +97,9 @@ epsilon_cap = 1.0
 [streams.restaurant-items]
 source = "restaurant-orders"
 epsilon = 1.0
-delta = 5
+sensitivity = 5
 horizon = 4096
-strategy = "fda"
+mechanism = "fda"
 objective = "total"
 allowed_lateness = "3650d"
 on_epoch_end = "roll"
@@ -194,7 +194,10 @@ def service_only(values: list[bytes], max_batch: int, repeats: int = 3) -> tuple
 
 
 # ---------------------------------------------------------------------------------- helpers
-async def produce(bootstrap: str, values: list[bytes]) -> float:
+async def produce(
+    bootstrap: str, values: list[bytes], topic: str = TOPIC, key: bytes = SOURCE_KEY
+) -> float:
+    """Send ``values`` to ``topic`` keyed ``key`` (the source's name); returns records/s."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap, linger_ms=20, max_batch_size=256 * 1024
     )
@@ -203,7 +206,7 @@ async def produce(bootstrap: str, values: list[bytes]) -> float:
     try:
         pending = []
         for value in values:
-            pending.append(await producer.send(TOPIC, value, key=SOURCE_KEY))
+            pending.append(await producer.send(topic, value, key=key))
             if len(pending) >= 5000:
                 await asyncio.gather(*pending)
                 pending = []
@@ -247,6 +250,12 @@ def close_histogram(port: int) -> tuple[float, float]:
     return total, count
 
 
+def broker_cpu_seconds(broker: Any) -> float:
+    """CPU seconds of the broker's process so far (NaN where unknown: Tansu)."""
+    pid = broker.node_pid(0) if hasattr(broker, "node_pid") else None
+    return cpu_seconds(pid) if pid else float("nan")
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -263,6 +272,10 @@ class RunResult:
     latencies: list[float] = field(default_factory=list)
     inside_mean: float = float("nan")
     bare_after: float = float("nan")  # ... and just after it caught up
+    # CPU us per event of the bare consumer (its whole read, in this process) and of the
+    # broker while the worker read (Apache Kafka only: the JVM's process)
+    bare_cpu_us: float = float("nan")
+    broker_cpu_us: float = float("nan")
 
     @property
     def baseline(self) -> float:
@@ -389,6 +402,59 @@ async def close_latency(
     return [arrived[d] - t for d, t in sent_at.items() if d in arrived]
 
 
+def start_worker(
+    spec_path: Path,
+    bootstrap: str,
+    port: int,
+    work: Path,
+    frozen_at: str,
+    partitions: int,
+    extra_flags: list[str],
+    *,
+    app_id: str = "streamdp",
+    profile: Path | None = None,
+    log_name: str = "worker.log",
+) -> subprocess.Popen[bytes]:
+    """One ``streamdp worker`` subprocess on a public clock frozen at ``frozen_at`` (RFC 3339),
+    input-volume metrics on (the benchmark's progress), insecure seeded noise, logging to
+    ``work / log_name``; it dies with this process."""
+    launcher = [sys.executable]
+    if profile is not None:
+        launcher += ["-m", "cProfile", "-o", str(profile)]
+    argv = [
+        *launcher, "-m", "streamdp", "worker",
+        "--config", str(spec_path),
+        "--bootstrap", bootstrap,
+        "--app-id", app_id,
+        "--partitions", str(partitions),
+        "--web-port", str(port),
+        "--data-dir", str(work / f"data-{time.monotonic_ns()}"),
+        "--session-timeout", "6",
+        "--insecure-seed", "1",
+        "--log-level", "warning",
+        "--clock", f"frozen:{frozen_at}",
+        "--input-volume-metrics",
+        *extra_flags,
+    ]  # fmt: skip
+    with (work / log_name).open("ab") as log:
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only calls prctl
+        )
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 30 s."""
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
 # ---------------------------------------------------------------------------------- one run
 def run_once(
     config_name: str,
@@ -414,45 +480,15 @@ def run_once(
         settings = DaemonSettings(config=spec_path, bootstrap=broker.bootstrap, partitions=2)
         broker.create_topics(required_topics(spec, settings))
         asyncio.run(produce(broker.bootstrap, values))
+        cpu_before = time.process_time()
         bare = asyncio.run(measure_bare(broker.bootstrap, TOPIC, len(values)))
+        bare_cpu = time.process_time() - cpu_before
         port = free_loopback_port()
-        launcher = [sys.executable]
-        if profile is not None:
-            launcher += ["-m", "cProfile", "-o", str(profile)]
-        argv = [
-            *launcher,
-            "-m",
-            "streamdp",
-            "worker",
-            "--config",
-            str(spec_path),
-            "--bootstrap",
-            broker.bootstrap,
-            "--partitions",
-            "2",
-            "--web-port",
-            str(port),
-            "--data-dir",
-            str(work / f"data-{time.monotonic_ns()}"),
-            "--session-timeout",
-            "6",
-            "--insecure-seed",
-            "1",
-            "--log-level",
-            "warning",
-            # a public clock frozen after the last latency day: nothing closes by itself
-            "--clock",
-            f"frozen:{format_instant(clock.bounds(periods + latency_days - 1)[1])}",
-            "--input-volume-metrics",
-            *extra_flags,
-        ]
-        with (work / "worker.log").open("ab") as log:
-            worker = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only calls prctl
-            )
+        # a public clock frozen after the last latency day: nothing closes by itself
+        frozen = format_instant(clock.bounds(periods + latency_days - 1)[1])
+        worker = start_worker(
+            spec_path, broker.bootstrap, port, work, frozen, 2, extra_flags, profile=profile
+        )
         try:
             t0 = n0 = None
             cpu0 = 0.0
@@ -463,19 +499,20 @@ def run_once(
                 now = time.time()
                 if n is not None and n > 0 and t0 is None:
                     t0, n0, cpu0 = now, n, cpu_seconds(worker.pid)
+                    broker_cpu0 = broker_cpu_seconds(broker)
                 if n is not None and n >= len(values):
                     t_last = now
                     break
                 if worker.poll() is not None:
-                    raise RuntimeError(
-                        f"worker exited early ({worker.returncode}); see {work}/worker.log"
-                    )
+                    tail = (work / "worker.log").read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"worker exited early ({worker.returncode}):\n{tail}")
                 time.sleep(0.05)
             else:
                 raise RuntimeError("the worker did not consume the backlog within 600 s")
             if t0 is None or n0 is None:
                 raise RuntimeError("no input progress was observed on /metrics")
             cpu = cpu_seconds(worker.pid) - cpu0
+            broker_cpu = broker_cpu_seconds(broker) - broker_cpu0
             # the operator releases the backlog's days; every release is read back
             asyncio.run(close_all(broker.bootstrap, clock.bounds(periods - 1)[1]))
             releases, _ = asyncio.run(read_releases(broker.bootstrap, periods * len(COUNTERS)))
@@ -490,18 +527,15 @@ def run_once(
             closes = after[1] - before[1]
             inside = (after[0] - before[0]) / closes if closes else float("nan")
         finally:
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            stop_worker(worker)
     if t_last <= t0:
         raise RuntimeError("the backlog was consumed between two polls: use more --periods/--rate")
     rate = (len(values) - n0) / (t_last - t0)
     return RunResult(
-        config_name, len(values), bare, rate, cpu, releases, latencies, inside, bare_after
-    )
+        config_name, len(values), bare, rate, cpu, releases, latencies, inside, bare_after,
+        bare_cpu_us=1e6 * bare_cpu / len(values),
+        broker_cpu_us=1e6 * broker_cpu / (len(values) - n0),
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- report
@@ -562,7 +596,9 @@ def main() -> int:
         work = Path(tmp)
         if args.profile:
             prof = work / "worker.prof"
-            r = run_once("defaults", [], values, args.periods, 2, measure_bare, work, prof)
+            r = run_once(
+                "defaults", [], values, args.periods, 2, measure_bare, work, prof, args.engine
+            )
             print(f"profiled run: {r.daemon_eps:,.0f} events/s (cProfile overhead included)")
             stats = pstats.Stats(str(prof))
             stats.sort_stats("tottime").print_stats(25)
@@ -633,6 +669,8 @@ def summarise(
             f" --runs {args.runs} --periods {args.periods} --rate {args.rate:g}"
             f" --latency-days {args.latency_days}"
         )
+    if [r.config for r in results if r.config != "defaults"] == []:
+        command += ' --config ""'  # the defaults row only
     command += "`"
     setup = (
         f"{events:,} pre-produced restaurant events ({args.periods} days x ~{args.rate:g} "
@@ -699,10 +737,7 @@ def summarise(
         "",
         "| stage | events/s | CPU us per event |",
         "|---|---:|---:|",
-        (
-            "| engine alone (`Engine.consume`) | "
-            f"{engine_eps:,.0f} | {1e6 / engine_eps:.1f} |"
-        ),
+        (f"| engine alone (`Engine.consume`) | {engine_eps:,.0f} | {1e6 / engine_eps:.1f} |"),
         (
             "| release service (engine + checkpoint records), batches of 5000 | "
             f"{service_eps:,.0f} | {1e6 / service_eps:.1f} |"
@@ -710,7 +745,22 @@ def summarise(
         f"| daemon, {results[0].config} (wall clock) | {daemon:,.0f} | {1e6 / daemon:.1f} |",
         "",
     ]
-    out += FINDINGS.strip("\n").splitlines()
+    first = [r for r in results if r.config == results[0].config]
+    if all(r.bare_cpu_us == r.bare_cpu_us for r in first):  # not NaN: measured in this run
+        worker_us = statistics.median(1e6 * r.worker_cpu / r.events for r in first)
+        bare_us = statistics.median(r.bare_cpu_us for r in first)
+        out += [
+            f"CPU per event in the same runs ({results[0].config}, medians): the worker "
+            f"{worker_us:.1f} us, the bare consumer {bare_us:.1f} us (x{worker_us / bare_us:.1f})"
+            + (
+                f"; the broker {statistics.median(r.broker_cpu_us for r in first):.1f} us while "
+                "the worker read (fetches, checkpoint and output writes)."
+                if all(r.broker_cpu_us == r.broker_cpu_us for r in first)
+                else "."
+            ),
+            "",
+        ]
+    out += (FINDINGS if engine == "tansu" else FINDINGS_KAFKA).strip("\n").splitlines()
     return "\n".join(out) + "\n"
 
 
@@ -734,6 +784,41 @@ the bare consumer, close latency p50 28 ms) was taken when this machine's bare c
 ~195k events/s; compare ratios, not absolute rates. Where the time goes, and why orjson is not
 used, is as described in that commit's results (`git show 0bebfd5:benchmarks/results/daemon.md`).
 The content digest adds about 1.2 us per record.
+"""
+
+FINDINGS_KAFKA = """
+## Findings (Apache Kafka)
+
+Measured on the public-clock daemon (the method is the Tansu file's, `daemon.md`: frozen public
+clock, throughput from the worker's count of durable input records, latency from an operator
+close record to all five releases read back), on a machine shared with other engineers' test
+runs (the bare consumer drifted 64k-127k events/s within runs).
+
+**Neither target is met.** The worker reads **0.450 of the bare consumer** at the median of 3
+runs (0.429-0.494) against the target of 0.8, 44 % short; the earlier 0.355 was measured on a
+loaded machine and on the watermark daemon. **Period-close latency p99 is 100 ms** (p50 32 ms)
+against the target of 50 ms, twice over.
+
+Why the ratio stops near 0.5: the worker is CPU-bound, not waiting on Kafka. Measured in the
+same runs, the worker spends 18.5 us of CPU per event and the bare consumer 9.2 us (aiokafka's
+fetch and record objects plus `json.loads`); on the same 2 cores the broker spends another
+6.2 us per event serving the worker. A worker that needs twice the CPU of the bare consumer per
+event cannot read faster than about half its rate: 0.45 is 90 % of that ceiling. The
+in-process release service costs 9.9 us per event (the engine 9.1 us), so the rest of the worker
+(aiokafka's records, Faust, the checkpoint and output writes) costs about 8.6 us. The suspects
+named in issue 12 were checked: fetch settings (one fetch returns ~6,000 records of 1 MiB per
+partition, the worker's batches are 5,000), the commit with acks=all (an outbox checkpoint of
+one batch takes 6.8 ms at the median on one node, `commit_protocols.md`, while the next batch is
+processed meanwhile), the tick timer (0.5 s, a no-op on a frozen clock). None of them holds the
+worker: raising the ratio towards 0.8 means halving the worker's CPU per event, mostly the
+engine's (decode, content digest, per-stream ingest), which is the next thing to do.
+
+Latency: the worker's own share (from receipt of the batch holding the close to the broker's
+acknowledgement of the releases, `streamdp_period_close_latency_seconds`) is 34 ms mean on Kafka
+against 10 ms on Tansu: the close is written as two acknowledged steps (checkpoint, then the
+releases), each a produce round trip through Faust's producer, and it waits for the batch in
+flight before it. The rest is the control record's fetch and the reader's fetch of the
+releases.
 """
 
 

@@ -63,7 +63,7 @@ epsilon_cap = 1
 [streams.x]
 source = "s"
 epsilon = 1
-delta = {delta}
+sensitivity = {sensitivity}
 horizon = {horizon}
 period = {{ unit = "fixed", start = "2024-01-01T00:00:00Z", length = 60 }}
 counters = {counters}
@@ -80,7 +80,7 @@ def close_time(horizon: int, width: int, closes: int) -> float:
     spec = parse_spec(
         CLOSE_SPEC.format(
             kind="person" if width == 1 else "order",
-            delta=1 if width == 1 else 5,
+            sensitivity=1 if width == 1 else 5,
             horizon=horizon,
             counters=counters,
         )

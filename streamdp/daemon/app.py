@@ -563,7 +563,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             stall_watch.progressed(key)
             try:
                 lag[key] = max(0, int(app.consumer.highwater(TP(*key))) - last - 1)
-            except (KeyError, TypeError, AttributeError, NotReady):
+            except (KeyError, TypeError, AttributeError, AssertionError, NotReady):
+                # AssertionError: aiokafka's answer for a partition revoked meanwhile (a
+                # rebalance while the batch was written); its lag is its next owner's to report
                 continue
         for topic, count in per_topic.items():
             metrics.record_input(topic, count)
