@@ -40,6 +40,8 @@ from typing import Any, Protocol
 from aiokafka.partitioner import murmur2
 
 from streamdp.daemon.checkpoint import (
+    NodeKey,
+    counted_nodes,
     hot_key,
     join_snapshot,
     node_key,
@@ -51,7 +53,6 @@ from streamdp.daemon.checkpoint import (
     parse_noise_key,
     parse_seen_key,
     seen_key,
-    split_snapshot,
 )
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, EngineSpec, ReleaseRecord
 from streamdp.engine.engine import ACCEPTED, SKIPPED, raw_text
@@ -99,11 +100,12 @@ class OutputTopics:
         )
 
     def for_record(self, record: OutputRecord) -> str:
-        if isinstance(record, ReleaseRecord):
-            return self.releases
-        if isinstance(record, ConsistentRecord):
-            return self.consistent
-        return self.dead_letter
+        """The topic of a record, by its kind (the same routing every sink uses)."""
+        return {
+            "release": self.releases,
+            "consistent": self.consistent,
+            "dead_letter": self.dead_letter,
+        }[record.kind]
 
 
 class InputLike(Protocol):
@@ -211,7 +213,9 @@ class _SourceSlot:
     def __init__(self, engine: Engine, home: int) -> None:
         self.engine = engine
         self.home = home
-        self.stored_nodes: set[tuple[str, int, int]] = set()
+        # nodes found stored beyond the hot state at load (a checkpoint that never completed):
+        # the engine reuses them when their periods close again; they are not written twice
+        self.adopted_nodes: set[NodeKey] = set()
         # (stream, epoch) -> chunks of the k-ary epoch noise already stored
         self.stored_noise: dict[tuple[str, int], int] = {}
         self.next_outbox = 0
@@ -280,6 +284,7 @@ class ReleaseService:
         )
         slot = _SourceSlot(engine, home)
         keys = [str(k) for k in list(self.state.keys())]
+        counted: dict[str, dict[int, int]] = {}
         if hot is not None:
             hot = dict(hot)
             daemon = dict(hot.pop(DAEMON_STATE_KEY))
@@ -307,9 +312,8 @@ class ReleaseService:
                     seen = (stream, period)
                     slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
             self._restore_seen(source, slot, snapshot, daemon.get("seen_chunks", []))
-            engine.restore(snapshot)
-            _, nodes = split_snapshot(engine.snapshot(with_seen=False, with_noise=False))
-            slot.stored_nodes = set(nodes)
+            engine.restore(snapshot)  # the restored nodes count as stored (never taken)
+            counted = counted_nodes(hot)
             # re-publish whatever a crash left in the outbox (same key, same value)
             prefix = outbox_prefix(source)
             for key in sorted(k for k in keys if k.startswith(prefix)):
@@ -323,16 +327,19 @@ class ReleaseService:
         # noisy nodes a crash left stored but unreferenced (it came after the node writes,
         # before the hot state): their periods are closed again with the stored values, so no
         # node is ever drawn twice
-        unreferenced: dict[tuple[str, int, int], list[int]] = {}
+        unreferenced: dict[NodeKey, list[int]] = {}
         for key in keys:
             parsed = parse_node_key(source, key)
-            if parsed is not None and parsed not in slot.stored_nodes:
+            if parsed is None:
+                continue
+            stream, epoch, t = parsed
+            if t > counted.get(stream, {}).get(epoch, 0):
                 value = self.state.get(key)
                 if value is not None:
                     unreferenced[parsed] = list(value)
         if unreferenced:
             engine.adopt_stored_nodes(unreferenced)
-            slot.stored_nodes |= set(unreferenced)
+            slot.adopted_nodes = set(unreferenced)
         # k-ary epoch noise stored for an epoch the restored state has not drawn (a crash came
         # after it was written, before the state that refers to it, or it was adopted so
         # before): an outbox record published on reload may have used it, so the epoch uses it
@@ -586,7 +593,12 @@ class ReleaseService:
     def _checkpoint(
         self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
     ) -> None:
-        hot, nodes = split_snapshot(slot.engine.snapshot(with_seen=False, with_noise=False))
+        """Append the writes of ``source``'s checkpoint to ``outcome``: the batch's changes only
+        (event ids, a k-ary epoch's noise, the nodes drawn since the last checkpoint, the
+        outbox) and the hot state, last; O(batch), whatever the history."""
+        engine = slot.engine
+        hot = engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)
+        nodes = engine.take_new_nodes()
         seen_counts = self._checkpoint_seen(source, slot, outcome)
         # a k-ary epoch's noise, once, by the checkpoint of the batch that drew it: before the
         # outbox records that used it and the hot state that refers to it
@@ -601,12 +613,14 @@ class ReleaseService:
                 (s, e): n for (s, e), n in slot.stored_noise.items() if s != stream or e > epoch
             }
             slot.stored_noise[(stream, epoch)] = len(chunks)
-        for new in sorted(set(nodes) - slot.stored_nodes):
+        for new in sorted(nodes):
+            if new in slot.adopted_nodes:
+                slot.adopted_nodes.discard(new)  # stored before the crash, with this value
+                continue
             stream, epoch, t = new
             outcome.writes.append(
                 StateWrite(slot.home, node_key(source, stream, epoch, t), nodes[new])
             )
-            slot.stored_nodes.add(new)
         for record in produced:
             publication = Publication(self.topics.for_record(record), record.key, record.to_json())
             key = outbox_key(source, slot.next_outbox)

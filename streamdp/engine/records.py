@@ -27,7 +27,7 @@ import binascii
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, ClassVar, Final, Literal
 
 from streamdp.engine.events import Reason, is_unicode_text
 
@@ -122,9 +122,15 @@ def safe_label(value: str | None) -> str | None:
     return f"sha256:{digest}"
 
 
+#: What a record is; its ``"kind"`` field, and what sinks route by (:mod:`streamdp.engine.sinks`).
+RecordKind = Literal["release", "consistent", "dead_letter"]
+
+
 @dataclass(frozen=True)
 class ReleaseRecord:
     """One counter's noisy release at the close of one period (DESIGN §5 outputs)."""
+
+    kind: ClassVar[RecordKind] = "release"
 
     stream: str
     counter: str
@@ -152,7 +158,7 @@ class ReleaseRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "kind": "release",
+            "kind": self.kind,
             "key": self.key,
             "stream": self.stream,
             "counter": self.counter,
@@ -188,6 +194,8 @@ class ConsistentRecord:
     all epochs) the revision was computed from.
     """
 
+    kind: ClassVar[RecordKind] = "consistent"
+
     stream: str
     revision: int
     periods_covered: int
@@ -208,7 +216,7 @@ class ConsistentRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "kind": "consistent",
+            "kind": self.kind,
             "key": self.key,
             "stream": self.stream,
             "revision": self.revision,
@@ -239,6 +247,8 @@ class DeadLetterRecord:
     :data:`MAX_DEAD_LETTER_BYTES`. Passing ``raw_sha256`` says ``raw`` is already a kept copy
     (a record read back): then only the bounds are applied.
     """
+
+    kind: ClassVar[RecordKind] = "dead_letter"
 
     reason: Reason
     message: str
@@ -284,7 +294,7 @@ class DeadLetterRecord:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": SCHEMA_VERSION,
-            "kind": "dead_letter",
+            "kind": self.kind,
             "key": self.key,
             "reason": self.reason,
             "message": self.message,
@@ -312,3 +322,5 @@ class DeadLetterRecord:
 
 
 OutputRecord = ReleaseRecord | ConsistentRecord
+#: Every record streamdp writes (public releases and revisions, protected dead letters).
+AnyRecord = ReleaseRecord | ConsistentRecord | DeadLetterRecord

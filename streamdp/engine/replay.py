@@ -26,14 +26,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from streamdp.engine.engine import Engine, OutputRecord
+from streamdp.engine.engine import Engine
 from streamdp.engine.ledger import JsonLinesLedgerBackend
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.sinks import FILE_OF_KIND, JsonLinesDirectorySink, RecordSink, write_all
 from streamdp.engine.spec import EngineSpec
 from streamdp.errors import ConfigError
 from streamdp.noise.sampler import NoiseSampler
 
-OUTPUT_FILES = ("releases.jsonl", "consistent.jsonl", "dead_letter.jsonl")
+OUTPUT_FILES = tuple(FILE_OF_KIND.values())
 
 
 @dataclass
@@ -62,9 +63,7 @@ class ReplaySummary:
             ]
             lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
         else:
-            lines.append(
-                "record counts hidden (derived from raw input; --show-counts prints them)"
-            )
+            lines.append("record counts hidden (derived from raw input; --show-counts prints them)")
         lines.append("periods released:")
         lines += [
             f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
@@ -117,9 +116,11 @@ def replay(
     as_of: float,
     sampler: NoiseSampler,
     progress: IO[str] | None = None,
+    sink: RecordSink | None = None,
 ) -> ReplaySummary:
     """Run the engine over ``input_path`` as one batch, release every period due at the public
-    instant ``as_of``, and write the outputs into ``output_dir``.
+    instant ``as_of``, and write the outputs into ``output_dir`` (or into ``sink``: the ledger
+    and the snapshot still go to ``output_dir``). The sink is closed before this returns.
 
     Refuses an output directory that already holds a ledger: replaying the same data again with
     fresh noise would spend the budget a second time.
@@ -142,19 +143,16 @@ def replay(
     engine.start_batch(as_of)
     bar = _Progress(source.stat().st_size, progress if progress is not None else sys.stderr)
     started = time.perf_counter()
-    handles: dict[str, IO[str]] = {
-        name: (out / name).open("w", encoding="utf-8") for name in OUTPUT_FILES
-    }
+    outputs = JsonLinesDirectorySink(out) if sink is None else sink
     try:
         with source.open("rb") as lines:
-            summary = _drive(engine, lines, handles, bar)
-        _write_outputs(engine.advance_clock(as_of), handles)
+            summary = _drive(engine, lines, outputs, bar)
+        write_all(outputs, engine.advance_clock(as_of))
         # a final revision, so that every released period has a consistent value too
         for name in spec.streams:
-            _write_outputs(engine.revise(name), handles)
+            write_all(outputs, engine.revise(name))
     finally:
-        for handle in handles.values():
-            handle.close()
+        outputs.close()
         bar.finish()
     (out / "snapshot.json").write_text(json.dumps(engine.snapshot()), encoding="utf-8")
     summary.seconds = time.perf_counter() - started
@@ -168,10 +166,9 @@ def replay(
 
 
 def _drive(
-    engine: Engine, lines: Iterable[bytes], handles: dict[str, IO[str]], bar: _Progress
+    engine: Engine, lines: Iterable[bytes], sink: RecordSink, bar: _Progress
 ) -> ReplaySummary:
     summary = ReplaySummary()
-    dead = handles["dead_letter.jsonl"]
     done = 0
     for number, line in enumerate(lines, start=1):
         done += len(line)
@@ -179,19 +176,10 @@ def _drive(
             continue
         summary.lines += 1
         result = engine.ingest(line.rstrip(b"\r\n"), offset=number)
-        for letter in result.dead_letters:
-            dead.write(letter.to_json() + "\n")
+        write_all(sink, result.dead_letters)
         if number % 4096 == 0:
             bar.update(done)
     return summary
-
-
-def _write_outputs(outputs: Iterable[OutputRecord], handles: dict[str, IO[str]]) -> None:
-    releases, consistent, _ = (handles[n] for n in OUTPUT_FILES)
-    for record in outputs:
-        (releases if isinstance(record, ReleaseRecord) else consistent).write(
-            record.to_json() + "\n"
-        )
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
