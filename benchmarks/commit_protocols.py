@@ -30,7 +30,9 @@ import asyncio
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaProducer, TopicPartition
@@ -64,9 +66,18 @@ def payloads(
     return checkpoint, releases
 
 
-async def outbox(bootstrap: str, batches: int, outputs: int) -> list[float]:
+Records = list[tuple[bytes, bytes]]
+
+
+async def timed_batches(
+    producer_settings: dict[str, Any],
+    batches: int,
+    outputs: int,
+    commit: Callable[[AIOKafkaProducer, int, Records, Records], Awaitable[None]],
+) -> list[float]:
+    """Seconds each of ``batches`` commits takes, with one producer (acks=all) for all."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", max_request_size=1_000_000, linger_ms=0
+        acks="all", max_request_size=1_000_000, linger_ms=0, **producer_settings
     )
     await producer.start()
     times = []
@@ -74,12 +85,7 @@ async def outbox(bootstrap: str, batches: int, outputs: int) -> list[float]:
         for batch in range(batches):
             checkpoint, releases = payloads(batch, outputs)
             t0 = time.perf_counter()
-            sent = [await producer.send(CHANGELOG, v, key=k, partition=0) for k, v in checkpoint]
-            await asyncio.gather(*sent)
-            sent = [await producer.send(RELEASES, v, key=k, partition=0) for k, v in releases]
-            await asyncio.gather(*sent)
-            for key, _ in releases:  # the outbox deletions: not awaited (tombstones)
-                await producer.send(CHANGELOG, None, key=b"outbox|" + key, partition=0)
+            await commit(producer, batch, checkpoint, releases)
             times.append(time.perf_counter() - t0)
         await producer.flush()
     finally:
@@ -87,33 +93,40 @@ async def outbox(bootstrap: str, batches: int, outputs: int) -> list[float]:
     return times
 
 
-async def transaction(bootstrap: str, batches: int, outputs: int) -> list[float]:
-    producer = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        transactional_id="bench-worker-0",
-        max_request_size=1_000_000,
-        linger_ms=0,
-    )
-    await producer.start()
-    times = []
-    try:
-        for batch in range(batches):
-            checkpoint, releases = payloads(batch, outputs)
-            t0 = time.perf_counter()
-            async with producer.transaction():
-                for key, value in checkpoint:
-                    await producer.send(CHANGELOG, value, key=key, partition=0)
-                for key, value in releases:
-                    await producer.send(RELEASES, value, key=key, partition=0)
-                await producer.send_offsets_to_transaction(
-                    {TopicPartition(INPUT, 0): OffsetAndMetadata((batch + 1) * 5000, "")}, GROUP
-                )
-            times.append(time.perf_counter() - t0)
-    finally:
-        await producer.stop()
-    return times
+async def outbox_commit(
+    producer: AIOKafkaProducer, batch: int, checkpoint: Records, releases: Records
+) -> None:
+    """Checkpoint acknowledged, then releases acknowledged, then outbox deletions sent."""
+    del batch  # the input offsets are committed by the consumer, apart
+    sent = [await producer.send(CHANGELOG, v, key=k, partition=0) for k, v in checkpoint]
+    await asyncio.gather(*sent)
+    sent = [await producer.send(RELEASES, v, key=k, partition=0) for k, v in releases]
+    await asyncio.gather(*sent)
+    for key, _ in releases:  # the outbox deletions: not awaited (tombstones)
+        await producer.send(CHANGELOG, None, key=b"outbox|" + key, partition=0)
+
+
+async def transaction_commit(
+    producer: AIOKafkaProducer, batch: int, checkpoint: Records, releases: Records
+) -> None:
+    """Checkpoint, releases and the input offsets in one committed transaction."""
+    async with producer.transaction():
+        for key, value in checkpoint:
+            await producer.send(CHANGELOG, value, key=key, partition=0)
+        for key, value in releases:
+            await producer.send(RELEASES, value, key=key, partition=0)
+        await producer.send_offsets_to_transaction(
+            {TopicPartition(INPUT, 0): OffsetAndMetadata((batch + 1) * 5000, "")}, GROUP
+        )
+
+
+PROTOCOLS: dict[str, tuple[dict[str, Any], Any]] = {
+    "outbox": ({}, outbox_commit),
+    "transaction": (
+        {"enable_idempotence": True, "transactional_id": "bench-worker-0"},
+        transaction_commit,
+    ),
+}
 
 
 def measure(nodes: int, batches: int, outputs: int, work: Path) -> dict[str, list[float]]:
@@ -127,8 +140,9 @@ def measure(nodes: int, batches: int, outputs: int, work: Path) -> dict[str, lis
         results = {}
         # alternate the two protocols in blocks so that machine load drifts hit both alike
         for _ in range(3):
-            for name, protocol in (("outbox", outbox), ("transaction", transaction)):
-                times = asyncio.run(protocol(running.bootstrap, batches // 3, outputs))
+            for name, (extra, commit) in PROTOCOLS.items():
+                settings = {"bootstrap_servers": running.bootstrap, **extra}
+                times = asyncio.run(timed_batches(settings, batches // 3, outputs, commit))
                 results.setdefault(name, []).extend(times)
     return results
 

@@ -114,10 +114,60 @@ def revision_time(periods: int, repeats: int, records: bool) -> float:
     return statistics.median(times)
 
 
+def consume_breakdown(periods: int, rate: float, repeats: int = 3) -> list[tuple[str, float]]:
+    """CPU us per event of ``Engine.consume`` on restaurant records (the daemon's per-record
+    path, strict offsets) and of the parts of its work that can be timed alone, medians of
+    ``repeats``: where the engine's time goes."""
+    from streamdp.engine.engine import content_key
+    from streamdp.engine.events import decode
+    from streamdp.engine.periods import parse_instant
+
+    spec = example_spec("restaurant")
+    topic = next(iter(spec.sources.values())).topic
+    values = [line.text.encode() for line in generate("restaurant", periods, rate, seed=1)]
+    events = [decode(v) for v in values]
+
+    def consume() -> None:
+        engine = Engine(spec, sampler=InsecureSeededSampler(0))
+        engine.advance_clock(release_instant(spec, 0))
+        out: list[object] = []
+        for offset, value in enumerate(values):
+            engine.consume(value, topic, 0, offset, out, True)  # type: ignore[arg-type]
+
+    stages = [
+        ("json.loads (the bare consumer's decode)", lambda: [json.loads(v) for v in values]),
+        (
+            "decode (hardened: size, UTF-8, strict JSON, surrogates)",
+            lambda: [decode(v) for v in values],
+        ),
+        ("parse_instant(event_time)", lambda: [parse_instant(e["event_time"]) for e in events]),
+        ("content_key (BLAKE2b-128, hex)", lambda: [content_key(v) for v in values]),
+        ("Engine.consume (all of it)", consume),
+    ]
+    rows = []
+    for name, run in stages:
+        times = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            run()
+            times.append(time.process_time() - t0)
+        rows.append((name, 1e6 * statistics.median(times) / len(values)))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="only print where Engine.consume's time goes on restaurant records (no files)",
+    )
     args = parser.parse_args()
+    if args.breakdown:
+        for name, us in consume_breakdown(40, 2000):
+            print(f"{name:<58} {us:6.2f} us CPU per event")
+        return 0
     repeats = 3
     scale = 0.1 if args.quick else 1.0
     rows = []
