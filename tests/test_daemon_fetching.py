@@ -6,13 +6,17 @@ consumer could fetch and never delivered, never while the partition's leader is 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from streamdp.broker import KafkaBroker
 from streamdp.daemon.app import create_app
-from streamdp.daemon.batch_input import FetchView, InputStallWatch
+from streamdp.daemon.batch_input import FetchView, InputStallWatch, fetch_view
 from streamdp.daemon.settings import DaemonSettings
 
 
@@ -114,3 +118,43 @@ def test_progress_or_nothing_to_read_stops_the_clock() -> None:
     assert first_exit(caught_up, [view(end=4)] * 20) is None
     assert first_exit(caught_up, [view(end=None)] * 20) is None
     assert first_exit(InputStallWatch(STALL), [None] * 20) is None  # type: ignore[list-item]
+
+
+@pytest.mark.broker
+def test_fetch_view_reads_a_real_consumers_position_end_and_leader(
+    kafka_broker: KafkaBroker, unique_name: Callable[[str], str]
+) -> None:
+    """``fetch_view`` reads aiokafka's own state (position, high watermark, leader and its
+    connection), so the watchdog sees what the client sees; None for a partition it does not
+    hold (a revoked one)."""
+    topic = unique_name("view")
+    kafka_broker.create_topics({topic: 1})
+
+    async def go() -> tuple[FetchView | None, FetchView | None]:
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker.bootstrap)
+        await producer.start()
+        try:
+            for number in range(3):
+                await producer.send_and_wait(topic, b"%d" % number, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(bootstrap_servers=kafka_broker.bootstrap)
+        await consumer.start()
+        try:
+            tp = TopicPartition(topic, 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            got = await consumer.getmany(tp, timeout_ms=10_000, max_records=1)
+            assert [r.offset for r in got[tp]] == [0]
+            faust_consumer = SimpleNamespace(
+                _thread=SimpleNamespace(_ensure_consumer=lambda: consumer)
+            )
+            held = fetch_view(faust_consumer, tp)
+            not_held = fetch_view(faust_consumer, TopicPartition(topic + "-other", 0))
+            return held, not_held
+        finally:
+            await consumer.stop()
+
+    held, not_held = asyncio.run(go())
+    assert held == FetchView(end=3, fetched=1, leader=0, leader_reachable=True)
+    assert not_held is None
