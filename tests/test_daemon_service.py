@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from test_engine_support import arrivals_following, drive
 
-from streamdp.daemon.checkpoint import join_snapshot, split_snapshot
+from streamdp.daemon.checkpoint import join_snapshot
 from streamdp.daemon.service import InputRecord, OutputTopics, ReleaseService, home_partition
 from streamdp.engine import Engine
 from streamdp.errors import StateError
@@ -344,19 +344,44 @@ def test_a_control_record_on_an_input_topic_is_refused_for_any_source() -> None:
         assert outcome.releases == []
 
 
-def test_split_and_join_round_trip_an_engine_snapshot() -> None:
-    spec = example_spec("hospital")
+@pytest.mark.parametrize("scenario", ["restaurant+fda", "restaurant+kary_gls"])
+def test_the_hot_state_and_the_nodes_taken_rebuild_the_engine_snapshot(scenario: str) -> None:
+    """Issue 15: a checkpoint stores ``snapshot(with_nodes=False)`` and the nodes taken since
+    the last one. Taken in steps over several epochs, every node comes exactly once, the hot
+    state holds none, and hot state + nodes rebuild the full snapshot; a restored engine
+    hands out nothing (its nodes are stored already) until it draws a new one."""
+    spec = _spec(scenario)  # 8-day epochs
     engine = Engine(spec, sampler=InsecureSeededSampler(2))
-    drive(engine, [line.text for line in generate("hospital", 20, 4, seed=1)])
-    snapshot = json.loads(json.dumps(engine.snapshot()))
-    hot, nodes = split_snapshot(snapshot)
+    lines = [line.text for line in generate("restaurant", 20, 4, seed=1)]
+    nodes: dict[tuple[str, int, int], list[int]] = {}
+    for day in (3, 9, 10, 17):
+        engine.advance_clock(START + day * 86400 + 3600)
+        for line in lines:
+            engine.ingest(line)
+        taken = engine.take_new_nodes()
+        assert not set(taken) & set(nodes), "a node was handed out twice"
+        nodes.update(taken)
+    assert engine.take_new_nodes() == {}
+    assert {e for _, e, _ in nodes} == {0, 1, 2}
+    hot = engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)
+    hot = json.loads(json.dumps(hot))
     assert "noisy_nodes" not in json.dumps(hot)
-    assert nodes
-    rebuilt = join_snapshot(hot, lambda s, e, t: nodes.get((s, e, t)))
-    assert rebuilt == snapshot
+    assert "past_nodes" not in json.dumps(hot)
+    drawn = engine.epoch_noise()
+
+    def noise(stream: str, epoch: int) -> list[list[int]] | None:
+        return drawn[stream][1].tolist() if drawn[stream][0] == epoch else None
+
+    rebuilt = join_snapshot(hot, lambda s, e, t: nodes.get((s, e, t)), noise)
+    assert rebuilt == json.loads(json.dumps(engine.snapshot(with_seen=False)))
     missing = next(iter(nodes))
-    with pytest.raises(Exception, match="missing"):
+    with pytest.raises(StateError, match="missing"):
         join_snapshot(hot, lambda s, e, t: None if (s, e, t) == missing else nodes[(s, e, t)])
+    restored = Engine(spec, sampler=InsecureSeededSampler(2))
+    restored.restore(engine.snapshot())
+    assert restored.take_new_nodes() == {}
+    restored.advance_clock(START + 18 * 86400 + 3600)  # closes day 18: epoch 2's node 2
+    assert set(restored.take_new_nodes()) >= {(next(iter(spec.streams)), 2, 2)}
 
 
 def test_records_of_a_source_on_another_partition_than_its_home_are_refused() -> None:

@@ -209,6 +209,16 @@ class ContinualCounter:
             self._node_var[:n].copy(),
         )
 
+    @property
+    def node_count(self) -> int:
+        """Number of noisy nodes drawn in this epoch (one per closed period)."""
+        return len(self._noisy)
+
+    def nodes_from(self, first: int) -> list[Int64Array]:
+        """The noisy nodes of this epoch from 0-based position ``first`` on, in drawing order
+        (read only): O(nodes returned), for storing each node once."""
+        return self._noisy[first:]
+
     def released(self, first: int) -> tuple[Int64Array, Int64Array]:
         """The releases of periods ``first..periods_closed`` of this epoch, recomputed from
         the stored noisy nodes: ``(noisy counts, noisy totals)``, each ``(n, width)``, equal to
@@ -255,13 +265,21 @@ class ContinualCounter:
             "holds no epoch noise to adopt; pass stored nodes to close_period(stored=...)"
         )
 
-    def state(self, *, with_noise: bool = True) -> dict[str, Any]:  # noqa: ARG002
+    def state(
+        self,
+        *,
+        with_noise: bool = True,  # noqa: ARG002 - the bank interface
+        with_nodes: bool = True,
+    ) -> dict[str, Any]:
         """Plain, JSON-serialisable state (ints, floats, strings, lists).
 
         Holds raw partial sums of pending nodes: protect it like the input data.
         ``with_noise`` is accepted for the bank interface; there is no epoch noise to leave out.
+        ``with_nodes=False`` leaves out ``noisy_nodes`` (the daemon stores each node once, from
+        :meth:`nodes_from`, and puts them back before :meth:`from_state`), so the state's size
+        and cost do not grow with the periods closed.
         """
-        return {
+        out = {
             "kind": STATE_KIND,
             "version": STATE_VERSION,
             "mechanism": self.strategy.mechanism,
@@ -276,9 +294,11 @@ class ContinualCounter:
             "periods_closed": self._closed,
             "carry": self.carry.tolist(),
             "carry_variance": self.carry_variance,
-            "noisy_nodes": [v.tolist() for v in self._noisy],
             "pending": [[j, self._pending[j].tolist()] for j in sorted(self._pending)],
         }
+        if with_nodes:
+            out["noisy_nodes"] = [v.tolist() for v in self._noisy]
+        return out
 
     @classmethod
     def from_state(cls, state: dict[str, Any], sampler: NoiseSampler) -> ContinualCounter:

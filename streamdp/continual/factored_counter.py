@@ -330,6 +330,16 @@ class FactoredCounter:
         totals: FloatArray = exact + noise
         return np.diff(totals, axis=0), totals[1:] + self.carry
 
+    @property
+    def node_count(self) -> int:
+        """Number of finalised nodes of this epoch so far."""
+        return len(self._final)
+
+    def nodes_from(self, first: int) -> list[Int64Array]:
+        """The finalised nodes' noisy values from 0-based position ``first`` on, in finalising
+        order (read only): O(nodes returned), for storing each node once."""
+        return self._final[first:]
+
     def noisy_nodes(self) -> tuple[Int64Array, Int64Array, FloatArray]:
         """Finalised nodes: ``(ids (n,), noisy values (n, width), noise variances (n,))``."""
         ids = np.asarray(self._final_ids, dtype=np.int64)
@@ -369,18 +379,20 @@ class FactoredCounter:
         )
 
     # ------------------------------------------------------------------ persistence
-    def state(self, *, with_noise: bool = True) -> dict[str, Any]:
+    def state(self, *, with_noise: bool = True, with_nodes: bool = True) -> dict[str, Any]:
         """Plain, JSON-serialisable state, including every node's noise of the epoch once it
         is drawn (``node_noise``; None before, or when ``with_noise=False``: the daemon stores
         the noise once per epoch from :meth:`epoch_noise` and puts it back before
         :meth:`from_state`). ``noise_drawn`` says whether a restore needs it.
+        ``with_nodes=False`` leaves out ``noisy_nodes`` (the daemon stores each finalised node
+        once, from :meth:`nodes_from`, and puts them back before :meth:`from_state`).
 
         Holds raw running totals: protect it like the input data. The noise must be stored
         before any release that used it is published. The projection is not stored: it
         follows from the stream's public constraints and is given again to :meth:`from_state`.
         """
         s = self.strategy
-        return {
+        out = {
             "kind": STATE_KIND,
             "version": STATE_VERSION,
             "mechanism": s.mechanism,
@@ -401,8 +413,10 @@ class FactoredCounter:
             "node_noise": self._z.tolist() if with_noise and self._z is not None else None,
             "exact_total": self._exact_total.tolist(),
             "block_start": self._block_start.tolist(),
-            "noisy_nodes": [v.tolist() for v in self._final],
         }
+        if with_nodes:
+            out["noisy_nodes"] = [v.tolist() for v in self._final]
+        return out
 
     @classmethod
     def from_state(

@@ -4,12 +4,14 @@ An engine snapshot holds every noisy node released so far; rewriting all of them
 checkpoint would grow without bound (and past Kafka's message size). So a source's state is
 split into keys of the changelog-backed table:
 
-``<source>``                              the *hot* state: the engine snapshot with the noisy
-                                          nodes replaced by how many there are per stream and
-                                          epoch, plus the daemon's own fields (home partition,
-                                          outbox sequence numbers)
+``<source>``                              the *hot* state: the engine snapshot without noisy
+                                          nodes (``Engine.snapshot(with_nodes=False)``: how
+                                          many there are per stream and epoch instead), plus
+                                          the daemon's own fields (home partition, outbox
+                                          sequence numbers)
 ``<source>|node|<stream>|<epoch>|<t>``    one noisy node (a list of ``width`` ints), written
-                                          once, when it is drawn, and never changed
+                                          once, by the checkpoint of the batch that drew it
+                                          (from ``Engine.take_new_nodes()``), never changed
 ``<source>|noise|<stream>|<epoch>|<c>``   chunk ``c`` of a k-ary stream's node noise for one
                                           epoch (rows of ``width`` ints, at most
                                           :data:`NOISE_CHUNK_VALUES` values a chunk), written
@@ -28,6 +30,9 @@ split into keys of the changelog-backed table:
 Keeping the event ids out of the hot state keeps it small and constant in size: one period of
 a busy source holds tens of thousands of ids, more than Kafka's default 1 MB message limit, and
 rewriting them all at every checkpoint would cost time proportional to the period's volume.
+Likewise a checkpoint writes only the nodes drawn since the previous one and a hot state built
+without walking the nodes, so its cost does not grow with the periods closed (issue 15); only
+loading a source reads every stored node back (:func:`join_snapshot`).
 
 Everything here is plain data and pure functions; the Faust adapter only moves the pairs.
 The table holds raw partial sums and raw input (dead letters in the outbox), so its changelog
@@ -121,47 +126,23 @@ def outbox_prefix(source: str) -> str:
     return f"{source}{SEPARATOR}out{SEPARATOR}"
 
 
-def split_snapshot(snapshot: Mapping[str, Any]) -> tuple[dict[str, Any], dict[NodeKey, list[int]]]:
-    """Split an engine snapshot into its hot part and its noisy nodes.
-
-    Returns ``(hot, nodes)``: ``hot`` is a deep copy of the snapshot in which every stream's
-    ``past_nodes`` and ``counter.noisy_nodes`` are replaced by ``node_counts`` (runs
-    ``[first epoch, n, epochs]``: that many consecutive epochs of ``n`` nodes each; the
-    current epoch last); ``nodes`` maps ``(stream, epoch, t)`` to the node's values.
-    """
-    hot = copy.deepcopy(dict(snapshot))
-    nodes: dict[NodeKey, list[int]] = {}
+def counted_nodes(hot: Mapping[str, Any]) -> dict[str, dict[int, int]]:
+    """Per stream, ``epoch -> nodes`` that a hot state's ``node_counts`` runs refer to (read at
+    load: a stored node beyond them was left by a checkpoint that never completed).
+    :class:`StateError` if the layout is not a hot state's."""
+    out: dict[str, dict[int, int]] = {}
     try:
         for name, state in hot["streams"].items():
-            counter = state["counter"]
-            current_epoch = int(counter["epoch"])
-            past = state.pop("past_nodes")
-            first_epoch = current_epoch - len(past)
-            # runs [first epoch, nodes per epoch, epochs]: past epochs are complete, so a
-            # stream that rolls often keeps a constant-size entry here
-            counts: list[list[int]] = []
-            for offset, epoch_nodes in enumerate(past):
-                epoch = first_epoch + offset
-                for t, values in enumerate(epoch_nodes, start=1):
-                    nodes[(name, epoch, t)] = list(values)
-                _add_run(counts, epoch, len(epoch_nodes))
-            current = counter.pop("noisy_nodes")
-            for t, values in enumerate(current, start=1):
-                nodes[(name, current_epoch, t)] = list(values)
-            counts.append([current_epoch, len(current), 1])
-            state["node_counts"] = counts
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+            out[str(name)] = {
+                int(run[0]) + k: int(run[1])
+                for run in state["node_counts"]
+                for k in range(int(run[2]) if len(run) > 2 else 1)
+            }
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as error:
         raise StateError(
-            f"engine snapshot has an unexpected layout ({type(error).__name__})"
+            f"stored hot state has an unexpected layout ({type(error).__name__})"
         ) from None
-    return hot, nodes
-
-
-def _add_run(runs: list[list[int]], epoch: int, n: int) -> None:
-    if runs and runs[-1][1] == n and runs[-1][0] + runs[-1][2] == epoch:
-        runs[-1][2] += 1
-    else:
-        runs.append([epoch, n, 1])
+    return out
 
 
 def join_snapshot(
@@ -169,10 +150,11 @@ def join_snapshot(
     node: Callable[[str, int, int], list[int] | None],
     noise: Callable[[str, int], list[list[int]] | None] | None = None,
 ) -> dict[str, Any]:
-    """Inverse of :func:`split_snapshot`: rebuild the engine snapshot from the hot part and
+    """Rebuild the full engine snapshot (``Engine.snapshot()``, seen ids aside) from the hot
+    part (``Engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)``) and
     lookups of stored nodes and of stored epoch noise (``(stream, epoch)`` -> rows, for a
-    k-ary counter whose state says its noise was drawn; the engine snapshot was taken without
-    it). Raises :class:`StateError` if a node or noise is missing (never redraws)."""
+    k-ary counter whose state says its noise was drawn). Raises :class:`StateError` if a node
+    or noise is missing (never redraws)."""
     snapshot = copy.deepcopy(dict(hot))
     try:
         for name, state in snapshot["streams"].items():

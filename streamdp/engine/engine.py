@@ -533,11 +533,17 @@ class Engine:
         return records
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(self, *, with_seen: bool = True, with_noise: bool = True) -> dict[str, Any]:
+    def snapshot(
+        self, *, with_seen: bool = True, with_noise: bool = True, with_nodes: bool = True
+    ) -> dict[str, Any]:
         """The complete state as plain JSON-able data (protect it like the input topic).
 
         ``with_seen=False`` leaves out the open periods' content keys (see :meth:`seen_ids`);
-        ``with_noise=False`` the k-ary streams' epoch noise (see :meth:`epoch_noise`)."""
+        ``with_noise=False`` the k-ary streams' epoch noise (see :meth:`epoch_noise`);
+        ``with_nodes=False`` every noisy node, each stream saying how many it has under
+        ``node_counts`` (see :meth:`take_new_nodes`). With all three off this is the *hot*
+        state the daemon checkpoints after every batch: its cost does not grow with the
+        periods closed (the ledger's spends are runs of epochs)."""
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
@@ -548,10 +554,25 @@ class Engine:
             "ledger": self.ledger.state(),
             "stats": self.stats.to_dict(),
             "streams": {
-                name: r.state(with_seen=with_seen, with_noise=with_noise)
+                name: r.state(with_seen=with_seen, with_noise=with_noise, with_nodes=with_nodes)
                 for name, r in self.streams.items()
             },
         }
+
+    def take_new_nodes(self) -> dict[tuple[str, int, int], list[int]]:
+        """The noisy nodes drawn since the last call (or :meth:`restore`), ``(stream, epoch,
+        t) -> values`` (``t`` 1-based within the epoch), marked taken: what a checkpoint must
+        store besides ``snapshot(with_nodes=False)``. O(nodes returned).
+
+        The engine's change record is this two-call form (hot snapshot + new nodes; k-ary
+        epoch noise from :meth:`epoch_noise`, event ids from :meth:`seen_ids`), not one
+        change-set object per step: a caller that takes the nodes must store them before it
+        publishes anything released after they were drawn."""
+        out: dict[tuple[str, int, int], list[int]] = {}
+        for name, runtime in self.streams.items():
+            for epoch, t, values in runtime.take_new_nodes():
+                out[(name, epoch, t)] = values
+        return out
 
     def adopt_stored_nodes(self, nodes: Mapping[tuple[str, int, int], list[int]]) -> None:
         """Noisy nodes ``(stream, epoch, node) -> values`` stored before a crash lost the state

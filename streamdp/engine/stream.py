@@ -115,6 +115,12 @@ class StreamRuntime:
         self._open: dict[int, list[int]] = {}
         self._seen: dict[int, set[str]] = {}
         self._past_nodes: list[npt.NDArray[np.int64]] = []
+        # node counts of the past epochs as runs [first epoch, nodes per epoch, epochs], kept
+        # as epochs roll so the hot state never walks the nodes
+        self._past_counts: list[list[int]] = []
+        # (epoch, n): the nodes of epochs before ``epoch``, and the first ``n`` of ``epoch``,
+        # were already handed out by take_new_nodes (or restored: stored already)
+        self._taken = (0, 0)
         # (epoch, node) -> noisy value stored before a crash lost the step that drew it
         self._stored_nodes: dict[tuple[int, int], list[int]] = {}
         self.revision = 0
@@ -330,6 +336,7 @@ class StreamRuntime:
         self._stored_noise.pop(counter.epoch, None)  # in use now (kept if the close failed)
         if rolled:
             self._past_nodes.append(self.counter.noisy_nodes()[1])
+            add_run(self._past_counts, self.counter.epoch, self.counter.node_count)
         self.counter = counter
         self._open.pop(j, None)
         self._seen.pop(j, None)
@@ -385,6 +392,36 @@ class StreamRuntime:
         """Stored noisy nodes of every epoch so far, each shape (n_e, width)."""
         current = self.counter.noisy_nodes()[1]
         return [*self._past_nodes, current]
+
+    def take_new_nodes(self) -> list[tuple[int, int, list[int]]]:
+        """The noisy nodes drawn since the last call (or the last :meth:`restore`), as
+        ``(epoch, t, values)`` with ``t`` the node's 1-based position in its epoch, and marks
+        them taken. O(nodes returned): the daemon calls this at every checkpoint and stores
+        each node once (with :meth:`state` ``with_nodes=False`` for the rest of the state)."""
+        epoch, first = self._taken
+        current = self.counter.epoch
+        out: list[tuple[int, int, list[int]]] = []
+        oldest = current - len(self._past_nodes)
+        for e in range(max(epoch, oldest), current):
+            nodes = self._past_nodes[e - oldest]
+            start = first if e == epoch else 0
+            out += [(e, t, nodes[t - 1].tolist()) for t in range(start + 1, len(nodes) + 1)]
+        start = first if epoch == current else 0
+        out += [
+            (current, t, values.tolist())
+            for t, values in enumerate(self.counter.nodes_from(start), start=start + 1)
+        ]
+        self._taken = (current, self.counter.node_count)
+        return out
+
+    def node_counts(self) -> list[list[int]]:
+        """Nodes per epoch as runs ``[first epoch, nodes per epoch, epochs]`` (consecutive
+        epochs with as many nodes form one run), the current epoch last in a run of its own.
+        O(runs): a stream that rolls regularly keeps a constant-size entry."""
+        return [
+            *(list(run) for run in self._past_counts),
+            [self.counter.epoch, self.counter.node_count, 1],
+        ]
 
     def revise(self) -> list[ConsistentRecord]:
         """A new numbered consistent revision over every period released so far, publishing
@@ -509,15 +546,21 @@ class StreamRuntime:
         return out
 
     # ------------------------------------------------------------------ persistence
-    def state(self, *, with_seen: bool = True, with_noise: bool = True) -> dict[str, Any]:
+    def state(
+        self, *, with_seen: bool = True, with_noise: bool = True, with_nodes: bool = True
+    ) -> dict[str, Any]:
         """Plain JSON-able state. Holds raw counts: protect it like the input topic.
 
         With ``with_seen=False`` the event ids of the open periods are left out (the daemon
         stores them incrementally, from :meth:`seen_ids`); :meth:`restore` needs them back
         under ``"seen"``. With ``with_noise=False`` a k-ary counter's epoch noise is left out
         (the daemon stores it once per epoch, from :meth:`epoch_noise`); :meth:`restore` needs
-        it back under ``counter.node_noise``."""
-        out = {
+        it back under ``counter.node_noise``. With ``with_nodes=False`` the noisy nodes
+        (``past_nodes`` and the counter's ``noisy_nodes``) are left out and ``node_counts``
+        (:meth:`node_counts`) says how many there are: the daemon stores each node once, from
+        :meth:`take_new_nodes`; :meth:`restore` needs them back in place of ``node_counts``.
+        Without nodes, seen ids and noise the state's cost does not grow with the history."""
+        out: dict[str, Any] = {
             "version": STREAM_STATE_VERSION,
             "stream": self.spec.name,
             "closed": self.closed,
@@ -525,9 +568,12 @@ class StreamRuntime:
             "revised_through": self._revised_through,
             "revision": self.revision,
             "open": [[j, list(row)] for j, row in sorted(self._open.items())],
-            "past_nodes": [nodes.tolist() for nodes in self._past_nodes],
-            "counter": self.counter.state(with_noise=with_noise),
+            "counter": self.counter.state(with_noise=with_noise, with_nodes=with_nodes),
         }
+        if with_nodes:
+            out["past_nodes"] = [nodes.tolist() for nodes in self._past_nodes]
+        else:
+            out["node_counts"] = self.node_counts()
         if with_seen:
             out["seen"] = [[j, sorted(ids)] for j, ids in sorted(self._seen.items())]
         return out
@@ -577,8 +623,22 @@ class StreamRuntime:
             counter.adopt_noise(self._stored_noise.pop(counter.epoch))
         self.counter = counter
         self._open, self._seen, self._past_nodes = open_, seen, past
+        self._past_counts = []
+        oldest = counter.epoch - len(past)
+        for offset, nodes in enumerate(past):
+            add_run(self._past_counts, oldest + offset, int(nodes.shape[0]))
+        self._taken = (counter.epoch, counter.node_count)  # restored nodes are stored already
         self.closed, self.revision = closed, revision
         self._close_target = close_target
         self._revised_through = revised_through
         self._cache = (1.0, 0.0, -1)
         self.next_deadline = self._deadline()
+
+
+def add_run(runs: list[list[int]], epoch: int, n: int) -> None:
+    """Append ``epoch`` with ``n`` nodes to runs ``[first epoch, nodes per epoch, epochs]``
+    (extending the last run when it is the epoch before with as many nodes)."""
+    if runs and runs[-1][1] == n and runs[-1][0] + runs[-1][2] == epoch:
+        runs[-1][2] += 1
+    else:
+        runs.append([epoch, n, 1])
