@@ -214,7 +214,8 @@ def test_the_exact_combo_lookup_gives_what_the_item_by_item_check_gives(
 ) -> None:
     """The one-lookup path for orders that are exactly a combo (within the sensitivity) against the
     general check, on every kind of quantity JSON can carry (True == 1 and 1.0 == 1 in a set)."""
-    from streamdp.engine.events import ItemExtractor, RejectedError
+    from streamdp.engine.events import RejectedError
+    from streamdp.kinds.items import ItemExtractor
 
     extractor = ItemExtractor(_restaurant_spec(*setting))
     assert extractor.exact_combos  # the path under test exists in every setting

@@ -9,8 +9,11 @@ Record kinds (see ``schemas/``):
 - order event: ``{"event_id", "event_time", "source"?, "items": {item: quantity}}``
 - person event: ``{"event_id", "event_time", "source"?, "attributes": {name: category|bool}}``
 - control record: ``{"type": "control", "action": "close", "stream", "through"}`` (close every
-  period of the stream that ends at or before ``through``, ignoring lateness) or
-  ``{"type": "control", "action": "watermark", "time"}`` (advance the event-time watermark).
+  period of the stream that ends at or before ``through``, ignoring lateness; never beyond the
+  worker's public clock). Read from the control topic only.
+
+How a kind's event becomes counter increments is the kind's :class:`Extractor`, in its module
+of :mod:`streamdp.kinds`.
 
 ``event_time`` and instants are RFC 3339 text with a UTC offset, or seconds since the epoch.
 Rejection messages name fields and allowed values, never counts.
@@ -221,152 +224,8 @@ class Extractor:
         raise NotImplementedError
 
 
-class ItemExtractor(Extractor):
-    """Orders: ``items`` maps item name to a non-negative integer quantity."""
-
-    def __init__(self, spec: StreamSpec) -> None:
-        self.index = {name: i for i, name in enumerate(spec.counters.items)}
-        self.allowed = ", ".join(spec.counters.items)
-        self.sensitivity = spec.sensitivity
-        self.clip = spec.over_sensitivity == "clip"
-        combos = spec.constraints.combos if spec.constraints.orders_must_be_combos else ()
-        self.combos = {
-            tuple((i, q) for i, q in enumerate(vector) if q): name for name, vector in combos
-        }
-        self.combo_names = ", ".join(name for name, _ in combos)
-        # an order that is exactly a combo, written without zero quantities: its contribution
-        # by one lookup ({item: quantity} pairs as a set; the spec keeps combos within the
-        # sensitivity)
-        self.exact_combos: dict[frozenset[tuple[str, int]], Contribution] = {
-            frozenset((spec.counters.items[i], q) for i, q in pairs): pairs for pairs in self.combos
-        }
-
-    def contribution(self, event: Mapping[str, Any]) -> Contribution:
-        items = event.get("items")
-        if self.exact_combos and type(items) is dict:
-            try:
-                hit = self.exact_combos.get(frozenset(items.items()))
-            except TypeError:  # an unhashable quantity: refused below
-                hit = None
-            if hit is not None:
-                # True == 1 and 1.0 == 1 in the lookup: only integer quantities may pass
-                for quantity in items.values():
-                    if type(quantity) is not int:
-                        break
-                else:
-                    return hit
-        return self._checked(items)
-
-    def _checked(self, items: Any) -> Contribution:
-        if not isinstance(items, dict) or not items:
-            raise RejectedError(
-                "schema_violation", "field 'items' must be a non-empty object {item: quantity}"
-            )
-        out: list[tuple[int, int]] = []
-        total = 0
-        index = self.index
-        for name, quantity in items.items():
-            i = index.get(name)
-            if i is None:
-                raise RejectedError(
-                    "unknown_item", f"items: unknown item {quoted(name)}; allowed: {self.allowed}"
-                )
-            if type(quantity) is not int or not 0 <= quantity <= MAX_QUANTITY:
-                raise RejectedError(
-                    "invalid_quantity",
-                    f"items.{name}: quantity must be an integer from 0 to {MAX_QUANTITY}",
-                )
-            if quantity:
-                out.append((i, quantity))
-                total += quantity
-        out.sort()
-        if total > self.sensitivity:
-            if not self.clip:
-                raise RejectedError(
-                    "contribution_over_sensitivity",
-                    f"items: the order's total quantity exceeds the stream's bound "
-                    f"sensitivity = {self.sensitivity}",
-                )
-            clipped: list[tuple[int, int]] = []
-            room = self.sensitivity
-            for i, q in out:
-                take = min(q, room)
-                if take:
-                    clipped.append((i, take))
-                room -= take
-            out = clipped
-        if self.combos and tuple(out) not in self.combos:
-            raise RejectedError(
-                "not_a_combo",
-                f"items: the order is not exactly one of the combos {self.combo_names}",
-            )
-        return out
-
-
-class AttributeExtractor(Extractor):
-    """Census-style person records: total + one category per attribute + one cell (k + 2)."""
-
-    def __init__(self, spec: StreamSpec) -> None:
-        attributes = spec.counters.attributes
-        self.names = [a.name for a in attributes]
-        self.lookup: list[dict[str, tuple[int, int]]] = []
-        offset = 1
-        strides = []
-        stride = 1
-        for attribute in reversed(attributes):
-            strides.append(stride)
-            stride *= len(attribute.categories)
-        strides.reverse()
-        self.cell_offset = 1 + sum(len(a.categories) for a in attributes)
-        for attribute, s in zip(attributes, strides, strict=True):
-            self.lookup.append({c: (offset + j, j * s) for j, c in enumerate(attribute.categories)})
-            offset += len(attribute.categories)
-        self.allowed = [", ".join(a.categories) for a in attributes]
-        self.sensitivity = spec.sensitivity
-
-    def contribution(self, event: Mapping[str, Any]) -> Contribution:
-        attrs = event.get("attributes")
-        if not isinstance(attrs, dict):
-            raise RejectedError("schema_violation", "field 'attributes' must be an object")
-        out: list[tuple[int, int]] = [(0, 1)]
-        cell = self.cell_offset
-        for name, table, allowed in zip(self.names, self.lookup, self.allowed, strict=True):
-            value = attrs.get(name)
-            if value is None:
-                raise RejectedError("schema_violation", f"attributes.{name}: missing")
-            hit = table.get(value) if isinstance(value, str) else None
-            if hit is None:
-                raise RejectedError(
-                    "unknown_category", f"attributes.{name}: not one of the categories {allowed}"
-                )
-            out.append((hit[0], 1))
-            cell += hit[1]
-        out.append((cell, 1))
-        return out
-
-
-class FlagExtractor(Extractor):
-    """One counter: +1 when the boolean attribute ``field`` is true."""
-
-    def __init__(self, spec: StreamSpec) -> None:
-        self.field = spec.counters.flag_field
-
-    def contribution(self, event: Mapping[str, Any]) -> Contribution:
-        attrs = event.get("attributes")
-        if not isinstance(attrs, dict):
-            raise RejectedError("schema_violation", "field 'attributes' must be an object")
-        value = attrs.get(self.field)
-        if not isinstance(value, bool):
-            raise RejectedError(
-                "schema_violation", f"attributes.{self.field}: must be true or false"
-            )
-        return [(0, 1)] if value else []
-
-
 def extractor_for(spec: StreamSpec) -> Extractor:
-    """The extractor for a stream's counter kind."""
-    if spec.counters.kind == "items":
-        return ItemExtractor(spec)
-    if spec.counters.kind == "attributes":
-        return AttributeExtractor(spec)
-    return FlagExtractor(spec)
+    """The extractor of the stream's kind (:mod:`streamdp.kinds`)."""
+    from streamdp.kinds import stream_kind
+
+    return stream_kind(spec.counters.kind).extractor(spec)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.consistency.combos import project_onto_combo_span
 from streamdp.continual import fenwick
 from streamdp.engine.spec import StreamSpec
 
@@ -35,39 +34,15 @@ def project_nodes(spec: StreamSpec, values: npt.ArrayLike) -> FloatArray:
         values: noisy node values, shape (n, width) in :attr:`CounterSpec.names` order.
 
     Returns:
-        shape (n, width), float64; every row satisfies the constraints.
+        shape (n, width), float64; every row satisfies the constraints (the projection is the
+        stream kind's, :mod:`streamdp.kinds`).
     """
+    from streamdp.kinds import stream_kind
+
     y = np.asarray(values, dtype=np.float64)
-    kind = spec.constraints.kind
-    if kind == "none" or y.shape[0] == 0:
+    if spec.constraints.kind == "none" or y.shape[0] == 0:
         return y.copy()
-    if kind == "combos":
-        combos = np.array([vector for _, vector in spec.constraints.combos], dtype=np.float64)
-        return project_onto_combo_span(y, combos)
-    return _project_hierarchy(spec, y)
-
-
-def _project_hierarchy(spec: StreamSpec, y: FloatArray) -> FloatArray:
-    from streamdp.consistency import census_exact
-
-    sizes = [len(a.categories) for a in spec.counters.attributes]
-    n = y.shape[0]
-    total = y[:, 0]
-    marginals = []
-    offset = 1
-    for size in sizes:
-        marginals.append(y[:, offset : offset + size])
-        offset += size
-    cells = y[:, offset:].reshape((n, *sizes))
-    t_hat, m_hat, c_hat = census_exact(total, marginals, cells)
-    out = np.empty_like(y)
-    out[:, 0] = t_hat
-    offset = 1
-    for size, m in zip(sizes, m_hat, strict=True):
-        out[:, offset : offset + size] = m
-        offset += size
-    out[:, offset:] = np.asarray(c_hat).reshape(n, -1)
-    return out
+    return stream_kind(spec.counters.kind).project(spec, y)
 
 
 def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:

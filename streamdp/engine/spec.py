@@ -88,27 +88,14 @@ class CounterSpec:
 
     @property
     def names(self) -> tuple[str, ...]:
-        """Counter names in vector order.
+        """Counter names in vector order, as the kind lays them out (:mod:`streamdp.kinds`).
 
         attributes: ``total``, then ``attr=cat`` for every attribute in order, then the cells
         ``a1=c1,a2=c2,...`` in row-major order over the attributes' categories.
         """
-        if self.kind == "items":
-            return self.items
-        if self.kind == "flag":
-            return (self.flag_counter,)
-        names = ["total"]
-        for attribute in self.attributes:
-            names.extend(f"{attribute.name}={c}" for c in attribute.categories)
-        cells: list[str] = [""]
-        for attribute in self.attributes:
-            cells = [
-                (f"{prefix}," if prefix else "") + f"{attribute.name}={c}"
-                for prefix in cells
-                for c in attribute.categories
-            ]
-        names.extend(cells)
-        return tuple(names)
+        from streamdp.kinds import stream_kind
+
+        return stream_kind(self.kind).counter_names(self)
 
     @property
     def width(self) -> int:
@@ -248,8 +235,9 @@ def parse_spec(text: str, *, origin: str = "<string>") -> EngineSpec:
     return spec_from_dict(data, origin=origin)
 
 
-class _Ctx:
-    """Where we are in the configuration, for messages: ``stream 'x': field 'y': ...``."""
+class ConfigReader:
+    """Reads one table of the configuration and says where a problem is in its messages:
+    ``<origin>: stream 'x': field 'y': ...`` (used by the stream kinds' parsers too)."""
 
     def __init__(self, origin: str, where: str) -> None:
         self.origin = origin
@@ -354,7 +342,7 @@ _CONSISTENCY_KEYS = ("every_periods", "at_epoch_end")
 
 def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> EngineSpec:
     """Validate a parsed configuration (decimals as ``Decimal``) into an :class:`EngineSpec`."""
-    top = _Ctx(origin, "configuration")
+    top = ConfigReader(origin, "configuration")
     top.only(data, ("sources", "streams"), "")
     sources_raw = top.table(data.get("sources", {}), "sources")
     streams_raw = top.table(data.get("streams", {}), "streams")
@@ -366,7 +354,7 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
     sources: dict[str, SourceSpec] = {}
     topics: dict[str, str] = {}
     for name, raw in sources_raw.items():
-        ctx = _Ctx(origin, f"source {name!r}")
+        ctx = ConfigReader(origin, f"source {name!r}")
         ctx.name(name, "name")
         table = ctx.table(raw, "")
         ctx.only(table, _SOURCE_KEYS, "")
@@ -384,7 +372,7 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
 
     streams: dict[str, StreamSpec] = {}
     for name, raw in streams_raw.items():
-        ctx = _Ctx(origin, f"stream {name!r}")
+        ctx = ConfigReader(origin, f"stream {name!r}")
         ctx.name(name, "name")
         streams[name] = _stream(ctx, name, ctx.table(raw, ""), sources)
 
@@ -402,7 +390,7 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
 
 
 def _stream(
-    ctx: _Ctx, name: str, table: dict[str, Any], sources: Mapping[str, SourceSpec]
+    ctx: ConfigReader, name: str, table: dict[str, Any], sources: Mapping[str, SourceSpec]
 ) -> StreamSpec:
     ctx.only(table, _STREAM_KEYS, "")
     for required in ("source", "epsilon", "sensitivity", "horizon", "period", "counters"):
@@ -469,35 +457,12 @@ def _stream(
     )
     max_future = ctx.integer(table.get("max_future_periods", 0), "max_future_periods", 0)
 
-    # Delta must admit a single legitimate event, otherwise every event would be rejected.
-    if counters.kind == "attributes":
-        need = len(counters.attributes) + 2
-        if sensitivity < need:
-            raise ctx.fail(
-                "sensitivity",
-                f"is {sensitivity}, but one record with {len(counters.attributes)} attributes "
-                f"changes "
-                f"{need} counters (k + 2: total, one category per attribute, one cell); "
-                f"set sensitivity = {need}",
-            )
-        if over_sensitivity == "clip":
-            raise ctx.fail("over_sensitivity", "'clip' applies to item counters only; use 'reject'")
-    if counters.kind == "flag" and over_sensitivity == "clip":
-        raise ctx.fail("over_sensitivity", "'clip' applies to item counters only; use 'reject'")
-    if constraints.kind == "combos":
-        largest = max(sum(q) for _, q in constraints.combos)
-        if constraints.orders_must_be_combos and sensitivity < largest:
-            raise ctx.fail(
-                "sensitivity",
-                f"is {sensitivity}, but the largest combo holds {largest} units; "
-                f"set sensitivity >= {largest}",
-            )
-        if over_sensitivity == "clip":
-            raise ctx.fail(
-                "over_sensitivity",
-                "'clip' would turn orders into non-combos and break the combo constraint; "
-                "use 'reject'",
-            )
+    from streamdp.kinds import stream_kind
+
+    # Delta must admit a single legitimate event, otherwise every event would be rejected
+    stream_kind(counters.kind).check_contribution_bound(
+        ctx, counters, constraints, sensitivity, over_sensitivity
+    )
     _check_noise_limits(ctx, epsilon, sensitivity, mechanism, objective, horizon, branching)
     return StreamSpec(
         name=name,
@@ -528,7 +493,7 @@ def _round_down(value: Decimal, digits: int) -> Decimal:
 
 
 def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
-    ctx: _Ctx,
+    ctx: ConfigReader,
     epsilon: Decimal,
     sensitivity: int,
     mechanism: Mechanism,
@@ -553,7 +518,7 @@ def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
         raise ctx.fail("epsilon", str(error)) from None
 
 
-def _period(ctx: _Ctx, table: dict[str, Any]) -> PeriodSpec:
+def _period(ctx: ConfigReader, table: dict[str, Any]) -> PeriodSpec:
     import datetime as dt
 
     ctx.only(table, _PERIOD_KEYS, "period")
@@ -605,96 +570,30 @@ def _period(ctx: _Ctx, table: dict[str, Any]) -> PeriodSpec:
     return PeriodSpec(unit=unit, start=date.isoformat(), timezone=timezone)
 
 
-def _counters(ctx: _Ctx, table: dict[str, Any], source: SourceSpec) -> CounterSpec:
-    kind = cast(
-        CounterKind,
-        ctx.choice(table.get("kind"), "counters.kind", ("items", "attributes", "flag")),
-    )
-    expected_source = "order" if kind == "items" else "person"
-    if source.kind != expected_source:
+def _counters(ctx: ConfigReader, table: dict[str, Any], source: SourceSpec) -> CounterSpec:
+    from streamdp.kinds import KINDS
+
+    kind = ctx.choice(table.get("kind"), "counters.kind", tuple(KINDS))
+    plugin = KINDS[kind]
+    if source.kind != plugin.source_kind:
         raise ctx.fail(
             "counters.kind",
-            f"{kind!r} counters need a source of {expected_source} events, but source "
+            f"{kind!r} counters need a source of {plugin.source_kind} events, but source "
             f"{source.name!r} carries {source.kind} events",
         )
-    if kind == "items":
-        ctx.only(table, ("kind", "items"), "counters")
-        items = table.get("items")
-        if not isinstance(items, list) or not items:
-            raise ctx.fail("counters.items", "must be a non-empty list of item names")
-        names = tuple(ctx.name(i, "counters.items") for i in items)
-        if len(set(names)) != len(names):
-            raise ctx.fail("counters.items", "item names must be distinct")
-        return CounterSpec(kind="items", items=names)
-    if kind == "flag":
-        ctx.only(table, ("kind", "field", "name"), "counters")
-        flag_field = ctx.name(table.get("field"), "counters.field")
-        counter = ctx.name(table.get("name", flag_field), "counters.name")
-        return CounterSpec(kind="flag", flag_field=flag_field, flag_counter=counter)
-    ctx.only(table, ("kind", "attributes"), "counters")
-    raw = table.get("attributes")
-    if not isinstance(raw, list) or not raw:
-        raise ctx.fail(
-            "counters.attributes",
-            "must be a non-empty array of tables like "
-            "{ name = 'sex', categories = ['female', 'male'] }",
-        )
-    attributes: list[Attribute] = []
-    cells = 1
-    for i, entry in enumerate(raw):
-        where = f"counters.attributes[{i}]"
-        entry_table = ctx.table(entry, where)
-        ctx.only(entry_table, ("name", "categories"), where)
-        attr_name = ctx.name(entry_table.get("name"), f"{where}.name")
-        categories = entry_table.get("categories")
-        if not isinstance(categories, list) or len(categories) < 2:
-            raise ctx.fail(f"{where}.categories", "must list at least two category names")
-        cats = tuple(ctx.name(c, f"{where}.categories") for c in categories)
-        if len(set(cats)) != len(cats):
-            raise ctx.fail(f"{where}.categories", "category names must be distinct")
-        attributes.append(Attribute(attr_name, cats))
-        cells *= len(cats)
-    if len({a.name for a in attributes}) != len(attributes):
-        raise ctx.fail("counters.attributes", "attribute names must be distinct")
-    if cells > 1_000_000:
-        raise ctx.fail("counters.attributes", f"the cross product has {cells} cells; at most 10^6")
-    return CounterSpec(kind="attributes", attributes=tuple(attributes))
+    return plugin.parse_counters(ctx, table)
 
 
-def _constraints(ctx: _Ctx, table: dict[str, Any], counters: CounterSpec) -> ConstraintSpec:
-    kind = cast(
-        ConstraintKind,
-        ctx.choice(table.get("kind", "none"), "constraints.kind", ("none", "combos", "hierarchy")),
-    )
+def _constraints(ctx: ConfigReader, table: dict[str, Any], counters: CounterSpec) -> ConstraintSpec:
+    from streamdp.kinds import KINDS
+
+    supported = tuple(k for plugin in KINDS.values() for k in plugin.constraint_kinds)
+    kind = ctx.choice(table.get("kind", "none"), "constraints.kind", ("none", *supported))
     if kind == "none":
         ctx.only(table, ("kind",), "constraints")
         return ConstraintSpec()
-    if kind == "hierarchy":
-        ctx.only(table, ("kind",), "constraints")
-        if counters.kind != "attributes":
-            raise ctx.fail("constraints.kind", "'hierarchy' needs attributes counters")
-        return ConstraintSpec(kind="hierarchy")
-    ctx.only(table, ("kind", "combos", "orders_must_be_combos"), "constraints")
-    if counters.kind != "items":
-        raise ctx.fail("constraints.kind", "'combos' needs items counters")
-    combos_raw = ctx.table(table.get("combos"), "constraints.combos")
-    if not combos_raw:
-        raise ctx.fail("constraints.combos", "list at least one combo, e.g. meal = { cola = 1 }")
-    combos: list[tuple[str, tuple[int, ...]]] = []
-    for combo_name, content in combos_raw.items():
-        where = f"constraints.combos.{combo_name}"
-        ctx.name(combo_name, where)
-        quantities = ctx.table(content, where)
-        vector = [0] * len(counters.items)
-        for item, quantity in quantities.items():
-            if item not in counters.items:
-                raise ctx.fail(
-                    f"{where}.{item}",
-                    f"unknown item; the stream counts {', '.join(counters.items)}",
-                )
-            vector[counters.items.index(item)] = ctx.integer(quantity, f"{where}.{item}", 1)
-        combos.append((combo_name, tuple(vector)))
-    must = ctx.boolean(
-        table.get("orders_must_be_combos", True), "constraints.orders_must_be_combos"
-    )
-    return ConstraintSpec(kind="combos", combos=tuple(combos), orders_must_be_combos=must)
+    plugin = KINDS[counters.kind]
+    if kind not in plugin.constraint_kinds:
+        owner = next(p.name for p in KINDS.values() if kind in p.constraint_kinds)
+        raise ctx.fail("constraints.kind", f"{kind!r} needs {owner} counters")
+    return plugin.parse_constraints(ctx, table, counters)

@@ -1,0 +1,75 @@
+"""What a stream kind is: everything the system knows about one kind of counters, in one place.
+
+A stream kind (``items``, ``attributes``, ``flag``; :mod:`streamdp.kinds`) says which source
+events it reads, how its ``counters`` and ``constraints`` tables are parsed, the names of its
+counters in vector order, the least sensitivity that admits one legitimate event, how one event
+becomes counter increments (its :class:`~streamdp.engine.events.Extractor`), and how a vector of
+noisy counter values is projected onto its public constraints. Adding a kind is one module that
+implements :class:`StreamKind`, one line in :data:`streamdp.kinds.KINDS`, its input schema in
+``schemas/`` and its tests (docs/architecture.md, "Adding a stream kind").
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from streamdp.engine.events import Extractor
+    from streamdp.engine.spec import ConfigReader, ConstraintSpec, CounterSpec, StreamSpec
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class StreamKind(Protocol):
+    """One kind of counters (see the module docstring)."""
+
+    #: the ``counters.kind`` value that selects it
+    name: str
+    #: the source event kind it counts (``order`` or ``person``)
+    source_kind: str
+    #: the ``constraints.kind`` values it supports besides ``none``
+    constraint_kinds: tuple[str, ...]
+
+    def parse_counters(self, reader: ConfigReader, table: dict[str, Any]) -> CounterSpec:
+        """The ``counters`` table (its ``kind`` already read) as a :class:`CounterSpec`."""
+        ...
+
+    def parse_constraints(
+        self, reader: ConfigReader, table: dict[str, Any], counters: CounterSpec
+    ) -> ConstraintSpec:
+        """The ``constraints`` table of a kind in :attr:`constraint_kinds`."""
+        ...
+
+    def counter_names(self, counters: CounterSpec) -> tuple[str, ...]:
+        """Counter names in vector order (the order of every release and node vector)."""
+        ...
+
+    def check_contribution_bound(
+        self,
+        reader: ConfigReader,
+        counters: CounterSpec,
+        constraints: ConstraintSpec,
+        sensitivity: int,
+        over_sensitivity: str,
+    ) -> None:
+        """Refuse a sensitivity below one legitimate event's contribution, and an
+        ``over_sensitivity`` the kind cannot honour."""
+        ...
+
+    def extractor(self, spec: StreamSpec) -> Extractor:
+        """The stream's event-to-increments function."""
+        ...
+
+    def project(self, spec: StreamSpec, values: FloatArray) -> FloatArray:
+        """Every row of ``values`` (shape (n, width)) projected orthogonally onto the stream's
+        constraint subspace (never called for ``constraints.kind == 'none'``)."""
+        ...
+
+
+def refuse_clip(reader: ConfigReader, over_sensitivity: str) -> None:
+    """``over_sensitivity = 'clip'`` is defined for item counters only."""
+    if over_sensitivity == "clip":
+        raise reader.fail("over_sensitivity", "'clip' applies to item counters only; use 'reject'")
