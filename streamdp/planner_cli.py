@@ -69,8 +69,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help=(
-            "Delta (default 1): the most one event changes the sum of the stream's counters "
-            "in a period"
+            "the sensitivity Delta (default 1): the most one event changes the sum of the "
+            "stream's counters in a period"
         ),
     )
     parser.add_argument(
@@ -93,7 +93,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="one row per mechanism and objective for this horizon, epsilon and Delta",
+        help="one row per mechanism and objective for this horizon, epsilon and sensitivity",
     )
     parser.add_argument(
         "--format",
@@ -128,7 +128,7 @@ def render_table(result: Plan) -> str:
         (
             f"mechanism {_describe(result)}  objective {result.objective}  "
             f"horizon {result.horizon}  epsilon {result.epsilon:g}  "
-            f"Delta {result.sensitivity:g}  noise {result.noise}"
+            f"sensitivity {result.sensitivity:g}  noise {result.noise}"
         ),
         (
             f"running-total variance: mean {result.mean_variance:.6g}  "
@@ -158,8 +158,8 @@ def render_comparison(results: list[Plan]) -> str:
     first = results[0]
     lines = [
         (
-            f"horizon {first.horizon}  epsilon {first.epsilon:g}  Delta {first.sensitivity:g}  "
-            f"noise {first.noise}  (variances in counts^2)"
+            f"horizon {first.horizon}  epsilon {first.epsilon:g}  "
+            f"sensitivity {first.sensitivity:g}  noise {first.noise}  (variances in counts^2)"
         ),
         "",
         (
@@ -197,7 +197,7 @@ class StreamPlan:
 def render_streams(rows: list[StreamPlan], target: float | None) -> str:
     """One row per stream: mechanism, horizon, epsilon, sensitivity, standard deviations."""
     head = (
-        f"{'stream':<22} {'mechanism':<18} {'N':>6} {'epsilon':>8} {'Delta':>5} "
+        f"{'stream':<22} {'mechanism':<18} {'N':>6} {'epsilon':>8} {'sens.':>5} "
         f"{'mean std':>9} {'max std':>9} {'count std':>9}"
     )
     lines = [head]
