@@ -88,9 +88,10 @@ def level_scales(strategy: KaryStrategy, epsilon: Epsilon, sensitivity: float) -
     for level, scale in enumerate(scales):
         if not MIN_NOISE_SCALE <= scale <= MAX_NOISE_SCALE:
             raise ConfigError(
-                f"epsilon {float(eps):.6g} with Delta {sensitivity:g} gives level {level} of "
+                f"epsilon {float(eps):.6g} with sensitivity {sensitivity:g} gives level {level} of "
                 f"{strategy.mechanism} the noise scale {scale:.6g}, outside [2^-40, 2^40]; "
-                "choose epsilon and Delta so that Delta / epsilon is within about 2^38"
+                "choose epsilon and the sensitivity so that sensitivity / epsilon is within "
+                "about 2^38"
             )
     return scales
 

@@ -210,17 +210,17 @@ def _scale_limit_error(
     if too_large:
         need = float(epsilon) * scale / MAX_NOISE_SCALE
         return ConfigError(
-            f"epsilon {float(epsilon):.6g} with Delta {delta:g} gives node {node} the noise "
+            f"epsilon {float(epsilon):.6g} with sensitivity {delta:g} gives node {node} the noise "
             f"scale {scale:.6g}, above the limit 2^40 = {MAX_NOISE_SCALE:.0f} (beyond it the "
             "discrete Laplace noise can saturate the int64 range of the sampler and the "
             "reported standard deviations stop being meaningful); raise epsilon to at least "
-            f"{need:.3g}, lower Delta, or choose a shorter horizon or another strategy"
+            f"{need:.3g}, lower the sensitivity, or choose a shorter horizon or another mechanism"
         )
     need = float(epsilon) * scale / MIN_NOISE_SCALE
     return ConfigError(
-        f"epsilon {float(epsilon):.6g} with Delta {delta:g} gives node {node} the noise scale "
-        f"{scale:.6g}, below the limit 2^-40 (the noise would be zero: no privacy to state); "
-        f"lower epsilon to at most {need:.3g} or raise Delta"
+        f"epsilon {float(epsilon):.6g} with sensitivity {delta:g} gives node {node} the noise "
+        f"scale {scale:.6g}, below the limit 2^-40 (the noise would be zero: no privacy to "
+        f"state); lower epsilon to at most {need:.3g} or raise the sensitivity"
     )
 
 
