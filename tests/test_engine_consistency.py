@@ -266,3 +266,37 @@ def test_consistent_values_declare_their_exact_standard_deviation() -> None:
     assert _variances_match(values, declared)
     assert not _variances_match(values, declared, inflate=1.3)
     assert not _variances_match(values, declared, inflate=0.7)
+
+
+def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
+    """Issue 15: a horizon-2 stream revises at every epoch end; each revision used to project
+    every epoch so far (O(history) per close). Now it projects the epochs it publishes and
+    carries the earlier epochs' consistent totals from a cache, giving exactly (==) the values
+    of one projection over the whole history."""
+    import streamdp.engine.stream as stream_module
+    from streamdp.engine.revision import consistent_epochs
+
+    spec = parse_spec(CENSUS_SPEC.replace("horizon = 16", "horizon = 2").replace(
+        "every_periods = 5", "every_periods = 0"
+    ))  # fmt: skip
+    engine = Engine(spec, sampler=InsecureSeededSampler(4))
+    projected: list[int] = []
+
+    def counting(stream_spec, epochs):
+        projected.append(len(epochs))
+        return consistent_epochs(stream_spec, epochs)
+
+    monkeypatch.setattr(stream_module, "consistent_epochs", counting)
+    outputs, _ = drive(engine, _census_lines(40, seed=2), as_of=1704067200 + 3600 * 40)
+    records = consistent(outputs)
+    assert {r.epoch for r in records} == set(range(20))
+    # each epoch projected twice at most: when published, and once to carry its final total
+    # (a projection over the whole history each time: 1 + 2 + ... + 20 = 210 epochs)
+    assert max(projected) == 1
+    assert sum(projected) <= 2 * 20
+    names = spec.streams["census"].counters.names
+    whole = consistent_epochs(spec.streams["census"], engine.streams["census"].node_values())
+    for r in records:
+        counts, totals = whole[r.epoch]
+        assert [r.counts[n] for n in names] == counts[r.period - 1].tolist()
+        assert [r.totals[n] for n in names] == totals[r.period - 1].tolist()

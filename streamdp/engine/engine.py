@@ -136,6 +136,7 @@ class Engine:
         pace: int | None = None,
     ) -> None:
         self.spec = spec
+        self._fingerprint = spec.fingerprint()  # a hash of the whole spec: once, not per snapshot
         self.sampler = sampler
         self.batch = batch
         if pace is not None and pace < 1:
@@ -547,7 +548,7 @@ class Engine:
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
-            "spec_fingerprint": self.spec.fingerprint(),
+            "spec_fingerprint": self._fingerprint,
             "noise": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
             "clock": self.now if self.now > _NEVER else None,
             "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],

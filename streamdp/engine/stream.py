@@ -126,6 +126,8 @@ class StreamRuntime:
         self.revision = 0
         # absolute periods below this already have their consistent values published
         self._revised_through = 0
+        # (epoch, consistent total carried into it): the revisions' running carry, cached
+        self._carry_cache: tuple[int, FloatArray] | None = None
         self.last_revision: RevisionStats | None = None
         self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
         self._lateness = spec.allowed_lateness_seconds
@@ -438,8 +440,8 @@ class StreamRuntime:
         started = time.perf_counter()
         results = self._released_since_revision() if self._noise_ahead else self._from_nodes()
         # diagnostics (noisy-derived only): the exact per-node projection is one pass; the
-        # residual is how far the newest period counts and running totals of each epoch are from
-        # the constraint subspace (O(width) per epoch, so the revision's cost does not double)
+        # residual is how far the newest period counts and running totals of each epoch revised
+        # are from the constraint subspace (O(width) per epoch: the cost does not double)
         residual = 0.0
         for _, _, counts, totals in results:
             if counts.shape[0]:
@@ -502,14 +504,52 @@ class StreamRuntime:
         return out
 
     def _from_nodes(self) -> list[tuple[int, int, FloatArray, FloatArray]]:
-        """Fenwick streams: ``(epoch, 0, counts, totals)`` of every epoch so far, projected
-        per stored node (:func:`consistent_epochs`)."""
-        epochs = self.node_values()
-        first_epoch = self.counter.epoch - len(self._past_nodes)
-        return [
-            (first_epoch + e, 0, counts, totals)
-            for e, (counts, totals) in enumerate(consistent_epochs(self.spec, epochs))
-        ]
+        """Fenwick streams: ``(epoch, 0, counts, totals)`` of every epoch holding a period no
+        revision published yet, projected per stored node (:func:`consistent_epochs`, one
+        epoch at a time, each carrying the consistent final totals of the epochs before).
+        Earlier epochs' carry comes from :meth:`_carry_into`, so a revision costs the periods
+        of the epochs it publishes, not the whole history (a horizon-1 stream revises at
+        every close)."""
+        current = self.counter.epoch
+        oldest = current - len(self._past_nodes)
+        start = min(current, max(oldest, self._revised_through // self.horizon))
+        carry = self._carry_into(start, oldest)
+        out: list[tuple[int, int, FloatArray, FloatArray]] = []
+        for epoch in range(start, current + 1):
+            values = (
+                self._past_nodes[epoch - oldest]
+                if epoch < current
+                else self.counter.noisy_nodes()[1]
+            )
+            counts, totals = self._consistent_epoch(values, carry)
+            out.append((epoch, 0, counts, totals))
+            if totals.shape[0]:
+                carry = totals[-1].copy()
+        return out
+
+    def _consistent_epoch(
+        self, values: npt.NDArray[np.int64], carry: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """One epoch's consistent (counts, totals), its totals carrying ``carry``."""
+        ((counts, prefix),) = consistent_epochs(self.spec, [values])
+        return counts, prefix + carry
+
+    def _carry_into(self, epoch: int, oldest: int) -> FloatArray:
+        """The consistent running total carried into ``epoch`` (the sum of the consistent
+        final totals of the past epochs before it), cached: advancing it costs the epochs
+        rolled since the last revision (recomputed from the oldest epoch after a restore)."""
+        cached = self._carry_cache
+        done, carry = (
+            cached
+            if cached is not None and oldest <= cached[0] <= epoch
+            else (oldest, np.zeros(self.width, dtype=np.float64))
+        )
+        for past in range(done, epoch):
+            _, totals = self._consistent_epoch(self._past_nodes[past - oldest], carry)
+            if totals.shape[0]:
+                carry = totals[-1].copy()
+        self._carry_cache = (epoch, carry)
+        return carry
 
     def _released_since_revision(self) -> list[tuple[int, int, FloatArray, FloatArray]]:
         """k-ary streams: the releases of the current epoch's periods no revision published
@@ -631,6 +671,7 @@ class StreamRuntime:
         self.closed, self.revision = closed, revision
         self._close_target = close_target
         self._revised_through = revised_through
+        self._carry_cache = None
         self._cache = (1.0, 0.0, -1)
         self.next_deadline = self._deadline()
 
