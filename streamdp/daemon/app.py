@@ -345,6 +345,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     )
     source_topics = {s.topic for s in spec.sources.values()}
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
+    changelog_topic = f"{settings.app_id}-{STATE_TABLE}-changelog"
     queue: BatchQueue | None = None
     consumer_class = tuned_fetching(
         app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds
@@ -644,15 +645,17 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         @app.timer(interval=max(0.5, min(5.0, stall / 4)))  # type: ignore[untyped-decorator]
         async def exit_when_input_stalls() -> None:
             # only a partition the consumer could fetch counts (streamdp.daemon.batch_input.
-            # InputStallWatch): not while the group rebalances, the state table is restored,
-            # a checkpoint is being written or the partition's leader is down or unknown
+            # InputStallWatch): not while the worker joins the group, a checkpoint is being
+            # written, or the partition's leader (in a table recovery: its changelog
+            # partition's leader) is down or unknown. A recovery that stalls with its leaders
+            # up still counts: a restart clears faust-streaming's stuck recoveries
             now = time.monotonic()
             consumer = app.consumer
             in_flight = runtime.in_flight
+            recovering = bool(getattr(app, "in_recovery", False))
             blocked = (
                 _stopping(app)
-                or bool(getattr(app, "rebalancing", False))
-                or not runtime.ready
+                or (bool(getattr(app, "rebalancing", False)) and not recovering)
                 or runtime.lock.locked()
                 or (in_flight is not None and not in_flight.done())
             )
@@ -663,7 +666,15 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 view = fetch_view(consumer, tp)
                 committed = getattr(consumer, "_committed_offset", {}).get(tp) or 0
                 done = max(next_offset.get(key, 0), int(committed))
-                waited = stall_watch.check(key, view, done, blocked=blocked, now=now)
+                restoring_from = (
+                    fetch_view(consumer, TP(changelog_topic, tp.partition)) if recovering else None
+                )
+                waits_for_changelog = (
+                    restoring_from is not None and not restoring_from.leader_reachable
+                )
+                waited = stall_watch.check(
+                    key, view, done, blocked=blocked or waits_for_changelog, now=now
+                )
                 if waited is not None and view is not None and view.end is not None:
                     async with runtime.lock:
                         fetched = view.fetched is not None and view.fetched > done

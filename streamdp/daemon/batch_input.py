@@ -180,12 +180,12 @@ class InputStallWatch:
 
     A partition is *stalled* when, for ``stall_seconds`` without a break, it had records past the
     worker's position (``end > done``), none of them became durable, and the consumer could
-    have fetched them: it was not rebalancing or restoring state, and either it had already
-    fetched past ``done`` (records fetched and never delivered: faust-streaming's dropped
-    fetch) or the partition's leader was known and connected. While the partition has no
-    leader, its leader is unreachable (a node down, an election under way) or the group
-    rebalances, the clock does not run; it restarts from zero when the leader changes (a
-    failover just ended) and whenever records become durable (:meth:`progressed`).
+    have fetched them: either it had already fetched past ``done`` (records fetched and never
+    delivered: faust-streaming's dropped fetch) or the partition's leader was known and
+    connected. While the partition has no leader or its leader is unreachable (a node down, an
+    election under way), or the caller says the worker is ``blocked`` (joining the group,
+    writing a checkpoint), the clock does not run; it restarts from zero when the leader
+    changes (a failover just ended) and whenever records become durable (:meth:`progressed`).
     """
 
     def __init__(self, stall_seconds: float) -> None:
@@ -201,8 +201,9 @@ class InputStallWatch:
         self, key: tuple[str, int], view: FetchView | None, done: int, *, blocked: bool, now: float
     ) -> float | None:
         """Seconds partition ``key`` has been stalled once that reaches ``stall_seconds``, else
-        None. ``done``: the next offset whose effects are durable; ``blocked``: the consumer
-        cannot fetch now (rebalancing, restoring the state table, stopping)."""
+        None. ``done``: the next offset whose effects are durable; ``blocked``: the worker
+        cannot take records now for a reason that is not a stall (joining the group, a
+        checkpoint waiting for its changelog leader, stopping)."""
         if view is None or blocked:
             self._since.pop(key, None)
             return None
