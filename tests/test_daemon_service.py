@@ -527,6 +527,8 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
     assert len(chunks) == 2, chunks  # one chunk per checkpoint that added ids
     stored = {i for k in chunks for i in state[k]}
     assert len(stored) == len(first_day) - 1
+    # each checkpoint wrote only the ids it added (issue 15: O(new ids), not a set difference)
+    assert sum(len(state[k]) for k in chunks) == len(stored)
     assert max(sizes) < 20_000, "the hot state grew with the number of events"
 
     # a restarted service (state from the table only) still knows every id of the open day
@@ -547,6 +549,46 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
     }
     assert left == open_periods
     assert "0" not in left
+
+
+def test_event_ids_of_a_hot_state_that_held_them_are_stored_as_chunks_at_the_next_checkpoint() -> (
+    None
+):
+    """A checkpoint written before event ids had keys of their own kept them in the hot state.
+    Loading it, the next checkpoint stores them all as chunks (the service counts none as
+    stored), so a duplicate is still refused after a second restart from the new layout."""
+    spec = example_spec("restaurant")
+    state: dict[str, Any] = {}
+    lines = list(generate("restaurant", 1, 300, seed=5))
+    records = [
+        InputRecord("restaurant-orders", 0, o, b"restaurant-orders", line.text.encode())
+        for o, line in enumerate(lines)
+    ]
+    clock = StepClock()
+    first = _service(spec, state, clock)
+    outcome = first.process(records[:-1])
+    _apply(state, outcome.writes)
+    # rewrite the stored state in the old layout: the ids inside the hot state, no chunks
+    hot = state["restaurant-orders"]
+    engine = first.engines()["restaurant-orders"]
+    ids = engine.streams["restaurant-items"].seen_ids()
+    hot["streams"]["restaurant-items"]["seen"] = [[j, sorted(k)] for j, k in ids.items()]
+    hot["daemon"]["seen_chunks"] = []
+    for key in [k for k in state if "|seen|" in k]:
+        del state[key]
+    second = _service(spec, state, clock)
+    outcome = second.process([records[-1]])
+    _apply(state, outcome.writes)
+    stored = [i for k in state if "|seen|" in k for i in state[k]]
+    now_counted = second.engines()["restaurant-orders"].streams["restaurant-items"].seen_ids()
+    assert sorted(stored) == sorted(i for k in now_counted.values() for i in k)
+    assert {i for k in ids.values() for i in k} < set(stored)
+    assert "seen" not in state["restaurant-orders"]["streams"]["restaurant-items"]
+    third = _service(spec, state, clock)  # from the chunks alone
+    again = InputRecord(
+        "restaurant-orders", 0, len(records), b"restaurant-orders", records[0].value
+    )
+    assert [d.reason for d in third.process([again]).dead_letters] == ["duplicate_event"]
 
 
 def test_state_chunks_stay_bounded_whatever_the_event_ids_look_like() -> None:

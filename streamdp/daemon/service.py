@@ -219,8 +219,9 @@ class _SourceSlot:
         # (stream, epoch) -> chunks of the k-ary epoch noise already stored
         self.stored_noise: dict[tuple[str, int], int] = {}
         self.next_outbox = 0
-        # per (stream, open period): the event ids stored in its chunks, and how many chunks
-        self.stored_seen: dict[tuple[str, int], set[str]] = {}
+        # per (stream, open period): how many of its content keys (in the engine's counting
+        # order) are stored in its chunks, and how many chunks
+        self.seen_stored: dict[tuple[str, int], int] = {}
         self.seen_chunks: dict[tuple[str, int], int] = {}
         # chunks found in the table at load beyond those the hot state counts (left by a
         # checkpoint that never completed): deleted with the period's own chunks
@@ -396,7 +397,7 @@ class ReleaseService:
                         )
                     ids.update(str(i) for i in chunk)
                 entries.append([period, sorted(ids)])
-                slot.stored_seen[(stream, period)] = ids
+                slot.seen_stored[(stream, period)] = len(ids)
                 slot.seen_chunks[(stream, period)] = n
             state["seen"] = entries
 
@@ -657,18 +658,19 @@ class ReleaseService:
         self, source: str, slot: _SourceSlot, outcome: BatchOutcome
     ) -> list[list[Any]]:
         """Write the event ids added to each open period since the last checkpoint as a new
-        chunk; schedule the deletion of closed periods' chunks (after the checkpoint is
-        stored). Returns ``[stream, period, chunks]`` for every open period."""
+        chunk (the engine's keys past the stored ones: O(new ids)); schedule the deletion of
+        closed periods' chunks (after the checkpoint is stored). Returns ``[stream, period,
+        chunks]`` for every open period."""
         counts: list[list[Any]] = []
         open_now: set[tuple[str, int]] = set()
         for stream, periods in slot.engine.seen_ids().items():
             for period, ids in periods.items():
                 key = (stream, period)
                 open_now.add(key)
-                stored = slot.stored_seen.setdefault(key, set())
+                stored = slot.seen_stored.get(key, 0)
                 n = slot.seen_chunks.get(key, 0)
-                if len(ids) != len(stored):  # ids only grow while a period is open
-                    new = sorted(ids - stored)
+                if len(ids) != stored:  # ids are only appended while a period is open
+                    new = ids[stored:]
                     # bounded chunks: a content key is a 32-character digest whatever the
                     # record, so no chunk nears the producer's message size limit
                     for first in range(0, len(new), SEEN_CHUNK_KEYS):
@@ -677,14 +679,14 @@ class ReleaseService:
                             StateWrite(slot.home, seen_key(source, stream, period, n), part)
                         )
                         n += 1
-                    stored.update(new)
+                    slot.seen_stored[key] = len(ids)
                     slot.seen_chunks[key] = n
                 counts.append([stream, period, n])
-        for key in (slot.stored_seen.keys() | slot.seen_present.keys()) - open_now:
+        for key in (slot.seen_stored.keys() | slot.seen_present.keys()) - open_now:
             runtime = slot.engine.streams.get(key[0])
-            if key not in slot.stored_seen and runtime is not None and key[1] >= runtime.closed:
+            if key not in slot.seen_stored and runtime is not None and key[1] >= runtime.closed:
                 continue  # left by an incomplete checkpoint for a period not yet open: rewritten
-            slot.stored_seen.pop(key, None)
+            slot.seen_stored.pop(key, None)
             n = max(slot.seen_chunks.pop(key, 0), slot.seen_present.pop(key, 0))
             outcome.cleanup += [
                 StateWrite(slot.home, seen_key(source, key[0], key[1], c), None) for c in range(n)

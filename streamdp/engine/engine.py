@@ -26,8 +26,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -601,8 +600,9 @@ class Engine:
         runtime = self.streams.get(stream)
         return runtime is not None and runtime.adopt_stored_noise(epoch, node_noise)
 
-    def seen_ids(self) -> dict[str, Mapping[int, AbstractSet[str]]]:
-        """Per stream, the content keys counted in each open period (live views: read only)."""
+    def seen_ids(self) -> dict[str, Mapping[int, Sequence[str]]]:
+        """Per stream, the content keys counted in each open period, in counting order (live
+        views: read only; see :meth:`StreamRuntime.seen_ids`)."""
         return {name: r.seen_ids() for name, r in self.streams.items()}
 
     def restore(self, state: Mapping[str, Any]) -> None:

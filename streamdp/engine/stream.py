@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
-from collections.abc import Set as AbstractSet
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +113,9 @@ class StreamRuntime:
         self.closed = 0  # absolute periods closed (over all epochs)
         self._open: dict[int, list[int]] = {}
         self._seen: dict[int, set[str]] = {}
+        # the same content keys per open period in the order they were counted, so that the
+        # daemon stores the new ones by position, in O(new) (see seen_ids)
+        self._seen_order: dict[int, list[str]] = {}
         self._past_nodes: list[npt.NDArray[np.int64]] = []
         # node counts of the past epochs as runs [first epoch, nodes per epoch, epochs], kept
         # as epochs roll so the hot state never walks the nodes
@@ -220,6 +222,7 @@ class StreamRuntime:
         ids = self._seen.get(j)
         if ids is None:
             ids = self._seen[j] = set()
+            order = self._seen_order[j] = []
             row = self._open[j] = [0] * self.width
         else:
             if content_key in ids:
@@ -227,8 +230,10 @@ class StreamRuntime:
                     "duplicate_event",
                     "a record with exactly this content was already counted in this period",
                 )
+            order = self._seen_order[j]
             row = self._open[j]
         ids.add(content_key)
+        order.append(content_key)
         for i, q in contribution:
             row[i] += q
 
@@ -342,6 +347,7 @@ class StreamRuntime:
         self.counter = counter
         self._open.pop(j, None)
         self._seen.pop(j, None)
+        self._seen_order.pop(j, None)
         self.closed = j + 1
         start, end = self.clock.bounds(j)
         start_text, end_text = self.clock.iso(start), self.clock.iso(end)
@@ -618,10 +624,12 @@ class StreamRuntime:
             out["seen"] = [[j, sorted(ids)] for j, ids in sorted(self._seen.items())]
         return out
 
-    def seen_ids(self) -> Mapping[int, AbstractSet[str]]:
-        """The event ids counted so far in each open period (a live view: read, never change;
-        ids are only added while a period is open, and a period's entry goes when it closes)."""
-        return self._seen
+    def seen_ids(self) -> Mapping[int, Sequence[str]]:
+        """The content keys counted so far in each open period, in counting order (restored
+        ones first, sorted): a live view, read, never change. Keys are only appended while a
+        period is open, and a period's entry goes when it closes, so a reader that stored the
+        first ``n`` of a period stores ``ids[n:]`` next: O(new keys), however busy the period."""
+        return self._seen_order
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn)."""
@@ -663,6 +671,7 @@ class StreamRuntime:
             counter.adopt_noise(self._stored_noise.pop(counter.epoch))
         self.counter = counter
         self._open, self._seen, self._past_nodes = open_, seen, past
+        self._seen_order = {j: sorted(ids) for j, ids in seen.items()}
         self._past_counts = []
         oldest = counter.epoch - len(past)
         for offset, nodes in enumerate(past):
