@@ -29,7 +29,7 @@ One run, repeated ``--runs`` times (each on a fresh Tansu broker, 127.0.0.1):
 Configurations: the worker's defaults (the per-fetch batch input path, 0.1 s fetch long-poll),
 ``--input-path stream`` (records through a Faust agent one event at a time, the same checkpoint
 protocol) and ``--fetch-wait 1.5`` (the batch path with Faust's own 1.5 s fetch long-poll; see
-streamdp/daemon/fetching.py).
+streamdp/faust_internals.py).
 
 The spec is examples/restaurant.toml with ten years of lateness, UTC days and a long horizon (see
 SPEC): on the frozen clock every period stays open until the operator closes it.

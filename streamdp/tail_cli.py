@@ -226,6 +226,8 @@ async def _tail(
     from aiokafka import AIOKafkaConsumer, TopicPartition
     from aiokafka.errors import KafkaError
 
+    from streamdp.faust_internals import cluster_metadata
+
     formatter = format_json if fmt == "json" else format_pretty
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=10_000
@@ -237,7 +239,7 @@ async def _tail(
     try:
         # the metadata of every topic; the consumer's own cluster view covers only the topics
         # it reads, which on Apache Kafka is none yet (Tansu answered with all of them)
-        cluster = await consumer._client.fetch_all_metadata()
+        cluster = await cluster_metadata(consumer)
         topics = cluster.topics()
         partitions = cluster.partitions_for_topic(topic) if topic in topics else None
         if not partitions:

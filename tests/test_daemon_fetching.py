@@ -1,5 +1,5 @@
 """The worker's aiokafka consumer long-polls for ``--fetch-wait`` seconds, not Faust's 1.5 s
-(streamdp.daemon.fetching explains the stalls the long poll causes; the daemon benchmark
+(streamdp.faust_internals explains the stalls the long poll causes; the daemon benchmark
 measures them); and the stall watchdog's decision (``InputStallWatch``): exit on records the
 consumer could fetch and never delivered, never while the partition's leader is down."""
 
@@ -16,8 +16,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streamdp.broker import KafkaBroker
 from streamdp.daemon.app import create_app
-from streamdp.daemon.batch_input import FetchView, InputStallWatch, fetch_view
+from streamdp.daemon.batch_input import FetchView, InputStallWatch
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.faust_internals import fetch_view
 
 
 @pytest.mark.parametrize("input_path", ["batch", "stream"])

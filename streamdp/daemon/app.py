@@ -26,7 +26,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -38,14 +38,7 @@ from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
-from streamdp.daemon.batch_input import (
-    BatchQueue,
-    InputStallWatch,
-    batching_consumer,
-    fetch_view,
-    last_offsets,
-)
-from streamdp.daemon.fetching import tuned_fetching
+from streamdp.daemon.batch_input import BatchQueue, InputStallWatch, last_offsets
 from streamdp.daemon.log_safety import hold_value_loggers
 from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
@@ -63,6 +56,13 @@ from streamdp.errors import (
     InputGapError,
     OutputWriteError,
     StateError,
+)
+from streamdp.faust_internals import (
+    batching_consumer,
+    committed_offset,
+    fetch_view,
+    replace_crash_handler,
+    tuned_fetching,
 )
 from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
@@ -401,13 +401,14 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     # Faust marks a crashed task, timer or service (a producer whose send failed, a consumer
     # whose commit failed) and its parents as crashed, then keeps the process up (frozen,
     # still "ready") or lets a supervisor restart it for ever: every crash ends the worker
-    faust_crash = app._crash
+    def crash_then(faust_crash: Callable[[BaseException], None]) -> Callable[[BaseException], None]:
+        def crash_and_exit(reason: BaseException) -> None:
+            end_worker(reason)  # first: a crashed app reports should_stop
+            faust_crash(reason)
 
-    def crash_and_exit(reason: BaseException) -> None:
-        end_worker(reason)  # first: a crashed app reports should_stop
-        faust_crash(reason)
+        return crash_and_exit
 
-    app._crash = crash_and_exit  # type: ignore[method-assign]
+    replace_crash_handler(app, crash_then)
     faust_crash_async = app.crash
 
     async def crash_async_and_exit(reason: BaseException) -> None:
@@ -549,7 +550,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         runtime.batches += 1
         ends = last_offsets(runs)
         runtime.records += sum(count for _, count in ends.values())
-        consumer: Any = app.consumer  # the BatchingConsumer (batch_input.batching_consumer)
+        consumer: Any = app.consumer  # the BatchingConsumer (faust_internals.batching_consumer)
         for (topic, partition), (last, count) in ends.items():
             # only now may Faust commit these offsets
             consumer.acknowledge_through(TP(topic, partition), last + 1, count)
@@ -664,8 +665,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                     continue
                 key = (tp.topic, tp.partition)
                 view = fetch_view(consumer, tp)
-                committed = getattr(consumer, "_committed_offset", {}).get(tp) or 0
-                done = max(next_offset.get(key, 0), int(committed))
+                done = max(next_offset.get(key, 0), committed_offset(consumer, tp))
                 restoring_from = (
                     fetch_view(consumer, TP(changelog_topic, tp.partition)) if recovering else None
                 )

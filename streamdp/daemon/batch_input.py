@@ -26,10 +26,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.client import ConnectionGroup
-from aiokafka.errors import ConsumerStoppedError
-from faust.exceptions import NotReady
-
 from streamdp.daemon.service import InputLike
 
 
@@ -149,31 +145,6 @@ class FetchView:
     leader_reachable: bool
 
 
-def fetch_view(consumer: Any, tp: Any) -> FetchView | None:
-    """The view of partition ``tp`` from Faust's aiokafka consumer ``consumer`` (None while it
-    has no client: starting or stopping). Reads the client's state only; sends nothing."""
-    try:
-        client_consumer = consumer._thread._ensure_consumer()
-        end = client_consumer.highwater(tp)
-        assignment = client_consumer._subscription.subscription.assignment
-        state = assignment.state_value(tp) if assignment is not None else None
-        fetched = state.position if state is not None and state.has_valid_position else None
-        client = client_consumer._client
-        leader = client.cluster.leader_for_partition(tp)
-        reachable = False
-        if leader is not None and leader >= 0:
-            connection = client._conns.get((leader, ConnectionGroup.DEFAULT))
-            reachable = connection is not None and bool(connection.connected())
-    except (AttributeError, AssertionError, KeyError, TypeError, ConsumerStoppedError):
-        return None
-    return FetchView(
-        end=None if end is None else int(end),
-        fetched=None if fetched is None else int(fetched),
-        leader=leader,
-        leader_reachable=reachable,
-    )
-
-
 class InputStallWatch:
     """Tells a stalled input partition (exit and restart from the checkpoint) from a broker that
     cannot serve it yet (wait: the client retries on its own).
@@ -234,113 +205,3 @@ def last_offsets(runs: Iterable[Sequence[InputLike]]) -> dict[tuple[str, int], t
         seen = ends.get(key)
         ends[key] = (last, len(run)) if seen is None else (max(seen[0], last), seen[1] + len(run))
     return ends
-
-
-def batching_consumer(base: type, queue: BatchQueue) -> type:
-    """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
-    records to ``queue`` one fetch at a time, and whose commits take the input partitions'
-    offsets from :meth:`acknowledge_through` instead of per-record acknowledgements."""
-
-    class BatchingConsumer(base):  # type: ignore[misc]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            # per input partition: the offset after the last record whose effects are durable
-            self._processed_until: dict[Any, int] = {}
-
-        def acknowledge_through(self, tp: Any, next_offset: int, count: int) -> None:
-            """The records of ``tp`` before ``next_offset`` are durably processed: Faust may
-            commit ``next_offset`` (``count`` records, for its commit-every counter)."""
-            try:
-                owned = tp in self.assignment()
-            except NotReady:  # the consumer is stopping: nothing more gets committed
-                return
-            if not owned:
-                return  # revoked meanwhile: the next owner starts from the committed offset
-            if next_offset > self._processed_until.get(tp, -1):
-                self._processed_until[tp] = next_offset
-            # Faust's commits look at the partitions that have an entry here
-            self._acked.setdefault(tp, [])
-            self._n_acked += count  # type: ignore[has-type]
-
-        def _new_offset(self, tp: Any) -> int | None:
-            until = self._processed_until.get(tp)
-            if until is None:
-                return super()._new_offset(tp)  # type: ignore[no-any-return]
-            return until
-
-        async def on_partitions_revoked(self, revoked: set[Any]) -> None:
-            for tp in revoked:
-                self._processed_until.pop(tp, None)
-            await super().on_partitions_revoked(revoked)
-
-        async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
-            for tp in assigned:
-                self._processed_until.pop(tp, None)
-            await super().on_partitions_assigned(assigned, generation_id)
-
-        async def _drain_messages(self, fetcher: Any) -> None:
-            read_offset = self._read_offset
-            callback = self.callback
-            to_message = self._to_message
-            topics = queue.topics
-            acks_enabled_for = self.app.topics.acks_enabled_for
-            try:
-                while not (self._stopped.is_set() or fetcher._stopped.is_set()):
-                    await asyncio.sleep(0)
-                    if self.should_stop:
-                        break
-                    generation = queue.generation
-                    records, active = await self._wait_next_records(1.0)
-                    if not records or self.should_stop:
-                        continue
-                    if not self.flow_active:
-                        # a rebalance began while fetching: these records are fetched again
-                        try:
-                            await self.perform_seek()
-                        except Exception as exc:  # Faust's own loop logs and goes on too
-                            self.log.warning("exception performing seek: %r", exc)
-                        continue
-                    consumer_generation = self.app.consumer_generation_id
-                    for tp, fetched in records.items():
-                        if (
-                            self.suspend_flow.is_set()
-                            or self.app.consumer_generation_id != consumer_generation
-                        ):
-                            break  # a rebalance: records are fetched again after it
-                        if active is not None and not (
-                            tp in active or tp in self._buffered_partitions
-                        ):
-                            continue
-                        fresh = unread(fetched, read_offset[tp])
-                        if not fresh:
-                            continue
-                        if tp.topic in topics:
-                            # holes in input offsets are the release service's business (it
-                            # refuses them unless --allow-input-gaps); commits come from
-                            # acknowledge_through, which ignores Faust's ack/gap bookkeeping
-                            if not await queue.put(fresh, generation=generation):
-                                break
-                            read_offset[tp] = fresh[-1].offset
-                            continue
-                        for record in fresh:
-                            message = to_message(tp, record)
-                            last = read_offset[tp]
-                            if last and message.offset - last > 1 and acks_enabled_for(tp.topic):
-                                await self._add_gap(tp, last + 1, message.offset)
-                            await self.wait_first(callback(message), self.suspend_flow.wait())
-                            read_offset[tp] = message.offset
-                    commit_every = self._commit_every
-                    if commit_every is not None and self._n_acked >= commit_every:  # type: ignore[has-type]
-                        self._n_acked = 0
-                        await self.commit()
-            except self.consumer_stopped_errors:
-                if self.transport.app.should_stop:
-                    return
-                raise
-            except asyncio.CancelledError:
-                if self.transport.app.should_stop:
-                    return
-                raise
-
-    BatchingConsumer.__name__ = f"Batching{base.__name__}"
-    return BatchingConsumer

@@ -67,7 +67,7 @@ class DaemonSettings:
     # "batch": records reach the service per fetch, through streamdp.daemon.batch_input;
     # "stream": through a Faust agent, one event at a time (same checkpoint protocol, slower)
     input_path: str = "batch"
-    # the consumer's fetch long-poll (Faust fixes 1.5 s; see streamdp.daemon.fetching)
+    # the consumer's fetch long-poll (Faust fixes 1.5 s; see streamdp.faust_internals)
     fetch_wait_seconds: float = 0.1
     # acknowledgements the worker's producer waits for: "all" (every in-sync replica; with
     # min.insync.replicas=2 a write survives the loss of its leader), "1" (leader only) or "0"

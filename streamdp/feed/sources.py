@@ -172,8 +172,10 @@ class KafkaTopics:
     async def _partitions(consumer: Any, kinds: dict[str, str]) -> set[Any]:
         from aiokafka import TopicPartition
 
+        from streamdp.faust_internals import cluster_metadata
+
         # every topic's metadata: a consumer's own view covers only topics it already reads
-        cluster = await consumer._client.fetch_all_metadata()
+        cluster = await cluster_metadata(consumer)
         found: set[Any] = set()
         for topic in kinds:
             for partition in cluster.partitions_for_topic(topic) or ():

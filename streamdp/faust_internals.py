@@ -1,0 +1,219 @@
+"""Every private attribute of faust-streaming and aiokafka that streamdp touches, in one module.
+
+faust-streaming and aiokafka are pinned (``pyproject.toml``); the worker depends on a few of
+their internals, and each one is named here and checked by ``tests/test_faust_contract.py``
+against the installed packages (a changed signature, a missing attribute or an edited upstream
+``_drain_messages`` fails that test, not a worker in production). Nothing else in the package
+reads a private attribute of either library.
+
+- :func:`tuned_fetching`: the worker's consumer long-polls at most ``--fetch-wait`` (below).
+- :func:`batching_consumer`: input-topic records go to the batch queue one fetch at a time, and
+  commits take the input offsets the release service made durable.
+- :func:`fetch_view`: what the aiokafka client knows of one partition (the stall watchdog).
+- :func:`committed_offset`, :func:`replace_crash_handler`, :func:`cluster_metadata`.
+
+Fetch wait.How long the worker's Kafka consumer long-polls: 0.1 s instead of Faust's 1.5 s.
+
+faust-streaming builds its aiokafka consumer with ``fetch_max_wait_ms=1500``. A broker answers a
+fetch early only when data arrives on a partition named in the request, and aiokafka sends
+nothing else to a broker while a fetch to it is outstanding. Two things then wait up to 1.5 s:
+
+* a worker that is busy with a backlog on one partition while the others are idle: when the
+  backlogged partition's fetched records wait for the worker longer than aiokafka's
+  ``prefetch_backoff`` (0.1 s), aiokafka sends a fetch for the idle partitions alone, and the
+  backlogged partition's next fetch waits behind that long-poll. On the embedded broker the
+  queue of fetched records ran empty for 1.1-1.3 s about every 75,000 records this way;
+* on a broker that does not answer early when data lands on one of several partitions (Tansu),
+  every record that arrives while the worker is caught up (period-close latency).
+
+The worker's ``fetch_wait_seconds`` (``--fetch-wait``, default 0.1 s) replaces it: an idle
+worker sends ten small fetches a second per broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka.client import ConnectionGroup
+from aiokafka.errors import ConsumerStoppedError
+
+from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
+
+
+def tuned_fetching(base: type, *, fetch_wait_seconds: float) -> type:
+    """A subclass of Faust's aiokafka consumer ``base`` whose underlying aiokafka consumer
+    long-polls at most ``fetch_wait_seconds``."""
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    wait_ms = max(1, round(fetch_wait_seconds * 1000))
+
+    class TunedConsumerThread(AIOKafkaConsumerThread):
+        def _create_worker_consumer(self, transport: Any) -> Any:
+            consumer = super()._create_worker_consumer(transport)
+            # read by AIOKafkaConsumer.start() when it builds its Fetcher
+            consumer._fetch_max_wait_ms = wait_ms
+            return consumer
+
+    class TunedFetching(base):  # type: ignore[misc]
+        def _new_consumer_thread(self) -> Any:
+            return TunedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    TunedFetching.__name__ = f"TunedFetching{base.__name__}"
+    return TunedFetching
+
+
+def batching_consumer(base: type, queue: BatchQueue) -> type:
+    """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
+    records to ``queue`` one fetch at a time, and whose commits take the input partitions'
+    offsets from :meth:`acknowledge_through` instead of per-record acknowledgements."""
+    from faust.exceptions import NotReady
+
+
+    class BatchingConsumer(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # per input partition: the offset after the last record whose effects are durable
+            self._processed_until: dict[Any, int] = {}
+
+        def acknowledge_through(self, tp: Any, next_offset: int, count: int) -> None:
+            """The records of ``tp`` before ``next_offset`` are durably processed: Faust may
+            commit ``next_offset`` (``count`` records, for its commit-every counter)."""
+            try:
+                owned = tp in self.assignment()
+            except NotReady:  # the consumer is stopping: nothing more gets committed
+                return
+            if not owned:
+                return  # revoked meanwhile: the next owner starts from the committed offset
+            if next_offset > self._processed_until.get(tp, -1):
+                self._processed_until[tp] = next_offset
+            # Faust's commits look at the partitions that have an entry here
+            self._acked.setdefault(tp, [])
+            self._n_acked += count  # type: ignore[has-type]
+
+        def _new_offset(self, tp: Any) -> int | None:
+            until = self._processed_until.get(tp)
+            if until is None:
+                return super()._new_offset(tp)  # type: ignore[no-any-return]
+            return until
+
+        async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+            for tp in revoked:
+                self._processed_until.pop(tp, None)
+            await super().on_partitions_revoked(revoked)
+
+        async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
+            for tp in assigned:
+                self._processed_until.pop(tp, None)
+            await super().on_partitions_assigned(assigned, generation_id)
+
+        async def _drain_messages(self, fetcher: Any) -> None:
+            read_offset = self._read_offset
+            callback = self.callback
+            to_message = self._to_message
+            topics = queue.topics
+            acks_enabled_for = self.app.topics.acks_enabled_for
+            try:
+                while not (self._stopped.is_set() or fetcher._stopped.is_set()):
+                    await asyncio.sleep(0)
+                    if self.should_stop:
+                        break
+                    generation = queue.generation
+                    records, active = await self._wait_next_records(1.0)
+                    if not records or self.should_stop:
+                        continue
+                    if not self.flow_active:
+                        # a rebalance began while fetching: these records are fetched again
+                        try:
+                            await self.perform_seek()
+                        except Exception as exc:  # Faust's own loop logs and goes on too
+                            self.log.warning("exception performing seek: %r", exc)
+                        continue
+                    consumer_generation = self.app.consumer_generation_id
+                    for tp, fetched in records.items():
+                        if (
+                            self.suspend_flow.is_set()
+                            or self.app.consumer_generation_id != consumer_generation
+                        ):
+                            break  # a rebalance: records are fetched again after it
+                        if active is not None and not (
+                            tp in active or tp in self._buffered_partitions
+                        ):
+                            continue
+                        fresh = unread(fetched, read_offset[tp])
+                        if not fresh:
+                            continue
+                        if tp.topic in topics:
+                            # holes in input offsets are the release service's business (it
+                            # refuses them unless --allow-input-gaps); commits come from
+                            # acknowledge_through, which ignores Faust's ack/gap bookkeeping
+                            if not await queue.put(fresh, generation=generation):
+                                break
+                            read_offset[tp] = fresh[-1].offset
+                            continue
+                        for record in fresh:
+                            message = to_message(tp, record)
+                            last = read_offset[tp]
+                            if last and message.offset - last > 1 and acks_enabled_for(tp.topic):
+                                await self._add_gap(tp, last + 1, message.offset)
+                            await self.wait_first(callback(message), self.suspend_flow.wait())
+                            read_offset[tp] = message.offset
+                    commit_every = self._commit_every
+                    if commit_every is not None and self._n_acked >= commit_every:  # type: ignore[has-type]
+                        self._n_acked = 0
+                        await self.commit()
+            except self.consumer_stopped_errors:
+                if self.transport.app.should_stop:
+                    return
+                raise
+            except asyncio.CancelledError:
+                if self.transport.app.should_stop:
+                    return
+                raise
+
+    BatchingConsumer.__name__ = f"Batching{base.__name__}"
+    return BatchingConsumer
+
+
+def fetch_view(consumer: Any, tp: Any) -> FetchView | None:
+    """The view of partition ``tp`` from Faust's aiokafka consumer ``consumer`` (None while it
+    has no client: starting or stopping). Reads the client's state only; sends nothing."""
+    try:
+        client_consumer = consumer._thread._ensure_consumer()
+        end = client_consumer.highwater(tp)
+        assignment = client_consumer._subscription.subscription.assignment
+        state = assignment.state_value(tp) if assignment is not None else None
+        fetched = state.position if state is not None and state.has_valid_position else None
+        client = client_consumer._client
+        leader = client.cluster.leader_for_partition(tp)
+        reachable = False
+        if leader is not None and leader >= 0:
+            connection = client._conns.get((leader, ConnectionGroup.DEFAULT))
+            reachable = connection is not None and bool(connection.connected())
+    except (AttributeError, AssertionError, KeyError, TypeError, ConsumerStoppedError):
+        return None
+    return FetchView(
+        end=None if end is None else int(end),
+        fetched=None if fetched is None else int(fetched),
+        leader=leader,
+        leader_reachable=reachable,
+    )
+
+
+def committed_offset(consumer: Any, tp: Any) -> int:
+    """The offset Faust's consumer last committed for ``tp`` (0 when none)."""
+    return int(getattr(consumer, "_committed_offset", {}).get(tp) or 0)
+
+
+def replace_crash_handler(
+    app: Any, handler: Callable[[Callable[[BaseException], None]], Callable[[BaseException], None]]
+) -> None:
+    """Replace the app's synchronous crash handler (``app._crash``) by ``handler(original)``."""
+    app._crash = handler(app._crash)
+
+
+async def cluster_metadata(consumer: Any) -> Any:
+    """The metadata of every topic, from a started aiokafka consumer (its own cluster view
+    covers only the topics it reads, which on Apache Kafka is none yet)."""
+    return await consumer._client.fetch_all_metadata()

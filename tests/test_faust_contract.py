@@ -1,0 +1,130 @@
+"""The contract of streamdp.faust_internals with the installed faust-streaming and aiokafka
+(issue 15: "every faust-streaming internal behind one pinned adapter module with a contract
+test per private attribute it touches").
+
+Each private attribute the adapter reads, sets or overrides is checked here against the
+installed package: a method by its parameters, an attribute by where the library defines it.
+``_drain_messages`` is different: the adapter's batching drain loop is an edited copy of it, so
+its upstream source is pinned by digest (a changed upstream loop must be re-read and the copy
+re-derived). The versions are pinned in pyproject.toml and checked here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+import tomllib
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.client import AIOKafkaClient
+from faust.transport.consumer import Consumer
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
+from mode.services import Service
+
+import streamdp.faust_internals as adapter
+
+ROOT = Path(__file__).resolve().parents[1]
+#: sha256 of faust-streaming 0.15.3's Consumer._drain_messages source, which
+#: streamdp.faust_internals.batching_consumer's _drain_messages is an edited copy of
+DRAIN_MESSAGES_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
+
+
+def _parameters(function: Callable[..., Any]) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def _sets(cls: type, attribute: str) -> bool:
+    """Whether the class's own source assigns ``self.<attribute>`` or declares it."""
+    source = inspect.getsource(cls)
+    return bool(
+        re.search(rf"self\.{attribute}\s*(:[^=\n]*)?=", source)
+        or re.search(rf"^\s+{attribute}\s*:", source, re.M)
+    )
+
+
+def test_the_installed_versions_are_the_pinned_ones() -> None:
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for package in ("faust-streaming", "aiokafka"):
+        (pin,) = [p for p in pins if p.startswith(f"{package}==")]
+        assert pin == f"{package}=={version(package)}", (pin, version(package))
+
+
+def test_the_drain_loop_copied_from_faust_is_unchanged_upstream() -> None:
+    source = inspect.getsource(Consumer._drain_messages)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert digest == DRAIN_MESSAGES_SHA256, (
+        "faust-streaming's Consumer._drain_messages changed: re-derive the copy in "
+        "streamdp.faust_internals.batching_consumer from the new loop, then update the digest"
+    )
+
+
+@pytest.mark.parametrize(
+    ("owner", "method", "parameters"),
+    [
+        (Consumer, "_new_offset", ["self", "tp"]),
+        (Consumer, "_wait_next_records", ["self", "timeout"]),
+        (Consumer, "_add_gap", ["self", "tp", "offset_from", "offset_to"]),
+        (Consumer, "_drain_messages", ["self", "fetcher"]),
+        (FaustAIOKafkaConsumer, "_to_message", ["self", "tp", "record"]),
+        (FaustAIOKafkaConsumer, "_new_consumer_thread", ["self"]),
+        (AIOKafkaConsumerThread, "_create_worker_consumer", ["self", "transport"]),
+        (AIOKafkaConsumerThread, "_ensure_consumer", ["self"]),
+        (Service, "_crash", ["self", "reason"]),
+        (AIOKafkaClient, "fetch_all_metadata", ["self"]),
+    ],
+)
+def test_every_private_method_the_adapter_uses_has_its_signature(
+    owner: type, method: str, parameters: list[str]
+) -> None:
+    assert _parameters(getattr(owner, method)) == parameters
+
+
+@pytest.mark.parametrize(
+    ("owner", "attribute"),
+    [
+        (Consumer, "_acked"),
+        (Consumer, "_n_acked"),
+        (Consumer, "_read_offset"),
+        (Consumer, "_committed_offset"),
+        (Consumer, "_buffered_partitions"),
+        (Consumer, "_commit_every"),
+        (FaustAIOKafkaConsumer, "_thread"),
+        (Service, "_stopped"),
+        (AIOKafkaConsumer, "_fetch_max_wait_ms"),
+        (AIOKafkaConsumer, "_client"),
+        (AIOKafkaConsumer, "_subscription"),
+        (AIOKafkaClient, "_conns"),
+    ],
+)
+def test_every_private_attribute_the_adapter_uses_is_defined_there(
+    owner: type, attribute: str
+) -> None:
+    assert _sets(owner, attribute), f"{owner.__qualname__} no longer defines {attribute}"
+
+
+def test_aiokafka_builds_its_fetcher_from_the_wait_the_adapter_sets() -> None:
+    """tuned_fetching sets _fetch_max_wait_ms after construction: it must be read at start."""
+    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
+
+
+def test_no_other_module_reads_a_private_attribute_of_either_library() -> None:
+    """The adapter is the only place: other modules reach faust and aiokafka through it."""
+    private = re.compile(
+        r"\.(_thread|_ensure_consumer|_subscription|_client|_conns|_crash|_committed_offset|"
+        r"_fetch_max_wait_ms|_drain_messages|_new_offset|_n_acked|_acked|_read_offset)\b"
+    )
+    offenders = []
+    for path in (ROOT / "streamdp").rglob("*.py"):
+        if path == Path(adapter.__file__):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if private.search(line.split("#", 1)[0]):
+                offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
