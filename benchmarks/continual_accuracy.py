@@ -21,7 +21,9 @@ import numpy as np
 from streamdp.continual import ContinualCounter, build_strategy
 from streamdp.continual.factored_counter import FactoredCounter, level_scales
 from streamdp.continual.fda import optimal_weights, path_objectives, solve
-from streamdp.continual.kary import KaryStrategy, exact_budgets, optimise, published_digits
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_config import exact_budgets
+from streamdp.continual.kary_optimise import optimise, published_digits
 from streamdp.continual.strategy import Strategy
 from streamdp.continual.variance import node_budgets, scale_variances, variance_profile
 from streamdp.noise import InsecureSeededSampler

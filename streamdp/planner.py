@@ -25,11 +25,8 @@ from scipy.special import ndtri
 
 from streamdp.continual.factored_counter import level_scales
 from streamdp.continual.fda import check_objective
-from streamdp.continual.kary import (
-    KARY_MECHANISMS,
-    check_kary_objective,
-    optimise,
-)
+from streamdp.continual.kary_config import KARY_MECHANISMS, check_kary_objective
+from streamdp.continual.kary_optimise import optimise
 from streamdp.continual.strategy import (
     Strategy,
     build_strategy,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from streamdp.continual.kary import KARY_OBJECTIVES
+from streamdp.continual.kary_config import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
 from streamdp.continual.variance import NOISES
 from streamdp.errors import ConfigError

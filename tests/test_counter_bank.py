@@ -17,7 +17,7 @@ import pytest
 from test_engine_support import CountingSampler
 
 from streamdp.continual.bank import open_bank, restore_bank
-from streamdp.continual.kary import optimise
+from streamdp.continual.kary_optimise import optimise
 from streamdp.continual.strategy import build_strategy
 from streamdp.errors import ConfigError, StateError
 from streamdp.noise import InsecureSeededSampler

@@ -25,7 +25,8 @@ from stats_continual import P_THRESHOLD
 
 from streamdp.continual.counter import ContinualCounter
 from streamdp.continual.factored_counter import FactoredCounter, level_scales
-from streamdp.continual.kary import KaryStrategy, optimise, published_digits
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_optimise import optimise, published_digits
 from streamdp.continual.strategy import Strategy, build_strategy
 from streamdp.continual.variance import exact_epsilon, node_budgets
 from streamdp.noise import InsecureSeededSampler

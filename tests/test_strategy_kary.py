@@ -9,19 +9,11 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from streamdp.continual.kary import (
-    KaryStrategy,
-    balanced_digits,
-    digit_levels,
-    digit_range,
-    exact_budgets,
-    exact_scale,
-    gls_levels,
-    gls_uniform_variances,
-    gls_variances,
-    optimise,
-    published_digits,
-)
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_config import exact_budgets, exact_scale
+from streamdp.continual.kary_digits import balanced_digits, digit_levels, digit_range
+from streamdp.continual.kary_gls import gls_levels, gls_uniform_variances, gls_variances
+from streamdp.continual.kary_optimise import optimise, published_digits
 from streamdp.continual.strategy import build_any_strategy
 from streamdp.errors import ConfigError
 

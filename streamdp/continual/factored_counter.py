@@ -43,7 +43,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.counter import check_bank, int_vector
-from streamdp.continual.kary import KaryStrategy, exact_scale
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_config import exact_scale
 from streamdp.continual.variance import (
     MAX_NOISE_SCALE,
     MIN_NOISE_SCALE,

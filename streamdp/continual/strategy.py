@@ -44,13 +44,9 @@ from streamdp.continual.fda import (
     check_objective,
     optimal_weights,
 )
-from streamdp.continual.kary import (
-    KARY_MECHANISMS,
-    KARY_OBJECTIVES,
-    KaryStrategy,
-    check_kary_objective,
-    optimise,
-)
+from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_config import KARY_MECHANISMS, KARY_OBJECTIVES, check_kary_objective
+from streamdp.continual.kary_optimise import optimise
 from streamdp.errors import ConfigError
 
 if TYPE_CHECKING:
