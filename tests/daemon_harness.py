@@ -25,7 +25,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streamdp.broker import EmbeddedBroker, KafkaCluster
-from streamdp.broker.tansu import free_loopback_port
+from streamdp.broker.loopback import free_loopback_port
 from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdp.broker.tansu import free_loopback_port
+from streamdp.broker.loopback import free_loopback_port
 
 pytestmark = pytest.mark.slow
 SPEC = Path(__file__).resolve().parents[1] / "streamdp" / "examples" / "restaurant.toml"

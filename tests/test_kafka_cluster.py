@@ -55,7 +55,7 @@ from daemon_harness import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import KafkaCluster
-from streamdp.broker.tansu import free_loopback_port
+from streamdp.broker.loopback import free_loopback_port
 from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings

@@ -24,7 +24,7 @@ import pytest
 from conftest import kafka_or_skip
 
 from streamdp.broker import KafkaBroker, KafkaUnavailableError
-from streamdp.broker.kafka import java_executable, kafka_libs
+from streamdp.broker.kafka_runtime import java_executable, kafka_libs
 from streamdp.errors import BrokerError
 
 

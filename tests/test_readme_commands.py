@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdp.broker.tansu import free_loopback_port
+from streamdp.broker.loopback import free_loopback_port
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]

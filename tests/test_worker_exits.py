@@ -26,7 +26,7 @@ from daemon_harness import Worker, create_topics, lines_as_records, make_scenari
 from faust.exceptions import ProducerSendError
 
 from streamdp.broker import EmbeddedBroker
-from streamdp.broker.tansu import free_loopback_port
+from streamdp.broker.loopback import free_loopback_port
 from streamdp.daemon.app import WorkerRuntime, create_app, fatal_exit, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings

