@@ -68,8 +68,8 @@ from daemon_harness import (  # noqa: E402  (the tests' harness: a plain module 
 )
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker  # noqa: E402
-from streamdp.daemon.app import EXIT_INPUT_GAP  # noqa: E402
 from streamdp.daemon.service import OutputTopics  # noqa: E402
+from streamdp.errors import EXIT_INPUT_GAP  # noqa: E402
 
 PARTITIONS = 2
 APP_ID = "app-kill-campaign"

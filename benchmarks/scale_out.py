@@ -52,9 +52,9 @@ from daemon_throughput import (
 )
 
 from streamdp.broker import KafkaBroker, free_loopback_port
-from streamdp.daemon.app import required_topics
 from streamdp.daemon.service import home_partition
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
 from streamdp.engine import parse_spec
 from streamdp.engine.periods import PeriodClock, format_instant
 from streamdp.synth import generate

@@ -66,9 +66,9 @@ def run(args: argparse.Namespace) -> int:
     broker = _broker(args.engine)
     with broker:
         if spec is not None:
-            from streamdp.daemon.app import required_topics
             from streamdp.daemon.service import OutputTopics
             from streamdp.daemon.settings import DaemonSettings
+            from streamdp.daemon.topology import required_topics
 
             settings = DaemonSettings(
                 config=Path(args.config),

@@ -166,7 +166,8 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    from streamdp.daemon.app import create_app, required_topics
+    from streamdp.daemon.app import create_app
+    from streamdp.daemon.topology import required_topics
 
     if not 0 < args.stop_deadline <= 600:
         raise ConfigError(
@@ -267,7 +268,7 @@ async def verify_topics(
     if missing:
         raise ConfigError(
             f"topic(s) {', '.join(missing)} do not exist on {settings.bootstrap}; create every "
-            "topic the worker uses before starting it (streamdp.daemon.app.required_topics; "
+            "topic the worker uses before starting it (streamdp.daemon.topology.required_topics; "
             "docs/operating.md)"
         )
     co_partitioned = _co_partitioned(settings, required)

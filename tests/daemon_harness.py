@@ -26,11 +26,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streamdp.broker import EmbeddedBroker, KafkaCluster
 from streamdp.broker.loopback import free_loopback_port
-from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import format_instant, parse_instant
+from streamdp.errors import EXIT_INPUT_GAP
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import Line, generate, generated_end
 

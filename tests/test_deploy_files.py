@@ -221,8 +221,8 @@ def test_topics_follow_the_retention_and_partitioning_rules() -> None:
     assert table["streamdp-state-changelog"]["data"] == "raw"
     # exactly the topics the daemon needs for the deployed spec, and Faust co-partitioning:
     # inputs, control and the state changelog share one partition count
-    from streamdp.daemon.app import required_topics
     from streamdp.daemon.settings import DaemonSettings
+    from streamdp.daemon.topology import required_topics
     from streamdp.engine import load_spec
 
     spec = load_spec(DEPLOY / "streamdp" / "streams.toml")

@@ -56,9 +56,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import KafkaCluster
 from streamdp.broker.loopback import free_loopback_port
-from streamdp.daemon.app import EXIT_INPUT_GAP, required_topics
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
+from streamdp.errors import EXIT_INPUT_GAP
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 PARTITIONS = 2

@@ -22,39 +22,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
 from faust.exceptions import NotReady, ProducerSendError
 from faust.types import TP
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from streamdp import __version__
 from streamdp.daemon.batch_input import BatchQueue, InputStallWatch, last_offsets
+from streamdp.daemon.exits import fatal_exit
 from streamdp.daemon.log_safety import hold_value_loggers
+from streamdp.daemon.runtime import WorkerRuntime, sampler_for
 from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
 from streamdp.daemon.settings import DaemonSettings
-from streamdp.engine import EngineSpec, load_spec
+from streamdp.daemon.topology import STATE_TABLE, broker_credentials
+from streamdp.engine import load_spec
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.stream import check_releasable
 from streamdp.errors import (
-    EXIT_CONFIG,
-    EXIT_CRASH,
     EXIT_INPUT_GAP,
-    EXIT_WRITE_FAILED,
     BudgetError,
     ConfigError,
     InputGapError,
-    OutputWriteError,
     StateError,
 )
 from streamdp.faust_internals import (
@@ -64,226 +59,15 @@ from streamdp.faust_internals import (
     replace_crash_handler,
     tuned_fetching,
 )
-from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
-from streamdp.noise import InsecureSeededSampler, production_sampler
-from streamdp.noise.sampler import NoiseSampler
+from streamdp.metrics import StreamdpMetrics
 
 log = logging.getLogger("streamdp.daemon")
-STATE_TABLE = "state"
-__all__ = ["EXIT_INPUT_GAP", "WorkerRuntime", "create_app", "fatal_exit", "required_topics"]
-
-
-def fatal_exit(reason: BaseException) -> tuple[int, str]:
-    """The exit status (docs/operating.md, "Exit statuses") and the one log line for an error
-    that ends a worker. The line says what failed and what to do; for an unexpected error it
-    names the error's type and where it was raised, never its message (which could quote a
-    record)."""
-    if isinstance(reason, InputGapError):
-        return EXIT_INPUT_GAP, f"{reason} (exit status {EXIT_INPUT_GAP}: restart me)"
-    if isinstance(reason, StateError):
-        return EXIT_CONFIG, (
-            f"fatal configuration problem, exit status {EXIT_CONFIG}: the stored state cannot "
-            f"be used: {reason}. Run the worker with the spec the state was written under; "
-            "a spec change needs a new --app-id (new state; its budget is spent again on the "
-            "same people: retire the old releases first). Restarting as is fails the same way"
-        )
-    if isinstance(reason, BudgetError):
-        return EXIT_CONFIG, (
-            f"fatal configuration problem, exit status {EXIT_CONFIG}: privacy budget: {reason}. "
-            "Lower the stream's epsilon or end it (on_epoch_end = 'stop'); raise the source's "
-            "epsilon_cap only if the extra loss is accepted. Restarting as is fails the same way"
-        )
-    if isinstance(reason, ConfigError):
-        return EXIT_CONFIG, (
-            f"fatal configuration problem, exit status {EXIT_CONFIG}: {reason}. "
-            "Restarting as is fails the same way"
-        )
-    if isinstance(reason, OutputWriteError | ProducerSendError | KafkaError):
-        return EXIT_WRITE_FAILED, (
-            f"a write to the broker failed, exit status {EXIT_WRITE_FAILED}: "
-            f"{type(reason).__name__}: {_first_line(reason)}. The batch was not acknowledged "
-            "and is read again after a restart; if the error names a size limit "
-            "(MessageSizeTooLarge, RecordTooLarge), raise the broker's max.message.bytes and "
-            "the worker's producer limit together, or a restart fails the same way"
-        )
-    where = "unknown place"
-    tb = reason.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    if tb is not None:
-        where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
-    return EXIT_CRASH, (
-        f"unexpected error, exit status {EXIT_CRASH}: {type(reason).__name__} raised at "
-        f"{where} (message withheld: it may quote a record). This is a bug: please report it "
-        "with this line; a restart resumes from the last checkpoint"
-    )
-
-
-def _first_line(reason: BaseException) -> str:
-    text = str(reason).strip().splitlines()
-    return text[0][:300] if text else "(no message)"
-
-
-def required_topics(spec: EngineSpec, settings: DaemonSettings) -> dict[str, int]:
-    """Every topic the worker reads or writes, with its partition count (create them first).
-
-    Input topics, the control topic and the state changelog are co-partitioned (same count).
-    """
-    n = settings.partitions
-    topics = {source.topic: n for source in spec.sources.values()}
-    topics[settings.topics.control] = n
-    topics[f"{settings.app_id}-{STATE_TABLE}-changelog"] = n
-    topics[settings.topics.releases] = n
-    topics[settings.topics.consistent] = n
-    topics[settings.topics.dead_letter] = n
-    return topics
-
-
-@dataclass
-class WorkerRuntime:
-    """What one worker process holds besides Faust's own objects."""
-
-    settings: DaemonSettings
-    spec: EngineSpec
-    sampler: NoiseSampler
-    metrics: StreamdpMetrics
-    service: ReleaseService | None = None
-    recovered: Any = None  # () -> bool: Faust finished restoring the state table
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # the batch whose checkpoint, publications and acknowledgement are under way (batch path)
-    in_flight: asyncio.Future[None] | None = None
-    # set once Faust has stopped the consumer: no further batch is committed (its records stay
-    # unacknowledged and the next owner reads them again)
-    shutting_down: bool = False
-    # the one line logged when a fatal error ends the worker (it is not ready from then on)
-    fatal: str | None = None
-    started_at: float = field(default_factory=time.time)
-    batches: int = 0
-    records: int = 0
-
-    def budget_view(self) -> BudgetView:
-        """The budget gauges, read from the ledgers of the sources this worker holds."""
-        service = self.service
-        if service is None:
-            return BudgetView()
-        streams: list[StreamBudget] = []
-        sources: list[SourceBudget] = []
-        for name, engine in service.engines().items():
-            spent = engine.ledger.spent(name)
-            cap = self.spec.sources[name].epsilon_cap
-            sources.append(
-                # exact decimals: the headroom gauge subtracts them (metrics.SourceBudget)
-                SourceBudget(name, cap, spent, engine.ledger.sequential_spent(name))
-            )
-            per_stream: dict[str, Decimal] = {}
-            for entry in engine.ledger.entries:
-                per_stream[entry.stream] = max(
-                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
-                )
-            for stream, stream_spec in self.spec.streams.items():
-                if stream_spec.source == name:
-                    streams.append(
-                        StreamBudget(
-                            stream,
-                            name,
-                            stream_spec.epsilon,
-                            per_stream.get(stream, Decimal(0)),
-                        )
-                    )
-        return BudgetView(tuple(streams), tuple(sources))
-
-    @property
-    def ready(self) -> bool:
-        """The agent runs and the state table is restored from its changelog."""
-        if self.fatal is not None:
-            return False
-        return self.service is not None and bool(self.recovered is None or self.recovered())
-
-    def status(self) -> dict[str, Any]:
-        """The JSON status view: configuration, ownership and progress; never any count."""
-        service = self.service
-        owned = service.engines() if service is not None else {}
-        streams: dict[str, Any] = {}
-        for name, stream_spec in self.spec.streams.items():
-            engine = owned.get(stream_spec.source)
-            entry: dict[str, Any] = {
-                "source": stream_spec.source,
-                "owned_here": engine is not None,
-                "epsilon_per_epoch": str(stream_spec.epsilon),
-                "horizon": stream_spec.horizon,
-                "mechanism": stream_spec.mechanism,
-                "objective": stream_spec.objective,
-            }
-            if engine is not None:
-                runtime = engine.streams[name]
-                entry["periods_released"] = runtime.closed
-                entry["epoch"] = runtime.counter.epoch
-                entry["periods_released_this_epoch"] = runtime.counter.periods_closed
-                entry["revision"] = runtime.revision
-                entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
-                # user level: summed over epochs (event level composes epochs in parallel)
-                entry["epsilon_sequential_spent_on_source"] = str(
-                    engine.ledger.sequential_spent(stream_spec.source)
-                )
-            streams[name] = entry
-        out: dict[str, Any] = {
-            "service": "streamdp",
-            "version": __version__,
-            "app_id": self.settings.app_id,
-            "ready": self.ready,
-            "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
-            "sources_owned": sorted(owned),
-            "uptime_seconds": round(time.time() - self.started_at, 3),
-            "clock": self.settings.clock,
-            "streams": streams,
-        }
-        if self.settings.metrics_input_volume:
-            # input volume: shown only where /metrics is declared a protected surface too
-            out["batches_processed"] = self.batches
-        return out
+__all__ = ["create_app"]
 
 
 def _stopping(app: Any) -> bool:
     """True once the worker has begun to stop (read anew at each call)."""
     return bool(app.should_stop)
-
-
-def _sampler(settings: DaemonSettings) -> NoiseSampler:
-    if settings.insecure_seed is None:
-        return production_sampler()
-    log.warning(
-        "INSECURE seeded noise (--insecure-seed): for tests and demos only; releases are not "
-        "private"
-    )
-    return InsecureSeededSampler(settings.insecure_seed)
-
-
-def _broker_credentials(settings: DaemonSettings) -> Any:
-    if settings.security_protocol == "PLAINTEXT":
-        return None
-    import ssl
-
-    context = None
-    if settings.security_protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=settings.ssl_cafile)
-        if settings.ssl_certfile:
-            context.load_cert_chain(settings.ssl_certfile, settings.ssl_keyfile)
-    if settings.security_protocol.startswith("SASL"):
-        if settings.sasl_mechanism == "PLAIN":
-            return faust.SASLCredentials(
-                username=settings.sasl_username,
-                password=settings.sasl_password,
-                ssl_context=context,
-            )
-        from faust.auth import SASLCredentials as _Sasl
-
-        return _Sasl(
-            username=settings.sasl_username,
-            password=settings.sasl_password,
-            mechanism=settings.sasl_mechanism,
-            ssl_context=context,
-        )
-    return faust.SSLCredentials(context)
 
 
 def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
@@ -294,7 +78,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     for stream_spec in spec.streams.values():
         check_releasable(stream_spec)  # refused at start, not when its first record arrives
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
-    runtime = WorkerRuntime(settings, spec, _sampler(settings), metrics)
+    runtime = WorkerRuntime(settings, spec, sampler_for(settings), metrics)
     metrics.record_build(__version__, runtime.sampler.name, secure=bool(runtime.sampler.secure))
     public_clock = parse_clock(settings.clock)
     if public_clock.describe() != "wall":
@@ -313,7 +97,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     app = faust.App(
         settings.app_id,
         broker=[f"kafka://{b.strip()}" for b in settings.bootstrap.split(",")],
-        broker_credentials=_broker_credentials(settings),
+        broker_credentials=broker_credentials(settings),
         store="memory://",
         processing_guarantee="at_least_once",
         topic_allow_declare=False,
@@ -725,8 +509,3 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         return web.json(runtime.status(), status=200 if runtime.ready else 503)
 
     return app, runtime
-
-
-def status_json(runtime: WorkerRuntime) -> str:
-    """The status view as JSON text (for logs and tests)."""
-    return json.dumps(runtime.status(), sort_keys=True)

@@ -92,8 +92,8 @@ def _web_port(requested: int | None) -> int:
 
 def _run(args: argparse.Namespace, tmp: Path) -> int:
     from streamdp.broker import EmbeddedBroker, free_loopback_port
-    from streamdp.daemon.app import required_topics
     from streamdp.daemon.settings import DaemonSettings
+    from streamdp.daemon.topology import required_topics
     from streamdp.demo.worker import WorkerProcess, worker_command
     from streamdp.engine import load_spec
     from streamdp.engine.periods import PeriodClock, format_instant

@@ -1,0 +1,141 @@
+"""What one worker process holds besides Faust's own objects, and its /status view."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from streamdp import __version__
+from streamdp.daemon.service import ReleaseService
+from streamdp.daemon.settings import DaemonSettings
+from streamdp.engine import EngineSpec
+from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
+from streamdp.noise import InsecureSeededSampler, production_sampler
+from streamdp.noise.sampler import NoiseSampler
+
+log = logging.getLogger("streamdp.daemon")
+
+
+@dataclass
+class WorkerRuntime:
+    """What one worker process holds besides Faust's own objects."""
+
+    settings: DaemonSettings
+    spec: EngineSpec
+    sampler: NoiseSampler
+    metrics: StreamdpMetrics
+    service: ReleaseService | None = None
+    recovered: Any = None  # () -> bool: Faust finished restoring the state table
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # the batch whose checkpoint, publications and acknowledgement are under way (batch path)
+    in_flight: asyncio.Future[None] | None = None
+    # set once Faust has stopped the consumer: no further batch is committed (its records stay
+    # unacknowledged and the next owner reads them again)
+    shutting_down: bool = False
+    # the one line logged when a fatal error ends the worker (it is not ready from then on)
+    fatal: str | None = None
+    started_at: float = field(default_factory=time.time)
+    batches: int = 0
+    records: int = 0
+
+    def budget_view(self) -> BudgetView:
+        """The budget gauges, read from the ledgers of the sources this worker holds."""
+        service = self.service
+        if service is None:
+            return BudgetView()
+        streams: list[StreamBudget] = []
+        sources: list[SourceBudget] = []
+        for name, engine in service.engines().items():
+            spent = engine.ledger.spent(name)
+            cap = self.spec.sources[name].epsilon_cap
+            sources.append(
+                # exact decimals: the headroom gauge subtracts them (metrics.SourceBudget)
+                SourceBudget(name, cap, spent, engine.ledger.sequential_spent(name))
+            )
+            per_stream: dict[str, Decimal] = {}
+            for entry in engine.ledger.entries:
+                per_stream[entry.stream] = max(
+                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
+                )
+            for stream, stream_spec in self.spec.streams.items():
+                if stream_spec.source == name:
+                    streams.append(
+                        StreamBudget(
+                            stream,
+                            name,
+                            stream_spec.epsilon,
+                            per_stream.get(stream, Decimal(0)),
+                        )
+                    )
+        return BudgetView(tuple(streams), tuple(sources))
+
+    @property
+    def ready(self) -> bool:
+        """The agent runs and the state table is restored from its changelog."""
+        if self.fatal is not None:
+            return False
+        return self.service is not None and bool(self.recovered is None or self.recovered())
+
+    def status(self) -> dict[str, Any]:
+        """The JSON status view: configuration, ownership and progress; never any count."""
+        service = self.service
+        owned = service.engines() if service is not None else {}
+        streams: dict[str, Any] = {}
+        for name, stream_spec in self.spec.streams.items():
+            engine = owned.get(stream_spec.source)
+            entry: dict[str, Any] = {
+                "source": stream_spec.source,
+                "owned_here": engine is not None,
+                "epsilon_per_epoch": str(stream_spec.epsilon),
+                "horizon": stream_spec.horizon,
+                "mechanism": stream_spec.mechanism,
+                "objective": stream_spec.objective,
+            }
+            if engine is not None:
+                runtime = engine.streams[name]
+                entry["periods_released"] = runtime.closed
+                entry["epoch"] = runtime.counter.epoch
+                entry["periods_released_this_epoch"] = runtime.counter.periods_closed
+                entry["revision"] = runtime.revision
+                entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
+                # user level: summed over epochs (event level composes epochs in parallel)
+                entry["epsilon_sequential_spent_on_source"] = str(
+                    engine.ledger.sequential_spent(stream_spec.source)
+                )
+            streams[name] = entry
+        out: dict[str, Any] = {
+            "service": "streamdp",
+            "version": __version__,
+            "app_id": self.settings.app_id,
+            "ready": self.ready,
+            "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "sources_owned": sorted(owned),
+            "uptime_seconds": round(time.time() - self.started_at, 3),
+            "clock": self.settings.clock,
+            "streams": streams,
+        }
+        if self.settings.metrics_input_volume:
+            # input volume: shown only where /metrics is declared a protected surface too
+            out["batches_processed"] = self.batches
+        return out
+
+
+def sampler_for(settings: DaemonSettings) -> NoiseSampler:
+    """The production sampler, or the INSECURE seeded one for ``--insecure-seed`` (logged)."""
+    if settings.insecure_seed is None:
+        return production_sampler()
+    log.warning(
+        "INSECURE seeded noise (--insecure-seed): for tests and demos only; releases are not "
+        "private"
+    )
+    return InsecureSeededSampler(settings.insecure_seed)
+
+
+def status_json(runtime: WorkerRuntime) -> str:
+    """The status view as JSON text (for logs and tests)."""
+    return json.dumps(runtime.status(), sort_keys=True)
