@@ -71,9 +71,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
-from streamdp.daemon.app import required_topics
 from streamdp.daemon.service import InputRecord, ReleaseService
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
 from streamdp.demo.worker import die_with_parent
 from streamdp.engine import Engine, parse_spec
 from streamdp.engine.periods import PeriodClock, format_instant

@@ -31,7 +31,6 @@ import asyncio
 import datetime as dt
 import json
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,11 +44,12 @@ from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from daemon_throughput import stop_worker
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import EmbeddedBroker, free_loopback_port
-from streamdp.daemon.app import required_topics
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
 from streamdp.demo.worker import die_with_parent
 from streamdp.engine import parse_spec
 from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
@@ -397,12 +397,7 @@ def campaign(records: list[Planned], work: Path) -> dict[str, Any]:
             watch.stop.set()
             thread.join(timeout=5)
             still_up = worker.poll() is None
-            worker.send_signal(signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait()
+            stop_worker(worker)
     return {
         "records": records,
         "offsets": offsets,
