@@ -188,11 +188,13 @@ def close_through(
     *,
     cut: int | None,
     partitions: int,
+    timeout: float = 120.0,
 ) -> None:
     """Wait until the worker(s) of ``group`` consumed every line before ``cut`` (all lines
-    when None), then send the operator's close records through the matching instant."""
+    when None; at most ``timeout`` seconds), then send the operator's close records through
+    the matching instant."""
     counts = {t: len(lines) if cut is None else cut for t, lines in scenario.lines.items()}
-    wait_consumed(broker, group, counts, partitions)
+    wait_consumed(broker, group, counts, partitions, timeout)
     through = scenario.end if cut is None else scenario.cut_instant(cut)
     produce(broker, close_records(scenario, topics, through))
 
