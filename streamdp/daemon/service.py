@@ -80,6 +80,10 @@ def home_partition(source: str, partitions: int) -> int:
     return (hashed & 0x7FFFFFFF) % partitions
 
 
+#: the :class:`OutputTopics` field of each record kind (looked up per output record)
+_TOPIC_OF_KIND = {"release": "releases", "consistent": "consistent", "dead_letter": "dead_letter"}
+
+
 @dataclass(frozen=True)
 class OutputTopics:
     """Names of the topics the daemon writes."""
@@ -101,11 +105,7 @@ class OutputTopics:
 
     def for_record(self, record: OutputRecord) -> str:
         """The topic of a record, by its kind (the same routing every sink uses)."""
-        return {
-            "release": self.releases,
-            "consistent": self.consistent,
-            "dead_letter": self.dead_letter,
-        }[record.kind]
+        return str(getattr(self, _TOPIC_OF_KIND[record.kind]))
 
 
 class InputLike(Protocol):

@@ -22,6 +22,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, Context, Decimal, InvalidOperation
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -86,9 +87,10 @@ class CounterSpec:
     flag_field: str = ""
     flag_counter: str = ""
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
-        """Counter names in vector order, as the kind lays them out (:mod:`streamdp.kinds`).
+        """Counter names in vector order, as the kind lays them out (:mod:`streamdp.kinds`;
+        computed once: a census stream has hundreds).
 
         attributes: ``total``, then ``attr=cat`` for every attribute in order, then the cells
         ``a1=c1,a2=c2,...`` in row-major order over the attributes' categories.
