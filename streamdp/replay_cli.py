@@ -8,7 +8,7 @@ import time
 
 from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.engine.replay import replay
-from streamdp.engine.spec import load_spec
+from streamdp.engine.spec_loading import load_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, NoiseSampler, production_sampler
 from streamdp.progress import progress_stream

@@ -13,10 +13,11 @@ import pytest
 
 import streamdp.kinds
 from streamdp.engine import parse_spec
+from streamdp.engine.config_reader import ConfigReader
 from streamdp.engine.events import Contribution, Extractor, RejectedError
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.revision import project_nodes
-from streamdp.engine.spec import ConfigReader, ConstraintSpec, CounterSpec, StreamSpec
+from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
 from streamdp.errors import ConfigError
 from streamdp.kinds.attributes import census_layout
 from streamdp.noise import InsecureSeededSampler

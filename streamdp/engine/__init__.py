@@ -10,7 +10,8 @@ from streamdp.engine.ledger import (
     MemoryLedgerBackend,
 )
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
-from streamdp.engine.spec import EngineSpec, StreamSpec, load_spec, parse_spec
+from streamdp.engine.spec import EngineSpec, StreamSpec
+from streamdp.engine.spec_loading import load_spec, parse_spec
 
 __all__ = [
     "REASONS",

@@ -2,7 +2,7 @@
 
 Every record is a frozen dataclass with ``.key`` (a stable string the daemon uses as the Kafka
 key), ``.to_dict()`` (JSON-able data matching its schema) and ``.to_json()`` (compact JSON text).
-Key formats (names cannot contain ``|``; see :data:`streamdp.engine.spec.NAME_RULE`):
+Key formats (names cannot contain ``|``; see :data:`streamdp.engine.config_reader.NAME_RULE`):
 
 - release: ``"{stream}|{counter}|{epoch}|{period}"``; re-publishing after a restart yields the
   same key and the same values, so a consumer de-duplicating by key sees each release once.

@@ -20,13 +20,8 @@ from streamdp.engine.events import Contribution, Extractor, RejectedError
 from streamdp.kinds.base import FloatArray, refuse_clip
 
 if TYPE_CHECKING:
-    from streamdp.engine.spec import (
-        Attribute,
-        ConfigReader,
-        ConstraintSpec,
-        CounterSpec,
-        StreamSpec,
-    )
+    from streamdp.engine.config_reader import ConfigReader
+    from streamdp.engine.spec import Attribute, ConstraintSpec, CounterSpec, StreamSpec
 
 #: Most cells of an attribute cross product.
 MAX_CELLS = 1_000_000

@@ -17,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
+    from streamdp.engine.config_reader import ConfigReader
     from streamdp.engine.events import Extractor
-    from streamdp.engine.spec import ConfigReader, ConstraintSpec, CounterSpec, StreamSpec
+    from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
 
 FloatArray = npt.NDArray[np.float64]
 

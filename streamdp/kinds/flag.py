@@ -11,7 +11,8 @@ from streamdp.engine.events import Contribution, Extractor, RejectedError
 from streamdp.kinds.base import FloatArray, refuse_clip
 
 if TYPE_CHECKING:
-    from streamdp.engine.spec import ConfigReader, ConstraintSpec, CounterSpec, StreamSpec
+    from streamdp.engine.config_reader import ConfigReader
+    from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
 
 
 class FlagKind:

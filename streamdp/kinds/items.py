@@ -21,7 +21,8 @@ from streamdp.engine.events import (
 from streamdp.kinds.base import FloatArray
 
 if TYPE_CHECKING:
-    from streamdp.engine.spec import ConfigReader, ConstraintSpec, CounterSpec, StreamSpec
+    from streamdp.engine.config_reader import ConfigReader
+    from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
 
 
 class ItemsKind:

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from streamdp.engine.periods import PeriodClock, format_instant
-from streamdp.engine.spec import EngineSpec, StreamSpec, parse_spec
+from streamdp.engine.spec import EngineSpec, StreamSpec
+from streamdp.engine.spec_loading import parse_spec
 
 SCENARIOS = ("restaurant", "hospital", "census", "hiv")
 _FILES = {

@@ -1,0 +1,96 @@
+"""Loading a stream specification: a TOML file or text into a validated :class:`EngineSpec`.
+
+A configuration names input *sources* (Kafka topics / files of one event kind, each with a
+per-source epsilon cap) and *streams* (one continual release each; read by
+:func:`streamdp.engine.stream_table.read_stream`). See DESIGN.md §2 and §5 and
+``streamdp/examples/*.toml``.
+
+Budget arithmetic is exact: epsilons are read from their decimal text (``tomllib`` with
+``parse_float=Decimal``), so ``0.1 + 0.2 <= 0.3`` holds when checking a source's cap.
+
+Every error is a :class:`~streamdp.errors.ConfigError` that names the stream (or source), the
+field, what was wrong and what is allowed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, cast
+
+from streamdp.engine.config_reader import ConfigReader
+from streamdp.engine.spec import EngineSpec, SourceKind, SourceSpec, StreamSpec
+from streamdp.engine.stream_table import read_stream
+from streamdp.errors import ConfigError
+
+_SOURCE_KEYS = ("topic", "kind", "epsilon_cap")
+
+
+def load_spec(path: str | Path) -> EngineSpec:
+    """Read and validate a TOML stream specification file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read configuration {str(p)!r}: {error.strerror}") from None
+    return parse_spec(text, origin=str(p))
+
+
+def parse_spec(text: str, *, origin: str = "<string>") -> EngineSpec:
+    """Validate TOML text; decimals are parsed exactly (``Decimal``)."""
+    try:
+        data = tomllib.loads(text, parse_float=Decimal)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{origin}: not valid TOML: {error}") from None
+    return spec_from_dict(data, origin=origin)
+
+
+def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> EngineSpec:
+    """Validate a parsed configuration (decimals as ``Decimal``) into an :class:`EngineSpec`."""
+    top = ConfigReader(origin, "configuration")
+    top.only(data, ("sources", "streams"), "")
+    sources_raw = top.table(data.get("sources", {}), "sources")
+    streams_raw = top.table(data.get("streams", {}), "streams")
+    if not sources_raw:
+        raise top.fail("sources", "at least one [sources.<name>] table is required")
+    if not streams_raw:
+        raise top.fail("streams", "at least one [streams.<name>] table is required")
+
+    sources: dict[str, SourceSpec] = {}
+    topics: dict[str, str] = {}
+    for name, raw in sources_raw.items():
+        ctx = ConfigReader(origin, f"source {name!r}")
+        ctx.name(name, "name")
+        table = ctx.table(raw, "")
+        ctx.only(table, _SOURCE_KEYS, "")
+        topic = ctx.name(table.get("topic", name), "topic")
+        if topic in topics:
+            raise ctx.fail("topic", f"topic {topic!r} is already read by source {topics[topic]!r}")
+        topics[topic] = name
+        if "kind" not in table:
+            raise ctx.fail("kind", "missing; say which event kind it carries: order or person")
+        kind = cast(SourceKind, ctx.choice(table["kind"], "kind", ("order", "person")))
+        if "epsilon_cap" not in table:
+            raise ctx.fail("epsilon_cap", "missing; every source needs a total epsilon cap")
+        cap = ctx.epsilon(table["epsilon_cap"], "epsilon_cap")
+        sources[name] = SourceSpec(name=name, topic=topic, kind=kind, epsilon_cap=cap)
+
+    streams: dict[str, StreamSpec] = {}
+    for name, raw in streams_raw.items():
+        ctx = ConfigReader(origin, f"stream {name!r}")
+        ctx.name(name, "name")
+        streams[name] = read_stream(ctx, name, ctx.table(raw, ""), sources)
+
+    for source in sources.values():
+        members = [s for s in streams.values() if s.source == source.name]
+        total = sum((s.epsilon for s in members), Decimal(0))
+        if total > source.epsilon_cap:
+            listing = " + ".join(f"{s.name} ({s.epsilon})" for s in members)
+            raise ConfigError(
+                f"{origin}: source {source.name!r}: the streams reading it spend epsilon "
+                f"{listing} = {total}, over its epsilon_cap {source.epsilon_cap}; lower their "
+                "epsilons or raise the cap (streams over one source compose: their epsilons add)"
+            )
+    return EngineSpec(sources=sources, streams=streams, raw=dict(data))

@@ -1,0 +1,252 @@
+"""Reading one ``[streams.<name>]`` table of a configuration into a :class:`StreamSpec`.
+
+A stream is one continual release: its source, epsilon, contribution bound (the sensitivity
+Delta), horizon N, period, counters, public constraints, mechanism and objective, lateness,
+consistency schedule and what happens at the end of an epoch (DESIGN §2, §5). The counters and
+constraints tables are read by the stream's kind (:data:`streamdp.kinds.KINDS`); the epsilon
+and Delta are refused when their exact noise scales leave the sampler's safe range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import ROUND_DOWN, Context, Decimal
+from typing import Any, cast
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from streamdp.engine.config_reader import ConfigReader
+from streamdp.engine.spec import (
+    ConsistencySpec,
+    ConstraintSpec,
+    CounterSpec,
+    EpochEnd,
+    Mechanism,
+    Objective,
+    OverSensitivity,
+    PeriodSpec,
+    PeriodUnit,
+    SourceSpec,
+    StreamSpec,
+)
+from streamdp.errors import ConfigError
+
+MAX_HORIZON = 10_000_000
+
+_STREAM_KEYS = (
+    "source", "epsilon", "sensitivity", "horizon", "period", "counters", "constraints", "mechanism",
+    "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_sensitivity",
+    "max_future_periods", "branching",
+)  # fmt: skip
+_PERIOD_KEYS = ("unit", "start", "timezone", "length")
+_CONSISTENCY_KEYS = ("every_periods", "at_epoch_end")
+
+
+def read_stream(
+    ctx: ConfigReader, name: str, table: dict[str, Any], sources: Mapping[str, SourceSpec]
+) -> StreamSpec:
+    """The stream ``name`` of ``table`` (its ``source`` one of ``sources``), validated."""
+    ctx.only(table, _STREAM_KEYS, "")
+    for required in ("source", "epsilon", "sensitivity", "horizon", "period", "counters"):
+        if required not in table:
+            raise ctx.fail(required, "missing (required for every stream)")
+    source_name = table["source"]
+    if source_name not in sources:
+        raise ctx.fail(
+            "source", f"unknown source {source_name!r}; configured: {', '.join(sources)}"
+        )
+    source = sources[source_name]
+    epsilon = ctx.epsilon(table["epsilon"], "epsilon")
+    sensitivity = ctx.integer(table["sensitivity"], "sensitivity", 1)
+    horizon = ctx.integer(table["horizon"], "horizon", 1, MAX_HORIZON)
+    period = _period(ctx, ctx.table(table["period"], "period"))
+    counters = _counters(ctx, ctx.table(table["counters"], "counters"), source)
+    constraints = _constraints(
+        ctx, ctx.table(table.get("constraints", {}), "constraints"), counters
+    )
+    mechanism = cast(
+        Mechanism,
+        ctx.choice(
+            table.get("mechanism", "fda"),
+            "mechanism",
+            ("fda", "binary", "naive", "kary_digits", "kary_gls"),
+        ),
+    )
+    objective = cast(
+        Objective,
+        ctx.choice(table.get("objective", "total"), "objective", ("total", "minimax", "count")),
+    )
+    from streamdp.continual.strategy import objectives_for
+
+    allowed = objectives_for(mechanism)
+    if objective not in allowed:
+        raise ctx.fail(
+            "objective",
+            f"{objective!r} does not apply to mechanism {mechanism!r}; it takes "
+            f"{' or '.join(repr(o) for o in allowed)}",
+        )
+    kary = mechanism in ("kary_digits", "kary_gls")
+    branching = None
+    if "branching" in table:
+        if not kary:
+            raise ctx.fail("branching", "applies to kary_digits and kary_gls only")
+        branching = ctx.integer(table["branching"], "branching", 2, 64)
+    lateness = ctx.duration(table.get("allowed_lateness", 0), "allowed_lateness", positive=False)
+    consistency_raw = ctx.table(table.get("consistency", {}), "consistency")
+    ctx.only(consistency_raw, _CONSISTENCY_KEYS, "consistency")
+    consistency = ConsistencySpec(
+        every_periods=ctx.integer(
+            consistency_raw.get("every_periods", 0), "consistency.every_periods", 0
+        ),
+        at_epoch_end=ctx.boolean(
+            consistency_raw.get("at_epoch_end", True), "consistency.at_epoch_end"
+        ),
+    )
+    on_epoch_end = cast(
+        EpochEnd, ctx.choice(table.get("on_epoch_end", "roll"), "on_epoch_end", ("roll", "stop"))
+    )
+    over_sensitivity = cast(
+        OverSensitivity,
+        ctx.choice(table.get("over_sensitivity", "reject"), "over_sensitivity", ("reject", "clip")),
+    )
+    max_future = ctx.integer(table.get("max_future_periods", 0), "max_future_periods", 0)
+
+    from streamdp.kinds import stream_kind
+
+    # Delta must admit a single legitimate event, otherwise every event would be rejected
+    stream_kind(counters.kind).check_contribution_bound(
+        ctx, counters, constraints, sensitivity, over_sensitivity
+    )
+    _check_noise_limits(ctx, epsilon, sensitivity, mechanism, objective, horizon, branching)
+    return StreamSpec(
+        name=name,
+        source=source.name,
+        epsilon=epsilon,
+        sensitivity=sensitivity,
+        horizon=horizon,
+        period=period,
+        counters=counters,
+        constraints=constraints,
+        mechanism=mechanism,
+        objective=objective,
+        branching=branching,
+        allowed_lateness_seconds=lateness,
+        consistency=consistency,
+        on_epoch_end=on_epoch_end,
+        over_sensitivity=over_sensitivity,
+        max_future_periods=max_future,
+    )
+
+
+#: Significant digits of a stream's epsilon that the noise maths reads exactly (float's DBL_DIG).
+EPSILON_DIGITS = 15
+
+
+def _round_down(value: Decimal, digits: int) -> Decimal:
+    return Context(prec=digits, rounding=ROUND_DOWN).plus(value)
+
+
+def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
+    ctx: ConfigReader,
+    epsilon: Decimal,
+    sensitivity: int,
+    mechanism: Mechanism,
+    objective: Objective,
+    horizon: int,
+    branching: int | None = None,
+) -> None:
+    """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
+    (2^-40 .. 2^40 counts; see streamdp.continual.variance.MAX_NOISE_SCALE)."""
+    from streamdp.continual.strategy import check_noise_scales
+
+    digits = len(epsilon.normalize().as_tuple().digits)
+    if digits > EPSILON_DIGITS:
+        raise ctx.fail(
+            "epsilon",
+            f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
+            f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
+        )
+    try:
+        check_noise_scales(mechanism, objective, horizon, epsilon, sensitivity, branching)
+    except ConfigError as error:
+        raise ctx.fail("epsilon", str(error)) from None
+
+
+def _period(ctx: ConfigReader, table: dict[str, Any]) -> PeriodSpec:
+    import datetime as dt
+
+    ctx.only(table, _PERIOD_KEYS, "period")
+    unit = cast(PeriodUnit, ctx.choice(table.get("unit"), "period.unit", ("day", "month", "fixed")))
+    start = table.get("start")
+    if unit == "fixed":
+        length = int(ctx.duration(table.get("length"), "period.length", positive=True))
+        if length < 1:
+            raise ctx.fail("period.length", "must be at least one second")
+        if "timezone" in table:
+            raise ctx.fail("period.timezone", "only calendar periods (day, month) take a timezone")
+        text = start.isoformat() if isinstance(start, dt.datetime) else start
+        try:
+            parsed = dt.datetime.fromisoformat(text) if isinstance(text, str) else None
+        except ValueError:
+            parsed = None
+        if parsed is None or parsed.tzinfo is None:
+            raise ctx.fail(
+                "period.start",
+                "fixed periods start at an instant with a UTC offset, e.g. "
+                f"2024-01-01T00:00:00Z; got {start!r}",
+            )
+        return PeriodSpec(unit=unit, start=parsed.isoformat(), length_seconds=length)
+    if "length" in table:
+        raise ctx.fail("period.length", "only fixed periods take a length")
+    timezone = table.get("timezone", "UTC")
+    try:
+        ZoneInfo(timezone) if isinstance(timezone, str) else None
+    except (ZoneInfoNotFoundError, ValueError):
+        timezone = None
+    if not isinstance(timezone, str):
+        raise ctx.fail(
+            "period.timezone",
+            f"must be an IANA time zone name such as 'Europe/Berlin' or 'UTC', got "
+            f"{table.get('timezone')!r}",
+        )
+    date = start if isinstance(start, dt.date) and not isinstance(start, dt.datetime) else None
+    if date is None and isinstance(start, str):
+        try:
+            date = dt.date.fromisoformat(start)
+        except ValueError:
+            date = None
+    if date is None:
+        raise ctx.fail(
+            "period.start", f"calendar periods start on a date such as 2024-01-01; got {start!r}"
+        )
+    if unit == "month" and date.day != 1:
+        raise ctx.fail("period.start", f"monthly periods start on the 1st of a month; got {date}")
+    return PeriodSpec(unit=unit, start=date.isoformat(), timezone=timezone)
+
+
+def _counters(ctx: ConfigReader, table: dict[str, Any], source: SourceSpec) -> CounterSpec:
+    from streamdp.kinds import KINDS
+
+    kind = ctx.choice(table.get("kind"), "counters.kind", tuple(KINDS))
+    plugin = KINDS[kind]
+    if source.kind != plugin.source_kind:
+        raise ctx.fail(
+            "counters.kind",
+            f"{kind!r} counters need a source of {plugin.source_kind} events, but source "
+            f"{source.name!r} carries {source.kind} events",
+        )
+    return plugin.parse_counters(ctx, table)
+
+
+def _constraints(ctx: ConfigReader, table: dict[str, Any], counters: CounterSpec) -> ConstraintSpec:
+    from streamdp.kinds import KINDS
+
+    supported = tuple(k for plugin in KINDS.values() for k in plugin.constraint_kinds)
+    kind = ctx.choice(table.get("kind", "none"), "constraints.kind", ("none", *supported))
+    if kind == "none":
+        ctx.only(table, ("kind",), "constraints")
+        return ConstraintSpec()
+    plugin = KINDS[counters.kind]
+    if kind not in plugin.constraint_kinds:
+        owner = next(p.name for p in KINDS.values() if kind in p.constraint_kinds)
+        raise ctx.fail("constraints.kind", f"{kind!r} needs {owner} counters")
+    return plugin.parse_constraints(ctx, table, counters)
