@@ -29,6 +29,7 @@ from streamdp.papers.dykstra import (
     project_nonnegative,
 )
 from streamdp.papers.fgmc import fgmc_three_level
+from streamdp.papers.gmc import generation_matrix, gmc_projection
 from streamdp.papers.reference import constraint_residual, dense_projection
 from streamdp.papers.restaurant import (
     restaurant_approximation,
@@ -36,15 +37,8 @@ from streamdp.papers.restaurant import (
     restaurant_release,
 )
 from streamdp.papers.sparse import sparse_projection
-from streamdp.papers.trees import (
-    Tree,
-    complete_tree,
-    dyadic_tree,
-    generation_matrix,
-    gmc_projection,
-    seed003_two_pass,
-    tree_projection,
-)
+from streamdp.papers.tree import Tree, complete_tree, dyadic_tree
+from streamdp.papers.tree_passes import seed003_two_pass, tree_projection
 
 __all__ = [
     "ApproximationResult",

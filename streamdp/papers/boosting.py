@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.errors import ConfigError
-from streamdp.papers.trees import complete_height
+from streamdp.papers.tree import complete_height
 
 FloatArray = npt.NDArray[np.float64]
 

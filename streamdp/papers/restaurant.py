@@ -31,7 +31,8 @@ from streamdp.papers.approximation import ApproximationResult, alternating_proje
 from streamdp.papers.boosting import boosting
 from streamdp.papers.reference import dense_projection
 from streamdp.papers.sparse import sparse_projection
-from streamdp.papers.trees import Tree, complete_height, complete_tree, tree_projection
+from streamdp.papers.tree import Tree, complete_height, complete_tree
+from streamdp.papers.tree_passes import tree_projection
 
 FloatArray = npt.NDArray[np.float64]
 RestaurantMethod = Literal["exact", "approx", "dense", "sparse"]
