@@ -21,12 +21,13 @@ import pytest
 from rich.cells import cell_len
 from rich.console import Console
 
+from streamdp.budget_view import BudgetView, SourceBudget
 from streamdp.daemon.service import source_spec
 from streamdp.demo.board import Board, half_width95
 from streamdp.demo.feed import DAY_SECONDS, FeedStats, Record, paced_records, run_feed
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
-from streamdp.metrics import BudgetView, SourceBudget, StreamdpMetrics
+from streamdp.metrics import StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler
 
 

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from streamdp.metrics import exported_sample_names
+from streamdp.metrics_catalogue import exported_sample_names
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "deploy/grafana/dashboards/streamdp.json"
 GRAFANA_BUILTINS = {"__rate_interval", "__range", "__interval"}

@@ -33,7 +33,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdp.metrics import exported_sample_names
+from streamdp.metrics_catalogue import exported_sample_names
 
 ROOT = Path(__file__).resolve().parent.parent
 PROM_DIR = ROOT / "deploy" / "prometheus"

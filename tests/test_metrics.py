@@ -17,14 +17,12 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdp.metrics import (
+from streamdp.budget_view import BudgetView, SourceBudget, StreamBudget
+from streamdp.metrics import StreamdpMetrics
+from streamdp.metrics_catalogue import (
     CATALOGUE,
     INPUT_VOLUME_METRICS,
     REJECTION_REASONS,
-    BudgetView,
-    SourceBudget,
-    StreamBudget,
-    StreamdpMetrics,
     exported_sample_names,
     spec,
 )
@@ -100,7 +98,7 @@ def value(table: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
 
 @pytest.mark.parametrize("entry", CATALOGUE, ids=lambda e: e.name)
 def test_names_follow_prometheus_conventions(entry: object) -> None:
-    from streamdp.metrics import MetricSpec
+    from streamdp.metrics_catalogue import MetricSpec
 
     assert isinstance(entry, MetricSpec)
     name = entry.name

@@ -11,10 +11,11 @@ from decimal import Decimal
 from typing import Any
 
 from streamdp import __version__
+from streamdp.budget_view import BudgetView, SourceBudget, StreamBudget
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec
-from streamdp.metrics import BudgetView, SourceBudget, StreamBudget, StreamdpMetrics
+from streamdp.metrics import StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
 from streamdp.noise.sampler import NoiseSampler
 
