@@ -10,8 +10,9 @@ import faust
 from streamdp.daemon.app import create_app
 from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.settings import DaemonSettings, env_settings
+from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, start_stop_deadline
+from streamdp.daemon.topic_check import verify_topics_at_start
 from streamdp.daemon.topology import required_topics
-from streamdp.worker_cli import STOP_DEADLINE_SECONDS, start_stop_deadline, verify_topics_at_start
 
 settings = DaemonSettings(**env_settings(None)).validate()  # type: ignore[arg-type]
 app, runtime = create_app(settings)
