@@ -52,7 +52,7 @@ from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.demo.worker import die_with_parent
 from streamdp.engine import parse_spec
-from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
+from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

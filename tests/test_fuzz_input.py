@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
+from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.engine.engine import ACCEPTED, NOT_COUNTED
-from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate
 

@@ -24,6 +24,12 @@ from hypothesis import strategies as st
 from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import RECORD_OVERHEAD_BYTES, WRITE_BOUNDS, DaemonSettings
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
+from streamdp.engine.dead_letter_bounds import (
+    MAX_DEAD_LETTER_BYTES,
+    MAX_DEAD_LETTER_MESSAGE,
+    MAX_DEAD_LETTER_RAW,
+    MAX_LABEL_CHARS,
+)
 from streamdp.engine.events import MAX_QUANTITY, MAX_RECORD_BYTES, RejectedError, decode
 from streamdp.engine.periods import (
     EARLIEST_INSTANT,
@@ -31,12 +37,6 @@ from streamdp.engine.periods import (
     PeriodClock,
     format_instant,
     parse_instant,
-)
-from streamdp.engine.records import (
-    MAX_DEAD_LETTER_BYTES,
-    MAX_DEAD_LETTER_MESSAGE,
-    MAX_DEAD_LETTER_RAW,
-    MAX_LABEL_CHARS,
 )
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.spec import PeriodSpec

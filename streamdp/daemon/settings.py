@@ -13,7 +13,7 @@ from pathlib import Path
 
 from streamdp.daemon.service import MAX_SEEN_CHUNK_BYTES, OutputTopics
 from streamdp.engine.clock import parse_clock
-from streamdp.engine.records import MAX_DEAD_LETTER_BYTES
+from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
