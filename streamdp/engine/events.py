@@ -26,6 +26,16 @@ conversion limit) or a lone UTF-16 surrogate escape (``"\\ud800"``: no Unicode t
 "malformed". Duplicate object keys are not refused: the last one wins (as in Python and
 JavaScript), so a record always means one thing here. Quantities are at most
 :data:`MAX_QUANTITY`.
+
+Two decoders, one answer. :func:`decode_with_stdlib` is the reference: Python's own JSON reader
+plus the checks above. :func:`decode` first tries orjson (about five times faster on a typical
+record) on bytes it can read exactly as the reference does, and takes its result only when
+orjson accepted the record and it is an object; on anything else (an orjson error of any kind,
+a record nested deeper than :data:`FAST_MAX_BRACKETS` brackets, a run of 19 digits, which
+orjson may read as a float where Python reads an integer, text input, or orjson missing) the
+reference decides. orjson refuses every lone surrogate, invalid UTF-8, ``NaN``/``Infinity`` and
+a byte-order mark, so what it accepts the reference accepts with the same value; a property
+test holds the two equal on generated and mutated records, rejections included.
 """
 
 from __future__ import annotations
@@ -35,6 +45,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, get_args
 
 from streamdp.engine.spec import StreamSpec
+
+try:
+    from orjson import loads as _orjson_loads
+except ImportError:  # pragma: no cover - orjson is a dependency; the reference path suffices
+    _orjson_loads = None
 
 Reason = Literal[
     "malformed",
@@ -139,10 +154,45 @@ def record_size(record: bytes | bytearray | str) -> int:
     return len(record)
 
 
+#: A record with more opening brackets than this goes to the reference decoder: orjson nests up
+#: to 1024 levels, Python's reader to about its recursion limit, so deep records are read by
+#: the one whose limit defines "too deeply". (A shorter record cannot hold more: not counted.)
+FAST_MAX_BRACKETS: Final = 512
+# 19 digits in a row (found as a run of zeros once every digit is mapped to one): an integer
+# orjson may read as a float, outside -2^63..2^64-1. A translate and a substring search cost a
+# tenth of a regular expression's search here.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_DIGIT_RUN = b"0" * 19
+
+
 def decode(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any]:
     """The record as a dict; raises :class:`RejectedError` ("too_large" over
     :data:`MAX_RECORD_BYTES`, else "malformed") unless it is one strict JSON object of Unicode
-    text. Never raises anything else, whatever the bytes."""
+    text. Never raises anything else, whatever the bytes. The same answer as
+    :func:`decode_with_stdlib`, faster on bytes (module docstring)."""
+    if (
+        (type(record) is bytes or type(record) is bytearray)
+        and _orjson_loads is not None
+        and len(record) <= MAX_RECORD_BYTES
+        and (
+            len(record) <= FAST_MAX_BRACKETS
+            or record.count(b"[") + record.count(b"{") <= FAST_MAX_BRACKETS
+        )
+        and _LONG_DIGIT_RUN not in record.translate(_DIGITS_AS_ZERO)
+    ):
+        try:
+            data = _orjson_loads(record)
+        except Exception:  # noqa: S110 - any refusal: the reference decides and says why
+            pass
+        else:
+            if type(data) is dict:
+                return data
+    return decode_with_stdlib(record)
+
+
+def decode_with_stdlib(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`decode` by Python's own JSON reader: the reference, and the reader of every record
+    the fast path passes on (rejections included)."""
     if not isinstance(record, bytes | bytearray | str):
         return dict(record)
     # a str has at least as many UTF-8 bytes as characters: measure only when it may be over
