@@ -46,6 +46,7 @@ from typing import Any, Final, Literal, get_args
 
 from streamdp.engine.spec import StreamSpec
 
+_orjson_loads: Callable[[bytes | bytearray], Any] | None
 try:
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - orjson is a dependency; the reference path suffices
