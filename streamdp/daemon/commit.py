@@ -1,0 +1,110 @@
+"""The checkpoint protocol: what makes a batch's effect exactly-once on an at-least-once broker.
+
+For one :class:`~streamdp.daemon.service.BatchOutcome`, in this order:
+
+1. **checkpoint**: send every state write to the state table's changelog and wait until the
+   broker acknowledged every one of them (the outbox entries and the hot state among them);
+2. **publish** the outputs and wait until the broker acknowledged every one of them;
+3. **clear the outbox** (deletions sent, not waited for: a lost deletion only re-publishes
+   identical records later);
+4. **observe** the batch (metrics; nothing of the protocol depends on it).
+
+An acknowledgement that fails raises out of :meth:`CheckpointCommit.commit` and stops the
+protocol where it is: a failed checkpoint publishes nothing, a failed publication leaves the
+outbox in place for the source's next owner to publish again. The caller acknowledges the
+batch's input records only after ``commit`` returned.
+
+The table and the topics are reached through two narrow protocols (:class:`ChangelogTable`,
+:class:`OutputTopic`) so that the order can be checked with fakes
+(``tests/test_commit_protocol.py``); in the worker they are Faust's table and topics
+(``streamdp.daemon.app``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any, Protocol
+
+from streamdp.daemon.service import BatchOutcome
+
+__all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic"]
+
+
+class ChangelogTable(Protocol):
+    """The part of a Faust table the protocol uses: its local data and its changelog."""
+
+    @property
+    def data(self) -> MutableMapping[Any, Any]:
+        """The table's local contents (kept equal to what its changelog says)."""
+        ...
+
+    def send_changelog(
+        self,
+        partition: int | None,
+        key: Any,
+        value: Any,
+        key_serializer: Any = None,
+        value_serializer: Any = None,
+    ) -> Awaitable[Any]:
+        """Send one change to the changelog; the result completes when the broker acknowledged
+        it (and raises if it refused it)."""
+        ...
+
+
+class OutputTopic(Protocol):
+    """The part of a Faust topic the protocol uses: sending one record."""
+
+    async def send(self, *, key: Any = None, value: Any = None) -> Awaitable[Any]:
+        """Queue one record; the returned awaitable completes on the broker's acknowledgement."""
+        ...
+
+
+class CheckpointCommit:
+    """Steps 1-4 of the checkpoint protocol for one worker (see the module docstring).
+
+    ``outputs`` maps each output topic's name to its topic; ``observe`` receives the outcome
+    and, for an input batch, the seconds from its receipt to the end of step 3.
+    """
+
+    def __init__(
+        self,
+        table: ChangelogTable,
+        outputs: Mapping[str, OutputTopic],
+        observe: Callable[[BatchOutcome, float | None], None],
+    ) -> None:
+        self._table = table
+        self._outputs = outputs
+        self._observe = observe
+
+    async def commit(self, outcome: BatchOutcome, *, received: float | None = None) -> None:
+        """Checkpoint, publish, clear the outbox, observe; ``received`` is the
+        ``time.perf_counter()`` reading at which the batch's records were taken, if any."""
+        table = self._table
+        # 1. checkpoint durable before anything derived from it leaves the process
+        pending = []
+        for write in outcome.writes:
+            if write.value is None:
+                table.data.pop(write.key, None)
+                pending.append(
+                    table.send_changelog(write.partition, write.key, None, value_serializer="raw")
+                )
+            else:
+                table.data[write.key] = write.value
+                pending.append(table.send_changelog(write.partition, write.key, write.value))
+        if pending:
+            await asyncio.gather(*pending)
+        # 2. publish
+        sent = [
+            await self._outputs[p.topic].send(key=p.key.encode(), value=p.value.encode())
+            for p in outcome.publications
+        ]
+        if sent:
+            await asyncio.gather(*sent)
+        # 3. clear the outbox (a lost deletion only re-publishes identical records later)
+        for write in outcome.cleanup:
+            table.data.pop(write.key, None)
+            table.send_changelog(write.partition, write.key, None, value_serializer="raw")
+        latency = None if received is None else time.perf_counter() - received
+        self._observe(outcome, latency)

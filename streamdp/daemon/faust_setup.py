@@ -1,0 +1,97 @@
+"""The Faust app of one worker and what it declares: input topics, output topics, state table.
+
+Faust's settings come from the daemon's (:class:`~streamdp.daemon.settings.DaemonSettings`);
+topics are never declared by the worker (``topic_allow_declare=False``: the operator or the
+demo creates them), and Faust's web routes other than the worker's two pages are off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from faust.types import TableT, TopicT
+
+from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import STATE_TABLE, broker_credentials
+
+__all__ = ["WorkerTopics", "declare_topics", "new_faust_app"]
+
+
+def new_faust_app(settings: DaemonSettings) -> faust.App:
+    """A Faust app configured from ``settings`` (not started)."""
+    return faust.App(
+        settings.app_id,
+        broker=[f"kafka://{b.strip()}" for b in settings.bootstrap.split(",")],
+        broker_credentials=broker_credentials(settings),
+        store="memory://",
+        processing_guarantee="at_least_once",
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+        topic_partitions=settings.partitions,
+        table_standby_replicas=settings.standby_replicas,
+        broker_session_timeout=settings.session_timeout,
+        broker_heartbeat_interval=settings.heartbeat_interval,
+        broker_rebalance_timeout=max(10.0, 2 * settings.session_timeout),
+        broker_commit_interval=settings.commit_interval,
+        consumer_auto_offset_reset="earliest",
+        producer_max_batch_size=1 if settings.single_record_batches else 16384,
+        producer_acks=-1 if settings.producer_acks == "all" else int(settings.producer_acks),
+        # every write is bounded below this by construction (settings.WRITE_BOUNDS)
+        producer_max_request_size=settings.max_request_size,
+        # the batch input path acknowledges after its checkpoint; records of a revoked
+        # partition it drops are never acknowledged, so Faust must not wait for them
+        stream_wait_empty=settings.input_path != "batch",
+        web_enabled=True,
+        # Faust's default routes would serve table contents (raw partial sums) over HTTP:
+        # only /metrics and /status are served
+        web_tables_enabled=False,
+        web_router_enabled=False,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        datadir=str(settings.data_dir),
+        version=1,
+    )
+
+
+@dataclass(frozen=True)
+class WorkerTopics:
+    """The inputs (raw bytes), the outputs by name (text) and the state table of a worker."""
+
+    inputs: TopicT
+    outputs: dict[str, TopicT]
+    state: TableT[Any, Any]
+
+
+def declare_topics(
+    app: faust.App, settings: DaemonSettings, input_names: Sequence[str]
+) -> WorkerTopics:
+    """Declare the worker's topics and its state table on ``app``."""
+    inputs = app.topic(
+        *input_names,
+        key_type=bytes,
+        value_type=bytes,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=settings.partitions,
+    )
+    outputs = {
+        name: app.topic(
+            name, key_type=str, value_type=str, key_serializer="raw", value_serializer="raw"
+        )
+        for name in (
+            settings.topics.releases,
+            settings.topics.consistent,
+            settings.topics.dead_letter,
+        )
+    }
+    state = app.Table(
+        STATE_TABLE,
+        default=None,
+        partitions=settings.partitions,
+        schema=faust.Schema(key_serializer="json", value_serializer="json"),
+    )
+    return WorkerTopics(inputs, outputs, state)

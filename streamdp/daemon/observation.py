@@ -1,0 +1,129 @@
+"""What the worker tells ``/metrics`` about a committed batch and about its input.
+
+:class:`OutcomeObserver` turns a committed :class:`~streamdp.daemon.service.BatchOutcome` into
+release, consistency and dead-letter metrics (noisy values only, plus the engine's own revision
+statistics); :class:`InputProgress` keeps, per input partition, the next offset to process, the
+consumer lag and the stall watchdog's progress marks, and reports input volume and lag (operator
+surfaces protected like the input topic, see ``streamdp.metrics``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from faust.exceptions import NotReady
+from faust.types import TP
+
+from streamdp.daemon.batch_input import InputStallWatch
+from streamdp.daemon.service import BatchOutcome, ReleaseService
+from streamdp.engine import EngineSpec
+from streamdp.engine.periods import PeriodClock
+from streamdp.metrics import StreamdpMetrics
+
+__all__ = ["InputProgress", "OutcomeObserver"]
+
+
+class OutcomeObserver:
+    """Records a committed batch's releases, revisions and rejections in the metrics.
+
+    ``service`` returns the worker's release service once it exists (the revision statistics
+    and the periods released are read from the engine of the stream's source).
+    """
+
+    def __init__(
+        self,
+        metrics: StreamdpMetrics,
+        spec: EngineSpec,
+        service: Callable[[], ReleaseService | None],
+    ) -> None:
+        self._metrics = metrics
+        self._spec = spec
+        self._service = service
+
+    def __call__(self, outcome: BatchOutcome, latency: float | None) -> None:
+        """Observe ``outcome``; ``latency`` is the seconds from receipt of its input batch to
+        the broker's acknowledgement of its publications (None for a timer's outcome)."""
+        metrics = self._metrics
+        spec = self._spec
+        now = time.time()
+        for letter in outcome.dead_letters:
+            metrics.record_rejected(letter.topic or "-", letter.reason)
+        by_stream: dict[str, dict[str, float]] = {}
+        last: dict[str, Any] = {}
+        for release in outcome.releases:
+            by_stream.setdefault(release.stream, {})[release.counter] = float(release.noisy_total)
+            last[release.stream] = release
+        service = self._service()
+        for stream, totals in by_stream.items():
+            release = last[stream]
+            runtime_stream = None
+            if service is not None:
+                engine = service.engines().get(spec.streams[stream].source)
+                runtime_stream = engine.streams[stream] if engine is not None else None
+            clock = PeriodClock(spec.streams[stream].period)
+            start, end = clock.bounds(runtime_stream.closed if runtime_stream else 0)
+            metrics.record_release(
+                stream,
+                epoch=release.epoch,
+                periods_released=release.period,
+                period_seconds=end - start,
+                stddev=release.total_std,
+                noisy_running_totals=totals,
+                published_at=now,
+                # from receipt of the batch whose records closed the period to the broker's
+                # acknowledgement of the release
+                close_latency_seconds=latency,
+            )
+        latest_revision: dict[str, Any] = {}
+        for revision in outcome.revisions:
+            latest_revision[revision.stream] = revision
+        for stream, revision in latest_revision.items():
+            stats = None
+            if service is not None:
+                engine = service.engines().get(spec.streams[stream].source)
+                if engine is not None:
+                    stats = engine.streams[stream].last_revision
+            metrics.record_consistency(
+                stream,
+                residual=stats.residual if stats else 0.0,
+                duration_seconds=stats.seconds if stats else 0.0,
+                consistent_running_totals={k: float(v) for k, v in revision.totals.items()},
+            )
+
+
+class InputProgress:
+    """Per input partition: the next offset to process, the consumer lag, the stall marks."""
+
+    def __init__(self, metrics: StreamdpMetrics, stall_watch: InputStallWatch) -> None:
+        self._metrics = metrics
+        self.stall_watch = stall_watch
+        self.lag: dict[tuple[str, int], int] = {}
+        # next input offset to process, per partition
+        self.next_offset: dict[tuple[str, int], int] = {}
+
+    def observe(
+        self,
+        ends: dict[tuple[str, int], tuple[int, int]],
+        highwater: Callable[[TP], Any],
+    ) -> None:
+        """Record a processed batch: ``ends`` maps (topic, partition) to (last offset, records)
+        (``batch_input.last_offsets``); ``highwater`` is the consumer's end offset of a
+        partition, for the lag."""
+        per_topic: dict[str, int] = {}
+        lag = self.lag
+        for key, (last, count) in ends.items():
+            topic = key[0]
+            per_topic[topic] = per_topic.get(topic, 0) + count
+            self.next_offset[key] = max(self.next_offset.get(key, 0), last + 1)
+            self.stall_watch.progressed(key)
+            try:
+                lag[key] = max(0, int(highwater(TP(*key))) - last - 1)
+            except (KeyError, TypeError, AttributeError, AssertionError, NotReady):
+                # AssertionError: aiokafka's answer for a partition revoked meanwhile (a
+                # rebalance while the batch was written); its lag is its next owner's to report
+                continue
+        for topic, count in per_topic.items():
+            self._metrics.record_input(topic, count)
+            self._metrics.set_consumer_lag(topic, sum(v for (t, _), v in lag.items() if t == topic))
