@@ -19,7 +19,7 @@ from streamdp.errors import StreamdpError
 
 # command name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "plan": ("streamdp.planner_cli", "accuracy planner: expected error before spending budget"),
+    "plan": ("streamdp.planner.cli", "accuracy planner: expected error before spending budget"),
     "worker": ("streamdp.worker_cli", "run a release daemon worker (faust-streaming on Kafka)"),
     "demo": (
         "streamdp.demo_cli",

@@ -33,7 +33,7 @@ from streamdp.engine import parse_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, OpenDPDiscreteLaplace
 from streamdp.noise.opendp_sampler import opendp_privacy_loss
-from streamdp.planner import plan
+from streamdp.planner.accuracy import plan
 
 EPSILONS: list[float | Decimal] = [0.1, 1 / 3, 1e-3, 0.7, 2.0, 0.3, Decimal("0.45")]
 DELTAS = [1, 5, 7]

@@ -11,7 +11,8 @@ import pytest
 from streamdp.cli import main
 from streamdp.continual import build_strategy
 from streamdp.continual.variance import variance_profile
-from streamdp.planner import error_bound, plan
+from streamdp.planner.accuracy import plan
+from streamdp.planner.error_bound import error_bound
 
 KEYS = {
     "mechanism",
@@ -226,7 +227,7 @@ def test_target_std_gives_the_smallest_epsilon_that_meets_it(
 ) -> None:
     from decimal import Decimal
 
-    from streamdp.planner import epsilon_for_std, planned_std
+    from streamdp.planner.target import epsilon_for_std, planned_std
 
     target = 10.0
     epsilon, result = epsilon_for_std(target, mechanism, objective, 365, 5.0)
@@ -246,7 +247,7 @@ def test_target_std_for_continuous_laplace_is_the_inverse_square_law() -> None:
     """Variance is V(1)/epsilon^2 exactly for Laplace noise: epsilon = std(1)/target, rounded up."""
     from decimal import ROUND_CEILING, Decimal
 
-    from streamdp.planner import epsilon_for_std
+    from streamdp.planner.target import epsilon_for_std
 
     one = plan("fda", "total", 1000, 1.0, 3.0, "laplace")
     target = 100.0

@@ -165,7 +165,7 @@ def _header(  # noqa: PLR0917 - one line each
     port: int,
 ) -> list[str]:
     from streamdp.demo.board import half_width95
-    from streamdp.planner import plan
+    from streamdp.planner.accuracy import plan
 
     if args.insecure_seed is None:
         noise = "noise: OpenDP exact discrete Laplace (secure sampler)"

@@ -1,0 +1,124 @@
+"""What ``streamdp plan`` prints for people: a plan's table, a comparison, one row per stream.
+
+Formatting only; the numbers come from :mod:`streamdp.planner.accuracy` and
+:mod:`streamdp.planner.target`. :class:`StreamPlan` is also the JSON shape of a spec's plan.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from streamdp.planner.accuracy import Plan
+from streamdp.planner.target import planned_std
+
+
+def _describe(result: Plan) -> str:
+    if result.branching is None:
+        return result.mechanism
+    budgets = "/".join(f"{b:.3f}" for b in result.level_budgets)
+    return f"{result.mechanism} (k={result.branching}, level budgets {budgets})"
+
+
+def render_table(result: Plan) -> str:
+    """Human-readable summary with the 95% error bound of the running total at a few t."""
+    lines = [
+        (
+            f"mechanism {_describe(result)}  objective {result.objective}  "
+            f"horizon {result.horizon}  epsilon {result.epsilon:g}  "
+            f"sensitivity {result.sensitivity:g}  noise {result.noise}"
+        ),
+        (
+            f"running-total variance: mean {result.mean_variance:.6g}  "
+            f"max {result.max_variance:.6g}  (std: mean-variance "
+            f"{math.sqrt(result.mean_variance):.4g}, max {math.sqrt(result.max_variance):.4g}; "
+            "units: counts)"
+        ),
+        (
+            f"period-count variance: mean {result.mean_count_variance:.6g}  "
+            f"max {result.max_count_variance:.6g}"
+        ),
+        f"stored noisy values per counter per epoch: {result.state_values_per_counter}",
+        "",
+        f"{'t':>10}  {'std of total':>14}  {'95% error bound':>16}",
+    ]
+    lines += [f"{r.t:>10}  {r.total_std:>14.4g}  {r.error95:>16.4g}" for r in result.releases]
+    lines.append("")
+    lines.append(
+        "95% bound: P(|noisy total - true total| <= bound) >= 0.95, from the exact noise "
+        "distribution (normal quantile when more than 64 nodes are combined)."
+    )
+    return "\n".join(lines)
+
+
+def render_comparison(results: list[Plan]) -> str:
+    """One row per mechanism: running-total and period-count variances, state per counter."""
+    first = results[0]
+    lines = [
+        (
+            f"horizon {first.horizon}  epsilon {first.epsilon:g}  "
+            f"sensitivity {first.sensitivity:g}  noise {first.noise}  (variances in counts^2)"
+        ),
+        "",
+        (
+            f"{'mechanism':<13} {'objective':<9} {'k':>3} {'mean total':>12} {'max total':>12} "
+            f"{'mean count':>12} {'stored/counter':>15}"
+        ),
+    ]
+    for r in results:
+        k = "" if r.branching is None else str(r.branching)
+        lines.append(
+            f"{r.mechanism:<13} {r.objective:<9} {k:>3} {r.mean_variance:>12.6g} "
+            f"{r.max_variance:>12.6g} {r.mean_count_variance:>12.6g} "
+            f"{r.state_values_per_counter:>15}"
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """The plan of one stream of a spec (``target_epsilon`` set under ``--target-std``)."""
+
+    stream: str
+    plan: Plan
+    target_epsilon: Decimal | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = {"stream": self.stream, **self.plan.as_dict()}
+        data["period_count_std"] = math.sqrt(self.plan.mean_count_variance)
+        if self.target_epsilon is not None:
+            data["epsilon_for_target"] = str(self.target_epsilon)
+            data["planned_std"] = planned_std(self.plan)
+        return data
+
+
+def render_streams(rows: list[StreamPlan], target: float | None) -> str:
+    """One row per stream: mechanism, horizon, epsilon, sensitivity, standard deviations."""
+    head = (
+        f"{'stream':<22} {'mechanism':<18} {'N':>6} {'epsilon':>8} {'sens.':>5} "
+        f"{'mean std':>9} {'max std':>9} {'count std':>9}"
+    )
+    lines = [head]
+    for row in rows:
+        r = row.plan
+        mechanism = r.mechanism if r.objective == "total" else f"{r.mechanism}/{r.objective}"
+        lines.append(
+            f"{row.stream:<22} {mechanism:<18} {r.horizon:>6} {r.epsilon:>8.4g} "
+            f"{r.sensitivity:>5g} {math.sqrt(r.mean_variance):>9.4g} "
+            f"{math.sqrt(r.max_variance):>9.4g} {math.sqrt(r.mean_count_variance):>9.4g}"
+        )
+    lines.append("")
+    if target is not None:
+        lines += [
+            "epsilon: per epoch (event-level), the smallest with 3 digits for a standard",
+            f"deviation of at most {target:g} (of the mean running total; the worst one for",
+            "minimax; the mean period count for count); the other columns are at that epsilon",
+        ]
+    else:
+        lines += [
+            "epsilon: per epoch (event-level); standard deviations in counts: mean and max over",
+            "the horizon of the running total's, mean of the period count's",
+        ]
+    return "\n".join(lines)
