@@ -23,10 +23,12 @@ from rich.console import Console
 
 from streamdp.budget_view import BudgetView, SourceBudget
 from streamdp.daemon.service import source_spec
-from streamdp.demo.board import Board, half_width95
+from streamdp.demo.board import Board
+from streamdp.demo.board_view import render_board
 from streamdp.demo.feed import DAY_SECONDS, FeedStats, Record, paced_records, run_feed
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
+from streamdp.error_band import half_width95
 from streamdp.metrics import StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler
 
@@ -127,7 +129,7 @@ HEADER = [
 
 def _render(board: Board, width: int, height: int) -> list[str]:
     console = Console(width=width, height=height, record=True, file=io.StringIO())
-    console.print(board.renderable(HEADER, height))
+    console.print(render_board(board, HEADER, height))
     return console.export_text().splitlines()
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from stats_continual import P_THRESHOLD, variance_z_pvalue
 
-from streamdp.continual.factored_counter import level_scales
+from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.strategy import build_any_strategy
 from streamdp.engine import ConsistentRecord, Engine, ReleaseRecord, parse_spec
 from streamdp.engine.periods import parse_instant
@@ -356,7 +356,7 @@ def test_readers_show_real_valued_releases(tmp_path: Path) -> None:
     """A kary_gls release (real numbers) is read by the feed, the demo board and tail, not
     dropped or truncated to an integer."""
     from streamdp.demo.board import Board
-    from streamdp.feed.model import parse_release
+    from streamdp.feed.records import parse_release
     from streamdp.tail_cli import describe_record
 
     spec = _example("hiv", "kary_gls")

@@ -30,8 +30,9 @@ from typing import Any
 
 import pytest
 
-from streamdp.demo.board import half_width95
-from streamdp.feed.model import FeedView, parse_release
+from streamdp.error_band import half_width95
+from streamdp.feed.model import FeedView
+from streamdp.feed.records import parse_release
 from streamdp.feed.sources import ReplayDirectory
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,13 +1,9 @@
-"""The demo's view of the worker's output: release, consistent and dead-letter records in, text out.
+"""The demo's view of the worker's output: release, consistent and dead-letter records in, state
+and plain log lines out.
 
-Pure state and formatting (no I/O), so the terminal board and the plain log lines are tested on
-their own. The terminal board is a ``rich`` renderable sized to the terminal: every line is cut
-(never wrapped) at its width, and counter rows are dropped before anything else when the height
-is short, so an 80x24 terminal shows the whole board with its header.
-
-Error bounds follow ``docs/consuming.md`` section 4: a 95% interval of a released value
-with standard deviation ``sd`` is ``value +- (2.12 sd + 1)`` (2.12 = ln 20 / sqrt 2, the 95% point
-of one Laplace variable, the worst case of a read path; +1 because the noise is an integer).
+Pure state and formatting (no I/O), so the plain log lines are tested on their own; the
+terminal board drawn from this state is :mod:`streamdp.demo.board_view`. Error bounds are the
+95% band of :mod:`streamdp.error_band`.
 
 Only noisy values and their post-processing reach this module: the records of
 ``streamdp.releases`` and ``streamdp.consistent``, the reasons of ``streamdp.dead-letter`` and
@@ -17,34 +13,19 @@ the budget gauges of ``/metrics``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from rich.console import Group, RenderableType
-from rich.table import Table
-from rich.text import Text
 
 from streamdp.engine.spec import EngineSpec
+from streamdp.error_band import half_width95
 
-#: 95% half-width in standard deviations (docs/consuming.md section 4).
-LAPLACE_95_SD = 2.12
 #: Counters shown per stream (the census stream has 43; the rest are on /metrics).
 SHOWN_COUNTERS = 5
 _STALE_AFTER = 3  # an incomplete period is printed as is once this many newer ones arrived
 _KEEP_PERIODS = 64  # plain mode prints every period that arrived in full
-#: The one-line legend under the terminal board.
-LEGEND = "Negative counts are noise: unbiased, so do not clip them to 0. ±95%: 2.12 sd + 1"
-#: Widths of the terminal board's columns (counter, then four numbers); with one space each
-#: side between columns the table is 77 characters wide.
-_COLUMN_WIDTHS = (17, 13, 15, 15, 11)
-
-
-def half_width95(sd: float) -> float:
-    """Half-width of the 95% interval of a released value with noise standard deviation ``sd``
-    (same unit as the value, counts): ``2.12 sd + 1`` (docs/consuming.md section 4)."""
-    return LAPLACE_95_SD * sd + 1.0
 
 
 @dataclass(frozen=True)
@@ -236,85 +217,6 @@ class Board:
         parts = [f"{reason} {n}" for reason, n in self.dead_letters.most_common()]
         return f"dead letters ({total}): " + ", ".join(parts)
 
-    def renderable(self, header: Sequence[str] = (), height: int = 24) -> RenderableType:
-        """The terminal board: ``header`` lines, then per stream its newest period (count and
-        running total) and, side by side, the running total released and the consistent one
-        of the same period (:attr:`StreamView.matched`); then the budget per source, dead
-        letters and a one-line legend. Fits ``height`` rows by showing fewer counters; every
-        line is cut with an ellipsis at the console's width, never wrapped."""
-        fixed = len(header) + 2 + len(self.streams) + 1 + len(self.caps) + 2
-        rows = _share(max(0, height - fixed), [len(v.counters) for v in self.streams.values()])
-        parts: list[RenderableType] = [_line(text) for text in header]
-        counter_width, *number_widths = _COLUMN_WIDTHS
-        newest_width = number_widths[0] + number_widths[1] + 2
-        matched_width = number_widths[2] + number_widths[3] + 2
-        parts.append(
-            _line(
-                " " * (counter_width + 1)
-                + " newest period ".center(newest_width, "─")
-                + "  "
-                + " matched period ".center(matched_width, "─")
-            )
-        )
-        parts.append(
-            _table(
-                ("counter", "count ±95%", "total ±95%", "total ±95%", "consistent"),
-                [],
-                show_header=True,
-            )
-        )
-        for view, shown in zip(self.streams.values(), rows, strict=True):
-            parts.append(_line(self._stream_title(view, shown), style="bold"))
-            parts.append(_table((), [self._row(view, c) for c in view.counters[:shown]]))
-        budget = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-        for title in ("source", "epsilon spent / cap per epoch (event-level)", "across epochs"):
-            budget.add_column(title, no_wrap=True, overflow="ellipsis")
-        for name, cap in sorted(self.caps.items()):
-            across = self.sequential.get(name)
-            budget.add_row(
-                name,
-                f"{self.spent.get(name, 0.0):g} / {cap:g}",
-                "-" if across is None else f"{across:g} (sequential)",
-            )
-        parts += [budget, _line(self.dead_letter_line()), _line(LEGEND, style="dim")]
-        return Group(*parts)
-
-    def _stream_title(self, view: StreamView, shown: int) -> str:
-        """Most important first (the line is cut at the terminal's width): the periods shown,
-        then how many counters, the mechanism, the epsilon and the newest period's date."""
-        latest, matched = view.latest, view.matched
-        if latest is None:
-            where = "waiting for the first period to close"
-        else:
-            where = f"epoch {latest[0]}: newest {view.unit} {latest[1]}/{view.horizon}"
-        if matched is not None:
-            where += f", matched {view.unit} {matched[1]}"
-        else:
-            where += ", no consistent values yet"
-        total = len(view.counters) + view.hidden
-        details = [f"{shown} of {total} counters"] if shown < total else []
-        details += [view.mechanism, f"eps {view.epsilon}/epoch"]
-        if latest is not None:
-            details.append(view.starts.get(latest, "")[:10])
-        return f"{view.name} {where} ({', '.join(details)})"
-
-    @staticmethod
-    def _row(view: StreamView, counter: str) -> tuple[str, ...]:
-        latest, matched = view.latest, view.matched
-        newest = view.periods.get(latest, {}).get(counter) if latest is not None else None
-        count = total = released = consistent = "-"
-        if newest is not None:
-            count = _pm(newest.count, newest.count_std)
-            total = _pm(newest.total, newest.total_std)
-        if matched is not None:
-            cell = view.periods[matched].get(counter)
-            fair = view.consistent_at[matched].get(counter)
-            if cell is not None:
-                released = _pm(cell.total, cell.total_std)
-            if fair is not None:
-                consistent = f"{fair[0]:,.1f}"
-        return (counter, count, total, released, consistent)
-
     def updates(self) -> list[str]:
         """Plain log lines for what is new since the last call: each period of each stream once
         its shown counters have all arrived (in period order), and each new consistent revision."""
@@ -354,46 +256,3 @@ class Board:
 def _released(value: Any) -> int | float:
     """A released count or total as published: an int, or a real number (kary_gls)."""
     return value if isinstance(value, int) else float(value)
-
-
-def _pm(value: float, sd: float) -> str:
-    """``value ±half-width`` of its 95% interval, with thousands separators (a real-valued
-    release shown to the unit: its noise is far larger)."""
-    return f"{value:,.0f} ±{half_width95(sd):,.0f}"
-
-
-def _line(text: str, style: str = "") -> Text:
-    """One terminal line: cut with an ellipsis at the console's width, never wrapped."""
-    return Text(text, style=style, no_wrap=True, overflow="ellipsis", end="\n")
-
-
-def _table(
-    headers: Sequence[str], rows: list[tuple[str, ...]], *, show_header: bool = False
-) -> Table:
-    """The board's fixed-width columns (so each stream's table lines up under the one header)."""
-    table = Table(box=None, show_header=show_header, pad_edge=False, padding=(0, 1), expand=False)
-    names = headers or ("",) * len(_COLUMN_WIDTHS)
-    for i, (name, width) in enumerate(zip(names, _COLUMN_WIDTHS, strict=True)):
-        table.add_column(
-            name,
-            width=width,
-            no_wrap=True,
-            overflow="ellipsis",
-            justify="left" if i == 0 else "right",
-            header_style="bold",
-        )
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def _share(rows: int, wanted: Sequence[int]) -> list[int]:
-    """Split ``rows`` counter rows over streams wanting ``wanted`` rows each, one at a time in
-    turn (every stream keeps its first counters before any stream gets a fifth)."""
-    given = [0] * len(wanted)
-    while rows > 0 and any(g < w for g, w in zip(given, wanted, strict=True)):
-        for i, w in enumerate(wanted):
-            if rows > 0 and given[i] < w:
-                given[i] += 1
-                rows -= 1
-    return given

@@ -4,7 +4,8 @@
 and consistent topics (``<ns>.releases``, ``<ns>.consistent``) or a replay's ``releases.jsonl``
 and ``consistent.jsonl``. Never dead letters, the snapshot, the ledger or the input topics.
 
-Modules: :mod:`.model` (pure: records in, the published view and its CSV out), :mod:`.sources`
-(replay directory and Kafka readers), :mod:`.page` (the self-contained HTML page), :mod:`.server`
-(loopback HTTP server and the static writer), :mod:`.cli` (the command).
+Modules: :mod:`.records` (pure: the public record fields, parsed), :mod:`.model` (pure:
+records in, the published view and its CSV out), :mod:`.sources` (replay directory and Kafka
+readers), :mod:`.page` (the self-contained HTML page) and :mod:`.page_script` (its script),
+:mod:`.server` (loopback HTTP server and the static writer), :mod:`.cli` (the command).
 """

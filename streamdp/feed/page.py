@@ -3,8 +3,8 @@
 The data the page draws is embedded in it (``<script type="application/json" id="feed-data">``),
 so a static copy opens from disk; served over HTTP the page polls ``version.json`` every few
 seconds and fetches ``feed.json`` and redraws when the feed's version changed. The charts are
-inline SVG drawn by the script below with DOM calls only (record strings are set as text, never
-parsed as HTML).
+inline SVG drawn by the page's script (:mod:`streamdp.feed.page_script`) with DOM calls only
+(record strings are set as text, never parsed as HTML).
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-#: How often the served page asks for ``feed.json``, in milliseconds.
-POLL_MILLISECONDS = 3000
+from streamdp.feed.page_script import page_script
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px;
@@ -38,221 +37,6 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 .tick { font-size: 11px; fill: #394b5e; }
 .legend { font-size: 12px; fill: #1d2733; }
 #status { color: #5d6b7a; font-size: .9em; }
-"""
-
-_SCRIPT = r"""
-"use strict";
-const POLL_MS = __POLL__;
-const SVG = "http://www.w3.org/2000/svg";
-let feed = JSON.parse(document.getElementById("feed-data").textContent);
-const chosen = {};
-
-function el(tag, attrs, ...children) {
-  const node = tag.startsWith("svg:") ? document.createElementNS(SVG, tag.slice(4))
-                                      : document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, String(v));
-  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return node;
-}
-function num(v, digits) {
-  if (v === null || v === undefined) return "\u2013";
-  return Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
-}
-function day(iso) { return String(iso).slice(0, 10); }
-
-function ticks(lo, hi) {
-  const span = hi - lo || 1;
-  const raw = span / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw);
-  const out = [];
-  // integer multiples of the step: no float drift, and + 0 turns -0 into 0
-  for (let k = Math.ceil(lo / step); k * step <= hi; k++) out.push(k * step + 0);
-  return out;
-}
-
-// One chart: x = position in the series, y = values; band = [lo, hi] per point or null.
-function chart(title, points, opts) {
-  const W = 1000, H = 260, L = 70, R = 15, T = 28, B = 34;
-  const svg = el("svg:svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
-                             "aria-label": title, "data-points": points.length});
-  svg.append(el("svg:text", {x: L, y: 18, class: "legend"}, title));
-  if (!points.length) {
-    svg.append(el("svg:text", {x: L, y: H / 2, class: "tick"}, "no releases yet"));
-    return svg;
-  }
-  let lo = Infinity, hi = -Infinity;
-  for (const p of points) {
-    lo = Math.min(lo, p.lo, p.y, p.c ?? p.y, 0); hi = Math.max(hi, p.hi, p.y, p.c ?? p.y);
-  }
-  if (lo === hi) hi = lo + 1;
-  const n = points.length;
-  const x = i => L + (n === 1 ? (W - L - R) / 2 : i * (W - L - R) / (n - 1));
-  const y = v => T + (hi - v) * (H - T - B) / (hi - lo);
-  for (const t of ticks(lo, hi)) {
-    svg.append(el("svg:line", {x1: L - 4, x2: L, y1: y(t), y2: y(t), class: "axis"}));
-    svg.append(el("svg:text", {x: L - 7, y: y(t) + 4, "text-anchor": "end", class: "tick"},
-                  num(t, 0)));
-  }
-  svg.append(el("svg:line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}));
-  svg.append(el("svg:line", {x1: L, x2: W - R, y1: y(0), y2: y(0), class: "zero"}));
-  svg.append(el("svg:text", {x: L, y: H - 10, class: "tick"}, points[0].label));
-  svg.append(el("svg:text", {x: W - R, y: H - 10, "text-anchor": "end", class: "tick"},
-                points[n - 1].label));
-  if (opts.line) {
-    const upper = points.map((p, i) => `${x(i)},${y(p.hi)}`);
-    const lower = points.map((p, i) => `${x(i)},${y(p.lo)}`).reverse();
-    svg.append(el("svg:path", {d: "M" + upper.concat(lower).join(" L") + " Z", class: "band"}));
-    const line = points.map((p, i) => `${x(i)},${y(p.y)}`);
-    svg.append(el("svg:path", {d: "M" + line.join(" L"), class: "series-line"}));
-    const withC = points.map((p, i) => [p, i]).filter(([p]) => p.c !== null && p.c !== undefined);
-    if (withC.length) {
-      const fair = withC.map(([p, i]) => `${x(i)},${y(p.c)}`);
-      svg.append(el("svg:path", {d: "M" + fair.join(" L"), class: "consistent-line"}));
-    }
-  } else {
-    points.forEach((p, i) => {
-      svg.append(el("svg:line", {x1: x(i), x2: x(i), y1: y(p.lo), y2: y(p.hi), class: "errbar"}));
-      svg.append(el("svg:circle", {cx: x(i), cy: y(p.y), r: n > 120 ? 1.6 : 3, class: "point"},
-                    el("svg:title", {}, `${p.label}: ${p.y} \u00b1 ${num(p.hi - p.y, 1)}`)));
-    });
-  }
-  return svg;
-}
-
-// a consistent value with its 95% half-width when the record carries its standard deviation
-function fair(rev, values, widths, name) {
-  const width = rev[widths] ? rev[widths][name] : undefined;
-  const value = num(rev[values][name], 1);
-  return width === undefined ? value : `${value} \u00b1 ${num(width, 0)}`;
-}
-
-function consistentFor(stream, epoch, period) {
-  return stream.consistent.find(c => c.epoch === epoch && c.period === period) || null;
-}
-
-function streamSection(stream) {
-  const sec = el("section", {class: "stream", "data-stream": stream.stream});
-  sec.append(el("h2", {}, `Stream ${stream.stream}`));
-  const eps = stream.epsilon_per_epoch.map(e => `epoch ${e.epoch}: \u03b5 = ${e.epsilon}`);
-  sec.append(el("p", {class: "facts"},
-    `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
-    + `horizon ${stream.horizon} periods per epoch, `
-    + `sensitivity ${stream.sensitivity} per event, noise ${stream.noise}. `
-    + `Privacy loss per epoch (event level): ${eps.join("; ") || "\u2013"}. `
-    + "Summed over all epochs (what one person contributing in every epoch could lose): "
-    + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`));
-  if (!stream.noise_secure) {
-    sec.append(el("p", {class: "warning"}, "These releases used the INSECURE seeded test "
-                + "sampler: they are NOT private and must not be published."));
-  }
-  const names = stream.counters.map(c => c.counter);
-  if (!names.length) { sec.append(el("p", {}, "No releases yet.")); return sec; }
-  const current = names.includes(chosen[stream.stream]) ? chosen[stream.stream] : names[0];
-  const select = el("select", {"aria-label": "counter"});
-  for (const name of names) {
-    const opt = el("option", {value: name}, name);
-    if (name === current) opt.selected = true;
-    select.append(opt);
-  }
-  select.addEventListener("change", () => { chosen[stream.stream] = select.value; render(); });
-  sec.append(el("p", {}, "Counter: ", select));
-  const series = stream.counters.find(c => c.counter === current).periods;
-  const label = p => `${day(p.period_start)} (epoch ${p.epoch}, period ${p.period})`;
-  const totals = series.map(p => {
-    const c = consistentFor(stream, p.epoch, p.period);
-    return {y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
-            hi: p.noisy_total + p.total_half_width95,
-            c: c ? c.totals[current] : null, label: label(p)};
-  });
-  const counts = series.map(p => ({y: p.noisy_count, lo: p.noisy_count - p.count_half_width95,
-                                   hi: p.noisy_count + p.count_half_width95, label: label(p)}));
-  const totalChart = chart(
-    `${current}: running total (line), 95% band (shaded), consistent total (dashed)`,
-    totals, {line: true});
-  totalChart.setAttribute("class", "chart-totals");
-  const countChart = chart(`${current}: noisy count per period, with 95% interval`,
-                           counts, {line: false});
-  countChart.setAttribute("class", "chart-counts");
-  sec.append(totalChart, countChart);
-
-  const latest = stream.latest_period;
-  const cLatest = consistentFor(stream, latest.epoch, latest.period);
-  sec.append(el("h3", {}, `Latest period: ${day(latest.period_start)} `
-                + `(epoch ${latest.epoch}, period ${latest.period})`));
-  const table = el("table", {class: "latest"},
-    el("tr", {}, el("th", {}, "counter"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, "consistent count \u00b1 95%"),
-       el("th", {}, "consistent total \u00b1 95%")));
-  for (const c of stream.counters) {
-    const p = c.periods.find(q => q.epoch === latest.epoch && q.period === latest.period);
-    if (!p) continue;
-    table.append(el("tr", {"data-counter": c.counter},
-      el("td", {}, c.counter),
-      el("td", {class: "count"}, `${num(p.noisy_count, 0)} \u00b1 ${num(p.count_half_width95, 0)}`),
-      el("td", {class: "total"}, `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`),
-      el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
-                           : "not yet revised"),
-      el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
-                           : "not yet revised")));
-  }
-  sec.append(table);
-  const rev = stream.consistent_latest;
-  if (rev && !cLatest) {
-    // the newest revised period, each value beside the release of that same period
-    const box = el("details", {class: "consistent-latest"});
-    box.open = Object.keys(rev.counts).length <= 12;
-    box.append(el("summary", {}, `Latest consistent values: ${day(rev.period_start)} `
-                  + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
-    const revised = el("table", {},
-      el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count \u00b1 95%"),
-         el("th", {}, "consistent total \u00b1 95%"), el("th", {}, "released total \u00b1 95%")));
-    for (const name of Object.keys(rev.counts).sort()) {
-      const c = stream.counters.find(q => q.counter === name);
-      const p = c && c.periods.find(q => q.epoch === rev.epoch && q.period === rev.period);
-      revised.append(el("tr", {}, el("td", {}, name),
-        el("td", {}, fair(rev, "counts", "count_half_width95", name)),
-        el("td", {}, fair(rev, "totals", "total_half_width95", name)),
-        el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`
-                       : "\u2013")));
-    }
-    box.append(revised);
-    sec.append(box);
-  }
-  sec.append(el("p", {class: "facts"}, rev
-    ? `Latest consistent revision: ${rev.revision}, covering ${rev.periods_covered} periods `
-      + `(constraint: ${rev.constraint}); its newest period is ${day(rev.period_start)} `
-      + `(epoch ${rev.epoch}, period ${rev.period}).`
-    : "No consistent revision yet."));
-  return sec;
-}
-
-function render() {
-  const root = document.getElementById("streams");
-  root.replaceChildren(...feed.streams.map(streamSection));
-  if (!feed.streams.length) {
-    root.append(el("p", {}, "No releases yet: this page fills in as periods are released."));
-  }
-  document.getElementById("source").textContent = feed.source;
-  document.getElementById("status").textContent =
-    `Shown: version ${feed.version}, drawn `
-    + `${new Date().toISOString().slice(0, 19).replace("T", " ")} UTC.`;
-}
-
-async function poll() {
-  try {
-    const probe = await fetch("version.json", {cache: "no-store"});
-    if (!probe.ok || (await probe.json()).version === feed.version) return;
-    const response = await fetch("feed.json", {cache: "no-store"});
-    if (!response.ok) return;
-    feed = await response.json();
-    render();
-  } catch (e) {
-    document.getElementById("status").textContent = `Cannot reach the feed (${e}); retrying.`;
-  }
-}
-
-render();
-if (location.protocol.startsWith("http")) setInterval(poll, POLL_MS);
 """
 
 _BODY = """
@@ -296,7 +80,7 @@ def render_page(document: dict[str, Any]) -> str:
     """The whole page with ``document`` (:meth:`FeedView.document`) embedded as its data."""
     # "</" must not appear inside the script element: escape it the JSON way
     data = json.dumps(document, separators=(",", ":")).replace("</", "<\\/")
-    script = _SCRIPT.replace("__POLL__", str(POLL_MILLISECONDS))
+    script = page_script()
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
