@@ -129,6 +129,12 @@ class BudgetLedger:
         self.backend: LedgerBackend = backend if backend is not None else MemoryLedgerBackend()
         self._entries: list[LedgerEntry] = []
         self._index: dict[tuple[str, int], LedgerEntry] = {}
+        # (source, stream, epsilon) -> spans [first epoch, last epoch] of consecutive epochs, in
+        # the order the entries came: :meth:`state`'s runs, kept as entries are added (O(1)
+        # each), so a checkpoint costs the runs, not the epochs
+        self._runs: dict[tuple[str, str, Decimal], list[list[int]]] = {}
+        # source -> stream -> the largest epsilon of its epochs (:meth:`spent`), kept likewise
+        self._largest: dict[str, dict[str, Decimal]] = {}
         for raw in self.backend.load():
             self._add(LedgerEntry.from_dict(raw))
 
@@ -144,6 +150,13 @@ class BudgetLedger:
             return
         self._entries.append(entry)
         self._index[key] = entry
+        spans = self._runs.setdefault((entry.source, entry.stream, entry.epsilon), [])
+        if spans and spans[-1][1] == entry.epoch - 1:
+            spans[-1][1] = entry.epoch
+        else:
+            spans.append([entry.epoch, entry.epoch])
+        per_stream = self._largest.setdefault(entry.source, {})
+        per_stream[entry.stream] = max(per_stream.get(entry.stream, Decimal(0)), entry.epsilon)
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
@@ -153,14 +166,9 @@ class BudgetLedger:
         return (stream, epoch) in self._index
 
     def spent(self, source: str) -> Decimal:
-        """Event-level epsilon spent on ``source``: sum over streams of max over epochs."""
-        per_stream: dict[str, Decimal] = {}
-        for entry in self._entries:
-            if entry.source == source:
-                per_stream[entry.stream] = max(
-                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
-                )
-        return sum(per_stream.values(), Decimal(0))
+        """Event-level epsilon spent on ``source``: sum over streams of max over epochs.
+        O(streams): the maxima are kept as entries are added."""
+        return sum(self._largest.get(source, {}).values(), Decimal(0))
 
     def sequential_spent(self, source: str) -> Decimal:
         """Sum of every epoch's epsilon on ``source`` (what user-level DP would charge)."""
@@ -183,10 +191,7 @@ class BudgetLedger:
         cap = self.caps.get(source)
         if cap is None:
             raise BudgetError(f"source {source!r} has no epsilon cap configured")
-        previous = max(
-            (e.epsilon for e in self._entries if e.stream == stream and e.source == source),
-            default=Decimal(0),
-        )
+        previous = self._largest.get(source, {}).get(stream, Decimal(0))
         after = self.spent(source) - previous + max(previous, epsilon)
         if after > cap:
             raise BudgetError(
@@ -204,17 +209,12 @@ class BudgetLedger:
         """Every entry as JSON-able data, compactly: consecutive epochs of one stream with the
         same epsilon form one run ``{"source", "stream", "epsilon", "epochs": [first, last]}``,
         so a stream rolling an epoch every period does not grow the state by an entry each
-        time (issue 17: a horizon-1 stream's state passed the producer's 1 MB limit)."""
-        runs: dict[tuple[str, str, Decimal], list[list[int]]] = {}
-        for e in self._entries:
-            spans = runs.setdefault((e.source, e.stream, e.epsilon), [])
-            if spans and spans[-1][1] == e.epoch - 1:
-                spans[-1][1] = e.epoch
-            else:
-                spans.append([e.epoch, e.epoch])
+        time (issue 17: a horizon-1 stream's state passed the producer's 1 MB limit). Runs of
+        one (source, stream, epsilon) are grouped, in the order of their first entry. O(runs):
+        the runs are kept as entries are added, never rebuilt from the entries."""
         return [
-            {"source": source, "stream": stream, "epsilon": str(epsilon), "epochs": span}
-            for (source, stream, epsilon), spans in runs.items()
+            {"source": source, "stream": stream, "epsilon": str(epsilon), "epochs": list(span)}
+            for (source, stream, epsilon), spans in self._runs.items()
             for span in spans
         ]
 
