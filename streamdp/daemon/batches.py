@@ -1,0 +1,222 @@
+"""How the worker takes its work through the release service and the checkpoint protocol.
+
+Three kinds of work hold ``runtime.lock`` in turn, each going through the service and then the
+protocol (:class:`~streamdp.daemon.commit.CheckpointCommit`): input batches (from the batch
+queue, the default, or from the Faust agent on ``--input-path stream``), the public clock's
+tick, and the rebalance and shutdown hooks, which first wait for the batch in flight.
+
+On the batch path the next batch is processed while the previous one goes through the protocol
+(``runtime.in_flight``); its own checkpoint starts only when the previous batch is done, so
+checkpoints reach the changelog in order. A batch's input records are acknowledged (their
+offsets may be committed) only once the protocol returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from faust.exceptions import NotReady, ProducerSendError
+from faust.types import TP
+
+from streamdp.daemon.batch_input import BatchQueue, last_offsets
+from streamdp.daemon.commit import CheckpointCommit
+from streamdp.daemon.fatal import EndWorker, worker_stopping
+from streamdp.daemon.observation import InputProgress
+from streamdp.daemon.runtime import WorkerRuntime
+from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
+from streamdp.errors import BudgetError, ConfigError, InputGapError, StateError
+
+log = logging.getLogger("streamdp.daemon")
+__all__ = ["BatchDriver"]
+
+
+class BatchDriver:
+    """The worker's steps between Faust and the release service (see the module docstring).
+
+    ``new_service`` builds the release service (once, at the first need); ``queue`` is the
+    batch input path's queue (None on the stream path); ``source_topics`` are the input topics
+    whose partitions are sources' homes.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        runtime: WorkerRuntime,
+        *,
+        protocol: CheckpointCommit,
+        progress: InputProgress,
+        end_worker: EndWorker,
+        new_service: Callable[[], ReleaseService],
+        queue: BatchQueue | None,
+        source_topics: Collection[str],
+    ) -> None:
+        self._app = app
+        self._runtime = runtime
+        self._commit = protocol.commit
+        self._progress = progress
+        self._end_worker = end_worker
+        self._new_service = new_service
+        self._queue = queue
+        self._source_topics = source_topics
+
+    def service(self) -> ReleaseService:
+        """The worker's release service, built at the first call."""
+        runtime = self._runtime
+        if runtime.service is None:
+            runtime.service = self._new_service()
+        return runtime.service
+
+    async def ingest_stream(self, stream: Any) -> None:
+        """The Faust agent's body (``--input-path stream``): batches from ``take_events``."""
+        settings = self._runtime.settings
+        self.service()  # /status is ready before the first record arrives
+        async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
+            runs = runs_of([e.message for e in events])
+            try:
+                await self._process_and_commit(runs)
+            except Exception as error:  # an agent would be restarted: the error would repeat
+                self._end_worker(error)
+                raise
+            self._observe_input(last_offsets(runs))
+
+    def _process(self, runs: Sequence[Run]) -> BatchOutcome:
+        """The release service's outcome for a batch (call under ``runtime.lock``)."""
+        try:
+            return self.service().process_runs(runs)
+        except (InputGapError, StateError, BudgetError, ConfigError) as error:
+            # exit at once: nothing of this batch is durable, and leaving through Faust
+            # would acknowledge its records (their offsets could then be committed)
+            self._end_worker(error, even_when_stopping=True)
+            raise
+
+    async def _process_and_commit(self, runs: Sequence[Run]) -> None:
+        """The checkpoint protocol on one batch, start to end (the stream input path)."""
+        runtime = self._runtime
+        received = time.perf_counter()
+        async with runtime.lock:
+            await self.settle()
+            await self._commit(self._process(runs), received=received)
+            runtime.batches += 1
+            runtime.records += sum(len(run) for run in runs)
+
+    async def settle(self) -> None:
+        """Wait until the batch in flight is durable, published and acknowledged."""
+        runtime = self._runtime
+        in_flight, runtime.in_flight = runtime.in_flight, None
+        if in_flight is not None:
+            await in_flight
+
+    async def _complete(self, outcome: BatchOutcome, runs: Sequence[Run], received: float) -> None:
+        """The checkpoint protocol for a processed batch, then its acknowledgement."""
+        runtime = self._runtime
+        await self._commit(outcome, received=received)
+        runtime.batches += 1
+        ends = last_offsets(runs)
+        runtime.records += sum(count for _, count in ends.values())
+        consumer: Any = self._app.consumer  # the BatchingConsumer (faust_internals)
+        for (topic, partition), (last, count) in ends.items():
+            # only now may Faust commit these offsets
+            consumer.acknowledge_through(TP(topic, partition), last + 1, count)
+        self._observe_input(ends)
+
+    def _observe_input(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
+        self._progress.observe(ends, self._app.consumer.highwater)
+
+    async def ingest_queue(self, batches: BatchQueue) -> None:
+        """The batch task's body (the default input path): batches from ``batches``, the queue
+        the batching consumer fills (the driver's ``queue``)."""
+        app = self._app
+        runtime = self._runtime
+        self.service()  # /status is ready before the first record arrives
+        # Faust's Monitor sensor does per-record bookkeeping nothing here reads (the metrics
+        # are streamdp's own); on the batch path it would be a large share of the cost
+        with contextlib.suppress(KeyError):
+            app.sensors.remove(app.monitor)
+        while not worker_stopping(app):
+            runs = await batches.take(runtime.settings.batch_seconds)
+            if not runs:
+                if runtime.in_flight is not None and runtime.in_flight.done():
+                    await self.settle()  # surfaces its error, if any
+                continue
+            received = time.perf_counter()
+            generation = batches.generation
+            try:
+                async with runtime.lock:
+                    if runtime.shutting_down:
+                        log.info("stopping: last input batch left unacknowledged")
+                        return
+                    if batches.generation != generation:
+                        # partitions were revoked since the take: skip their records
+                        owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
+                        runs = [r for r in runs if (r[0].topic, r[0].partition) in owned]
+                    # this batch is processed while the previous one's checkpoint and
+                    # publications travel; its own checkpoint is sent only after the
+                    # previous one is acknowledged, so checkpoints stay in order
+                    outcome = self._process(runs)
+                    await self.settle()
+                    runtime.in_flight = asyncio.ensure_future(
+                        self._complete(outcome, runs, received)
+                    )
+            except (NotReady, ProducerSendError):
+                if not worker_stopping(app):
+                    raise
+                # the worker is stopping (its producer is closing): leave the batch
+                # unacknowledged; the next owner re-reads it from the committed offset
+                # and the checkpoint protocol makes that exact
+                log.info("stopping: last input batch left unacknowledged")
+                return
+
+    async def finish_in_flight(self) -> None:
+        """Before Faust stops the producer: complete the batch in flight, take no other."""
+        runtime = self._runtime
+        async with runtime.lock:
+            runtime.shutting_down = True
+            try:
+                await self.settle()
+            except (NotReady, ProducerSendError) as exc:
+                log.info("stopping: last input batch left unacknowledged (%r)", exc)
+
+    async def revoke(self, revoked: Collection[TP]) -> None:
+        """Partitions ``revoked`` left this worker: drop their queued records and sources."""
+        runtime = self._runtime
+        service = runtime.service
+        if service is None:
+            return
+        async with runtime.lock:
+            # the batch in flight is durable before the partitions' next owner reads them
+            await self.settle()
+            if self._queue is not None:
+                self._queue.drop({(tp.topic, tp.partition) for tp in revoked})
+            dropped = service.drop({tp.partition for tp in revoked})
+        if dropped:
+            log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
+
+    async def follow_public_clock(self) -> None:
+        """Every owned source follows the public clock: periods close on schedule whether or
+        not records arrive. Sources whose home partition was assigned are started here, once
+        the state table is restored (never from a partly restored table)."""
+        app = self._app
+        runtime = self._runtime
+        service = runtime.service
+        if service is None or not runtime.ready or getattr(app, "rebalancing", False):
+            return
+        async with runtime.lock:
+            if runtime.shutting_down:
+                return
+            await self.settle()
+            homes = {
+                tp.partition for tp in app.consumer.assignment() if tp.topic in self._source_topics
+            }
+            outcome = service.assign(homes)
+            if outcome.writes or outcome.publications:
+                await self._commit(outcome)
+            # one paced step per tick (32 periods per stream at most): after downtime the
+            # backlog of due periods is worked off over several ticks, between input batches
+            outcome = service.tick()
+            if outcome.writes or outcome.publications:
+                await self._commit(outcome)
