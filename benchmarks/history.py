@@ -120,8 +120,10 @@ class History:
         self._apply(self.service.assign([0]))
         engine = self.service.engines()[self.source.name]
         engine.advance_clock(now)  # the history's releases are dropped (see the docstring)
+        engine.drop_recorded_outputs()
         while engine.due():
             engine.advance_clock(now)
+            engine.drop_recorded_outputs()
         assert all(r.closed == closed for r in engine.streams.values())
         self.values = records_at(scenario, spec, now, records + batch)
         self.offset = 0

@@ -346,7 +346,7 @@ def test_a_control_record_on_an_input_topic_is_refused_for_any_source() -> None:
 
 @pytest.mark.parametrize("scenario", ["restaurant+fda", "restaurant+kary_gls"])
 def test_the_hot_state_and_the_nodes_taken_rebuild_the_engine_snapshot(scenario: str) -> None:
-    """Issue 15: a checkpoint stores ``snapshot(with_nodes=False)`` and the nodes taken since
+    """Issue 15: a checkpoint stores the change sets' hot states and the nodes taken since
     the last one. Taken in steps over several epochs, every node comes exactly once, the hot
     state holds none, and hot state + nodes rebuild the full snapshot; a restored engine
     hands out nothing (its nodes are stored already) until it draws a new one."""
@@ -358,13 +358,13 @@ def test_the_hot_state_and_the_nodes_taken_rebuild_the_engine_snapshot(scenario:
         engine.advance_clock(START + day * 86400 + 3600)
         for line in lines:
             engine.ingest(line)
-        taken = engine.take_new_nodes()
+        taken = engine.take_changes().new_nodes
         assert not set(taken) & set(nodes), "a node was handed out twice"
         nodes.update(taken)
-    assert engine.take_new_nodes() == {}
+    last = engine.take_changes()
+    assert last.new_nodes == {}
     assert {e for _, e, _ in nodes} == {0, 1, 2}
-    hot = engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)
-    hot = json.loads(json.dumps(hot))
+    hot = json.loads(json.dumps(last.hot_state))
     assert "noisy_nodes" not in json.dumps(hot)
     assert "past_nodes" not in json.dumps(hot)
     drawn = engine.epoch_noise()
@@ -379,9 +379,9 @@ def test_the_hot_state_and_the_nodes_taken_rebuild_the_engine_snapshot(scenario:
         join_snapshot(hot, lambda s, e, t: None if (s, e, t) == missing else nodes[(s, e, t)])
     restored = Engine(spec, sampler=InsecureSeededSampler(2))
     restored.restore(engine.snapshot())
-    assert restored.take_new_nodes() == {}
+    assert restored.take_changes().new_nodes == {}
     restored.advance_clock(START + 18 * 86400 + 3600)  # closes day 18: epoch 2's node 2
-    assert set(restored.take_new_nodes()) >= {(next(iter(spec.streams)), 2, 2)}
+    assert set(restored.take_changes().new_nodes) >= {(next(iter(spec.streams)), 2, 2)}
 
 
 def test_records_of_a_source_on_another_partition_than_its_home_are_refused() -> None:

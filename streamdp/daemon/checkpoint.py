@@ -4,14 +4,15 @@ An engine snapshot holds every noisy node released so far; rewriting all of them
 checkpoint would grow without bound (and past Kafka's message size). So a source's state is
 split into keys of the changelog-backed table:
 
-``<source>``                              the *hot* state: the engine snapshot without noisy
-                                          nodes (``Engine.snapshot(with_nodes=False)``: how
-                                          many there are per stream and epoch instead), plus
+``<source>``                              the *hot* state: the change set's ``hot_state`` (the
+                                          engine snapshot without noisy nodes, event ids or
+                                          epoch noise; how many nodes there are per stream and
+                                          epoch instead), plus
                                           the daemon's own fields (home partition, outbox
                                           sequence numbers)
 ``<source>|node|<stream>|<epoch>|<t>``    one noisy node (a list of ``width`` ints), written
                                           once, by the checkpoint of the batch that drew it
-                                          (from ``Engine.take_new_nodes()``), never changed
+                                          (the change set's ``new_nodes``), never changed
 ``<source>|noise|<stream>|<epoch>|<c>``   chunk ``c`` of a k-ary stream's node noise for one
                                           epoch (rows of ``width`` ints, at most
                                           :data:`NOISE_CHUNK_VALUES` values a chunk), written
@@ -34,7 +35,9 @@ Likewise a checkpoint writes only the nodes drawn since the previous one and a h
 without walking the nodes, so its cost does not grow with the periods closed (issue 15); only
 loading a source reads every stored node back (:func:`join_snapshot`).
 
-Everything here is plain data and pure functions; the Faust adapter only moves the pairs.
+Each checkpoint lays out one :class:`~streamdp.engine.changes.ChangeSet` (what the engine's
+step changed, from ``Engine.take_changes()``) in these keys. Everything here is plain data and
+pure functions; the Faust adapter only moves the pairs.
 The table holds raw partial sums and raw input (dead letters in the outbox), so its changelog
 topic must be protected like the input topics.
 """
@@ -151,7 +154,7 @@ def join_snapshot(
     noise: Callable[[str, int], list[list[int]] | None] | None = None,
 ) -> dict[str, Any]:
     """Rebuild the full engine snapshot (``Engine.snapshot()``, seen ids aside) from the hot
-    part (``Engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)``) and
+    part (a change set's ``hot_state``) and
     lookups of stored nodes and of stored epoch noise (``(stream, epoch)`` -> rows, for a
     k-ary counter whose state says its noise was drawn). Raises :class:`StateError` if a node
     or noise is missing (never redraws)."""

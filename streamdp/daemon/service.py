@@ -55,6 +55,7 @@ from streamdp.daemon.checkpoint import (
     seen_key,
 )
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, EngineSpec, ReleaseRecord
+from streamdp.engine.changes import ChangeSet
 from streamdp.engine.engine import ACCEPTED, SKIPPED, raw_text
 from streamdp.engine.events import Reason
 from streamdp.engine.ledger import MemoryLedgerBackend
@@ -213,15 +214,10 @@ class _SourceSlot:
     def __init__(self, engine: Engine, home: int) -> None:
         self.engine = engine
         self.home = home
-        # nodes found stored beyond the hot state at load (a checkpoint that never completed):
-        # the engine reuses them when their periods close again; they are not written twice
-        self.adopted_nodes: set[NodeKey] = set()
         # (stream, epoch) -> chunks of the k-ary epoch noise already stored
         self.stored_noise: dict[tuple[str, int], int] = {}
         self.next_outbox = 0
-        # per (stream, open period): how many of its content keys (in the engine's counting
-        # order) are stored in its chunks, and how many chunks
-        self.seen_stored: dict[tuple[str, int], int] = {}
+        # per (stream, open period): how many chunks of its content keys are stored
         self.seen_chunks: dict[tuple[str, int], int] = {}
         # chunks found in the table at load beyond those the hot state counts (left by a
         # checkpoint that never completed): deleted with the period's own chunks
@@ -282,6 +278,7 @@ class ReleaseService:
             sampler=self.sampler,
             ledger_backend=MemoryLedgerBackend(),
             pace=self.pace,
+            record_outputs=True,
         )
         slot = _SourceSlot(engine, home)
         keys = [str(k) for k in list(self.state.keys())]
@@ -312,8 +309,14 @@ class ReleaseService:
                     stream, period, chunk = parsed
                     seen = (stream, period)
                     slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
-            self._restore_seen(source, slot, snapshot, daemon.get("seen_chunks", []))
-            engine.restore(snapshot)  # the restored nodes count as stored (never taken)
+            inline_ids = self._restore_seen(source, slot, snapshot, daemon.get("seen_chunks", []))
+            inline_noise = [
+                name
+                for name, state in hot["streams"].items()
+                if dict(state).get("counter", {}).get("node_noise") is not None
+            ]
+            engine.restore(snapshot)  # what it restores counts as stored (never taken)
+            engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise)
             counted = counted_nodes(hot)
             # re-publish whatever a crash left in the outbox (same key, same value)
             prefix = outbox_prefix(source)
@@ -339,8 +342,7 @@ class ReleaseService:
                 if value is not None:
                     unreferenced[parsed] = list(value)
         if unreferenced:
-            engine.adopt_stored_nodes(unreferenced)
-            slot.adopted_nodes = set(unreferenced)
+            engine.adopt_stored_nodes(unreferenced)  # never handed out to be written again
         # k-ary epoch noise stored for an epoch the restored state has not drawn (a crash came
         # after it was written, before the state that refers to it, or it was adopted so
         # before): an outbox record published on reload may have used it, so the epoch uses it
@@ -377,12 +379,15 @@ class ReleaseService:
 
     def _restore_seen(
         self, source: str, slot: _SourceSlot, snapshot: dict[str, Any], counts: list[Any]
-    ) -> None:
-        """Put the open periods' event ids, read from their chunks, back into ``snapshot``."""
+    ) -> list[str]:
+        """Put the open periods' event ids, read from their chunks, back into ``snapshot``.
+        Returns the streams whose hot state held its ids itself (an older layout)."""
         chunks = {(str(stream), int(period)): int(n) for stream, period, n in counts}
+        inline: list[str] = []
         for name, state in snapshot["streams"].items():
             if "seen" in state:
-                continue  # a checkpoint written before the ids had keys of their own
+                inline.append(name)  # a checkpoint written before the ids had keys of their own
+                continue
             entries: list[list[Any]] = []
             for (stream, period), n in sorted(chunks.items()):
                 if stream != name:
@@ -397,9 +402,9 @@ class ReleaseService:
                         )
                     ids.update(str(i) for i in chunk)
                 entries.append([period, sorted(ids)])
-                slot.seen_stored[(stream, period)] = len(ids)
                 slot.seen_chunks[(stream, period)] = n
             state["seen"] = entries
+        return inline
 
     def drop(self, partitions: Iterable[int]) -> list[str]:
         """Forget the sources whose home partition was revoked (their state stays in the table
@@ -428,7 +433,6 @@ class ReleaseService:
         """
         outcome = BatchOutcome()
         touched: dict[str, _SourceSlot] = {}
-        outputs: dict[str, list[OutputRecord]] = {}
         now = self.clock()
         try:
             for run in runs:
@@ -437,9 +441,9 @@ class ReleaseService:
                 owner = self._by_topic.get(run[0].topic)
                 if owner is None:
                     for record in run:
-                        self._from_other_topic(record, outcome, touched, outputs, now)
+                        self._from_other_topic(record, outcome, touched, now)
                 else:
-                    self._run_of_source(owner, run, outcome, touched, outputs, now)
+                    self._run_of_source(owner, run, outcome, touched, now)
         except InputGapError as gap:
             # state of this batch is in memory only: the caller must not acknowledge it
             raise InputGapError(
@@ -447,16 +451,15 @@ class ReleaseService:
                 "topics whose offsets have legitimate holes, e.g. transactional producers)"
             ) from None
         for name, slot in touched.items():
-            self._checkpoint(name, slot, outputs.get(name, []), outcome)
+            self._checkpoint(name, slot, outcome)
         return outcome
 
-    def _run_of_source(  # noqa: PLR0917
+    def _run_of_source(
         self,
         owner: SourceSpec,
         run: Run,
         outcome: BatchOutcome,
         touched: dict[str, _SourceSlot],
-        outputs: dict[str, list[OutputRecord]],
         now: float,
     ) -> None:
         """One partition's records of an input topic, all for the topic's source ``owner``."""
@@ -487,53 +490,42 @@ class ReleaseService:
             for record in records:
                 self._emit_unrouted(self._misplaced(record, owner), outcome)
             return
-        produced = self._touch(name, slot, touched, outputs, now)
+        self._touch(name, slot, touched, now)
         engine = slot.engine
         consume = engine.consume
         strict = not self.allow_gaps
         accepted = skipped = 0
+        # the engine keeps the batch's outputs for its change set (the checkpoint reads them
+        # there); what consume also appends here is not used
+        returned: list[OutputRecord] = []
         for record in records:
             offset = record.offset
             if any_key or record.key == key:
                 value = record.value
                 code = consume(
-                    b"" if value is None else value, topic, partition, offset, produced, strict
+                    b"" if value is None else value, topic, partition, offset, returned, strict
                 )
                 if code == ACCEPTED:
                     accepted += 1
                 elif code == SKIPPED:
                     skipped += 1
-            elif engine.mark_handled(topic, partition, offset, strict):
-                produced.append(self._misplaced(record, owner))
-            else:
+            elif not engine.mark_handled(
+                topic, partition, offset, strict, self._misplaced(record, owner)
+            ):
                 skipped += 1
         outcome.accepted += accepted
         outcome.skipped += skipped
 
-    def _touch(
-        self,
-        name: str,
-        slot: _SourceSlot,
-        touched: dict[str, _SourceSlot],
-        outputs: dict[str, list[OutputRecord]],
-        now: float,
-    ) -> list[OutputRecord]:
-        """The batch's output list of source ``name``; the first time in a batch, the source's
-        clock is advanced to ``now`` (records of the batch arrived then)."""
-        produced = outputs.get(name)
-        if produced is None:
+    @staticmethod
+    def _touch(name: str, slot: _SourceSlot, touched: dict[str, _SourceSlot], now: float) -> None:
+        """The first time source ``name`` is touched in a batch, its clock is advanced to
+        ``now`` (records of the batch arrived then); it is checkpointed after the batch."""
+        if name not in touched:
             touched[name] = slot
-            produced = outputs[name] = []
-            produced += slot.engine.advance_clock(now)
-        return produced
+            slot.engine.advance_clock(now)  # what it closes is in the engine's change set
 
     def _from_other_topic(
-        self,
-        record: InputLike,
-        outcome: BatchOutcome,
-        touched: dict[str, _SourceSlot],
-        outputs: dict[str, list[OutputRecord]],
-        now: float,
+        self, record: InputLike, outcome: BatchOutcome, touched: dict[str, _SourceSlot], now: float
     ) -> None:
         """A record of the control topic (routed to the source it names) or of a topic no
         source reads."""
@@ -556,12 +548,10 @@ class ReleaseService:
         if not keyed or slot is None or partition != slot.home:
             self._emit_unrouted(self._misplaced(record, source), outcome)
             return
-        produced = self._touch(name, slot, touched, outputs, now)
+        self._touch(name, slot, touched, now)
         result = slot.engine.control(value, topic=topic, partition=partition, offset=record.offset)
         if result.skipped:
             outcome.skipped += 1
-        produced += result.dead_letters
-        produced += result.outputs
 
     def assign(self, partitions: Iterable[int]) -> BatchOutcome:
         """Load (or start) every source whose home partition is among ``partitions`` (just
@@ -573,7 +563,7 @@ class ReleaseService:
             if home in mine and name not in self.slots:
                 slot = self._load(name, home, outcome)
                 if slot is not None and self.state.get(hot_key(name)) is None:
-                    self._checkpoint(name, slot, [], outcome)
+                    self._checkpoint(name, slot, outcome)
         return outcome
 
     def tick(self) -> BatchOutcome:
@@ -582,31 +572,25 @@ class ReleaseService:
         outcome = BatchOutcome()
         now = self.clock()
         for name, slot in self.slots.items():
-            produced: list[OutputRecord] = list(slot.engine.advance_clock(now))
-            if produced:
-                self._checkpoint(name, slot, produced, outcome)
+            if slot.engine.advance_clock(now):
+                self._checkpoint(name, slot, outcome)
         return outcome
 
     def due(self) -> bool:
         """True when a loaded source has a period to close at the clock's last reading."""
         return any(slot.engine.due() for slot in self.slots.values())
 
-    def _checkpoint(
-        self, source: str, slot: _SourceSlot, produced: list[OutputRecord], outcome: BatchOutcome
-    ) -> None:
-        """Append the writes of ``source``'s checkpoint to ``outcome``: the batch's changes only
-        (event ids, a k-ary epoch's noise, the nodes drawn since the last checkpoint, the
-        outbox) and the hot state, last; O(batch), whatever the history."""
-        engine = slot.engine
-        hot = engine.snapshot(with_seen=False, with_noise=False, with_nodes=False)
-        nodes = engine.take_new_nodes()
-        seen_counts = self._checkpoint_seen(source, slot, outcome)
+    def _checkpoint(self, source: str, slot: _SourceSlot, outcome: BatchOutcome) -> None:
+        """Append the writes of ``source``'s checkpoint to ``outcome``: the engine's change set
+        laid out in keys (event ids, a k-ary epoch's noise, the nodes drawn since the last
+        checkpoint, the outbox) and the hot state, last; O(batch), whatever the history."""
+        changes = slot.engine.take_changes()
+        seen_counts = self._checkpoint_seen(source, slot, changes, outcome)
         # a k-ary epoch's noise, once, by the checkpoint of the batch that drew it: before the
         # outbox records that used it and the hot state that refers to it
-        for stream, (epoch, noise) in sorted(slot.engine.epoch_noise().items()):
-            if (stream, epoch) in slot.stored_noise:
-                continue
-            chunks = noise_chunks(noise)
+        for drawn in changes.new_noise:
+            stream, epoch = drawn.stream, drawn.epoch
+            chunks = noise_chunks(drawn.noise)
             for c, rows in enumerate(chunks):
                 key = noise_key(source, stream, epoch, c)
                 outcome.writes.append(StateWrite(slot.home, key, rows))
@@ -614,15 +598,9 @@ class ReleaseService:
                 (s, e): n for (s, e), n in slot.stored_noise.items() if s != stream or e > epoch
             }
             slot.stored_noise[(stream, epoch)] = len(chunks)
-        for new in sorted(nodes):
-            if new in slot.adopted_nodes:
-                slot.adopted_nodes.discard(new)  # stored before the crash, with this value
-                continue
-            stream, epoch, t = new
-            outcome.writes.append(
-                StateWrite(slot.home, node_key(source, stream, epoch, t), nodes[new])
-            )
-        for record in produced:
+        for (stream, epoch, t), values in changes.new_nodes.items():
+            outcome.writes.append(StateWrite(slot.home, node_key(source, stream, epoch, t), values))
+        for record in changes.outputs:
             publication = Publication(self.topics.for_record(record), record.key, record.to_json())
             key = outbox_key(source, slot.next_outbox)
             slot.next_outbox += 1
@@ -639,12 +617,10 @@ class ReleaseService:
             )
             outcome.publications.append(publication)
             outcome.cleanup.append(StateWrite(slot.home, key, None))
-            if isinstance(record, ReleaseRecord):
-                outcome.releases.append(record)
-            elif isinstance(record, ConsistentRecord):
-                outcome.revisions.append(record)
-            else:
-                outcome.dead_letters.append(record)
+        outcome.releases += changes.releases
+        outcome.revisions += changes.revisions
+        outcome.dead_letters += changes.dead_letters
+        hot = dict(changes.hot_state)
         hot[DAEMON_STATE_KEY] = {
             "home": slot.home,
             "next_outbox": slot.next_outbox,
@@ -655,38 +631,35 @@ class ReleaseService:
         outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
 
     def _checkpoint_seen(
-        self, source: str, slot: _SourceSlot, outcome: BatchOutcome
+        self, source: str, slot: _SourceSlot, changes: ChangeSet, outcome: BatchOutcome
     ) -> list[list[Any]]:
-        """Write the event ids added to each open period since the last checkpoint as a new
-        chunk (the engine's keys past the stored ones: O(new ids)); schedule the deletion of
-        closed periods' chunks (after the checkpoint is stored). Returns ``[stream, period,
-        chunks]`` for every open period."""
+        """Write the event ids each open period counted since the last checkpoint as new
+        chunks (O(new ids)); schedule the deletion of closed periods' chunks (after the
+        checkpoint is stored). Returns ``[stream, period, chunks]`` for every open period."""
         counts: list[list[Any]] = []
-        open_now: set[tuple[str, int]] = set()
-        for stream, periods in slot.engine.seen_ids().items():
-            for period, ids in periods.items():
-                key = (stream, period)
-                open_now.add(key)
-                stored = slot.seen_stored.get(key, 0)
-                n = slot.seen_chunks.get(key, 0)
-                if len(ids) != stored:  # ids are only appended while a period is open
-                    new = ids[stored:]
-                    # bounded chunks: a content key is a 32-character digest whatever the
-                    # record, so no chunk nears the producer's message size limit
-                    for first in range(0, len(new), SEEN_CHUNK_KEYS):
-                        part = new[first : first + SEEN_CHUNK_KEYS]
-                        outcome.writes.append(
-                            StateWrite(slot.home, seen_key(source, stream, period, n), part)
-                        )
-                        n += 1
-                    slot.seen_stored[key] = len(ids)
-                    slot.seen_chunks[key] = n
-                counts.append([stream, period, n])
-        for key in (slot.seen_stored.keys() | slot.seen_present.keys()) - open_now:
-            runtime = slot.engine.streams.get(key[0])
-            if key not in slot.seen_stored and runtime is not None and key[1] >= runtime.closed:
-                continue  # left by an incomplete checkpoint for a period not yet open: rewritten
-            slot.seen_stored.pop(key, None)
+        for key in changes.open_periods:
+            stream, period = key
+            n = slot.seen_chunks.get(key, 0)
+            new = changes.new_ids.get(key)
+            if new is not None:
+                # bounded chunks: a content key is a 32-character digest whatever the record,
+                # so no chunk nears the producer's message size limit
+                for first in range(0, len(new), SEEN_CHUNK_KEYS):
+                    part = list(new[first : first + SEEN_CHUNK_KEYS])
+                    outcome.writes.append(
+                        StateWrite(slot.home, seen_key(source, stream, period, n), part)
+                    )
+                    n += 1
+                slot.seen_chunks[key] = n
+            counts.append([stream, period, n])
+        still_open = set(changes.open_periods)
+        gone = set(changes.closed_periods)
+        for key in slot.seen_present.keys() - still_open:
+            closed = changes.periods_closed.get(key[0])
+            if closed is None or key[1] < closed:
+                gone.add(key)
+            # else: left by an incomplete checkpoint for a period not yet open: rewritten
+        for key in gone:
             n = max(slot.seen_chunks.pop(key, 0), slot.seen_present.pop(key, 0))
             outcome.cleanup += [
                 StateWrite(slot.home, seen_key(source, key[0], key[1], c), None) for c in range(n)

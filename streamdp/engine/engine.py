@@ -26,7 +26,7 @@ import base64
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.engine.changes import ChangeSet, ChangeTracker, Spend
 from streamdp.engine.events import MAX_ID_LENGTH, Reason, RejectedError, decode, event_id_of
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
 from streamdp.engine.periods import format_instant, parse_instant
@@ -123,6 +124,10 @@ class Engine:
     ``pace``: the most periods one stream closes per :meth:`advance_clock` or control record
     (the rest stay due and close at the next call), so one clock jump cannot make one batch
     of unbounded size; None: no limit.
+    ``record_outputs``: keep every output record (and ledger spend) made until the next
+    :meth:`take_changes` as well as returning it (the daemon's mode: its checkpoint stores them
+    in the outbox); off, :meth:`take_changes` has no outputs (a replay publishes what each call
+    returns and would otherwise hold every release in memory).
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class Engine:
         ledger_backend: LedgerBackend | None = None,
         batch: bool = False,
         pace: int | None = None,
+        record_outputs: bool = False,
     ) -> None:
         self.spec = spec
         self._fingerprint = spec.fingerprint()  # a hash of the whole spec: once, not per snapshot
@@ -163,10 +169,15 @@ class Engine:
         self._offsets: dict[tuple[str, int], int] = {}
         self.stats = EngineStats()
         self._revisions_seen: dict[str, int] = {}  # per stream, the last revision counted
+        self._recording = record_outputs
+        self._changes = ChangeTracker(record_outputs=record_outputs)
 
     # ------------------------------------------------------------------ budget
     def _spend(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> object:
-        return self.ledger.record_epoch(source, stream, epoch, epsilon)
+        recorded = self.ledger.record_epoch(source, stream, epoch, epsilon)
+        if recorded and self._recording:
+            self._changes.spend(Spend(source, stream, epoch, epsilon))
+        return recorded
 
     def epsilon_spent(self) -> dict[str, Decimal]:
         """Event-level epsilon spent per source, from the durable ledger."""
@@ -240,13 +251,23 @@ class Engine:
         return self._emit(self._ingest_new(record, source_topic, offset), out)
 
     def mark_handled(
-        self, source_topic: str, partition: int, offset: int, strict: bool = False
+        self,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        strict: bool = False,
+        letter: DeadLetterRecord | None = None,
     ) -> bool:
         """Record that the input at ``offset`` was handled outside the engine (refused before
         routing), so the applied offsets of ``(source_topic, partition)`` have no hole. False
         when it was already applied (a replay after a crash: handle it as skipped).
-        ``strict`` as in :meth:`consume`."""
-        return self._take_position(source_topic, partition, offset, strict)
+        ``strict`` as in :meth:`consume`. ``letter``: the dead letter the caller made of it,
+        an output of this step (see :meth:`take_changes`) when it was not applied before."""
+        if not self._take_position(source_topic, partition, offset, strict):
+            return False
+        if letter is not None and self._recording:
+            self._changes.dead_letter(letter)
+        return True
 
     def _redelivered(self, topic: str | None, partition: int | None, offset: int | None) -> bool:
         """True when a record at this known position was already applied (skip it); records
@@ -339,19 +360,20 @@ class Engine:
         raw, encoding = raw_text(record)
         for r in rejections:
             self.stats.rejected_by_reason[r.reason] += 1
-            letters.append(
-                DeadLetterRecord(
-                    reason=r.reason,
-                    message=r.message,
-                    raw=raw,
-                    raw_encoding=encoding,
-                    stream=r.stream,
-                    source=source.name,
-                    topic=source_topic,
-                    offset=offset,
-                    event_id=event_id,
-                )
+            letter = DeadLetterRecord(
+                reason=r.reason,
+                message=r.message,
+                raw=raw,
+                raw_encoding=encoding,
+                stream=r.stream,
+                source=source.name,
+                topic=source_topic,
+                offset=offset,
+                event_id=event_id,
             )
+            letters.append(letter)
+            if self._recording:
+                self._changes.dead_letter(letter)
         return IngestResult(
             accepted=tuple(accepted), rejections=tuple(rejections), dead_letters=tuple(letters)
         )
@@ -410,6 +432,8 @@ class Engine:
             offset=offset,
             event_id=event_id,
         )
+        if self._recording:
+            self._changes.dead_letter(letter)
         return IngestResult(
             rejections=(Rejection(rejected.reason, rejected.message),), dead_letters=(letter,)
         )
@@ -522,14 +546,22 @@ class Engine:
         return records
 
     def _count(self, records: list[OutputRecord]) -> list[OutputRecord]:
+        """Count the step's releases and revisions in the statistics and, when recording,
+        keep them by kind for :meth:`take_changes` (the one place outputs are sorted)."""
+        recording = self._recording
         for record in records:
             if isinstance(record, ReleaseRecord):
                 if record.counter == self.streams[record.stream].names[0]:
                     self.stats.periods_released[record.stream] += 1
-            elif record.revision > self._revisions_seen.get(record.stream, 0):
+                if recording:
+                    self._changes.release(record)
+                continue
+            if record.revision > self._revisions_seen.get(record.stream, 0):
                 # the first record of a new revision (a revision publishes new periods only)
                 self._revisions_seen[record.stream] = record.revision
                 self.stats.revisions[record.stream] += 1
+            if recording:
+                self._changes.revision(record)
         return records
 
     # ------------------------------------------------------------------ persistence
@@ -538,12 +570,11 @@ class Engine:
     ) -> dict[str, Any]:
         """The complete state as plain JSON-able data (protect it like the input topic).
 
-        ``with_seen=False`` leaves out the open periods' content keys (see :meth:`seen_ids`);
-        ``with_noise=False`` the k-ary streams' epoch noise (see :meth:`epoch_noise`);
-        ``with_nodes=False`` every noisy node, each stream saying how many it has under
-        ``node_counts`` (see :meth:`take_new_nodes`). With all three off this is the *hot*
-        state the daemon checkpoints after every batch: its cost does not grow with the
-        periods closed (the ledger's spends are runs of epochs)."""
+        ``with_seen=False`` leaves out the open periods' content keys, ``with_noise=False`` the
+        k-ary streams' epoch noise, ``with_nodes=False`` every noisy node, each stream saying
+        how many it has under ``node_counts``. With all three off this is the *hot* state of
+        :meth:`take_changes` (which hands out the rest as it changes): its cost does not grow
+        with the periods closed (the ledger's spends are runs of epochs)."""
         return {
             "kind": ENGINE_STATE_KIND,
             "version": ENGINE_STATE_VERSION,
@@ -559,20 +590,19 @@ class Engine:
             },
         }
 
-    def take_new_nodes(self) -> dict[tuple[str, int, int], list[int]]:
-        """The noisy nodes drawn since the last call (or :meth:`restore`), ``(stream, epoch,
-        t) -> values`` (``t`` 1-based within the epoch), marked taken: what a checkpoint must
-        store besides ``snapshot(with_nodes=False)``. O(nodes returned).
+    def take_changes(self) -> ChangeSet:
+        """Everything that changed since the last call (or :meth:`restore`), marked taken: the
+        hot state, the noisy nodes, k-ary epoch noise and event ids drawn or counted since,
+        the periods closed, and (with ``record_outputs``) the outputs and ledger spends made
+        (see :class:`~streamdp.engine.changes.ChangeSet`). O(what changed), whatever the
+        history. A caller must store the change set before it publishes anything in it."""
+        hot = self.snapshot(with_seen=False, with_noise=False, with_nodes=False)
+        return self._changes.take(self.streams, hot)
 
-        The engine's change record is this two-call form (hot snapshot + new nodes; k-ary
-        epoch noise from :meth:`epoch_noise`, event ids from :meth:`seen_ids`), not one
-        change-set object per step: a caller that takes the nodes must store them before it
-        publishes anything released after they were drawn."""
-        out: dict[tuple[str, int, int], list[int]] = {}
-        for name, runtime in self.streams.items():
-            for epoch, t, values in runtime.take_new_nodes():
-                out[(name, epoch, t)] = values
-        return out
+    def drop_recorded_outputs(self) -> None:
+        """Forget the outputs and spends recorded since the last :meth:`take_changes` (a
+        benchmark closing a history it does not publish); nodes, noise and ids stay to take."""
+        self._changes.drop_outputs()
 
     def adopt_stored_nodes(self, nodes: Mapping[tuple[str, int, int], list[int]]) -> None:
         """Noisy nodes ``(stream, epoch, node) -> values`` stored before a crash lost the state
@@ -582,10 +612,11 @@ class Engine:
             runtime.adopt_stored_nodes(
                 {(e, t): v for (stream, e, t), v in nodes.items() if stream == name}
             )
+        self._changes.adopted_nodes(nodes)
 
     def epoch_noise(self) -> dict[str, tuple[int, npt.NDArray[np.int64]]]:
-        """Per k-ary stream whose current epoch's noise is drawn: ``(epoch, node noise)`` (to
-        store once, before anything released with it is published)."""
+        """Per k-ary stream whose current epoch's noise is drawn: ``(epoch, node noise)`` (what
+        a restored engine holds; :meth:`take_changes` hands out what is drawn later)."""
         out = {}
         for name, runtime in self.streams.items():
             drawn = runtime.epoch_noise()
@@ -598,12 +629,16 @@ class Engine:
         used instead of drawing (see :meth:`StreamRuntime.adopt_stored_noise`). False when it
         is not a whole epoch's noise for this stream (ignored)."""
         runtime = self.streams.get(stream)
-        return runtime is not None and runtime.adopt_stored_noise(epoch, node_noise)
+        adopted = runtime is not None and runtime.adopt_stored_noise(epoch, node_noise)
+        if adopted:
+            self._changes.adopted_noise(stream, epoch)
+        return adopted
 
-    def seen_ids(self) -> dict[str, Mapping[int, Sequence[str]]]:
-        """Per stream, the content keys counted in each open period, in counting order (live
-        views: read only; see :meth:`StreamRuntime.seen_ids`)."""
-        return {name: r.seen_ids() for name, r in self.streams.items()}
+    def hand_out_again(self, *, ids_of: Iterable[str] = (), noise_of: Iterable[str] = ()) -> None:
+        """After :meth:`restore` from a layout that kept the open periods' event ids (epoch
+        noise) of streams ``ids_of`` (``noise_of``) inside the hot state: the next
+        :meth:`take_changes` hands them out whole, so that they get stored on their own."""
+        self._changes.hand_out_again(ids_of=ids_of, noise_of=noise_of)
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`snapshot` output into this engine (same spec); draws no noise."""
@@ -647,6 +682,7 @@ class Engine:
             revisions=Counter(dict(stats.get("revisions", {}))),
         )
         self._revisions_seen = {name: r.revision for name, r in self.streams.items()}
+        self._changes.restored(self.streams)  # what was restored is stored
         if self.now > _NEVER:
             for runtime in self.streams.values():
                 runtime.set_arrival(self.now, batch=self.batch)

@@ -1,0 +1,191 @@
+"""The engine's change set and the checkpoint made of it (issue 15).
+
+What these tests prove:
+- one :meth:`Engine.take_changes` hands out everything a checkpoint stores, each thing once:
+  the outputs the calls returned, in the order they were made and split by kind; the nodes, the
+  event ids and the ledger spends since the previous take; the periods closed; and nothing
+  more at a second take;
+- an engine that does not record outputs (a file replay) holds none between takes;
+- the service's checkpoint is that change set laid out in keys with the protocol's order:
+  every node and noise chunk written once over a whole run, before the outbox records of its
+  checkpoint, the hot state last; each outbox record deleted only in the cleanup; the outcome's
+  releases, revisions and dead letters are exactly the records published, by topic; a service
+  restarted from the written table alone releases what the uninterrupted run releases.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from test_daemon_service import (
+    START,
+    TOPICS,
+    StepClock,
+    _apply,
+    _records,
+    _spec,
+)
+
+from streamdp.daemon.service import InputRecord, ReleaseService
+from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, ReleaseRecord
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth.generators import generate, release_instant
+
+DAY = 86400
+
+
+def test_one_take_hands_out_the_outputs_by_kind_and_what_changed_once() -> None:
+    spec = _spec("restaurant+fda")  # 8-day epochs
+    engine = Engine(spec, sampler=InsecureSeededSampler(2), record_outputs=True)
+    stream = next(iter(spec.streams))
+    lines = [line.text for line in generate("restaurant", 12, 4, seed=1, bad_fraction=0.2)]
+    returned: list[Any] = []
+    engine.advance_clock(START + 3600)
+    for line in lines:
+        returned += engine.ingest(line).dead_letters
+    counted = engine.take_changes()
+    assert list(counted.outputs) == list(counted.dead_letters) == returned
+    assert counted.new_ids
+    assert counted.closed_periods == ()
+    assert set(counted.new_ids) == set(counted.open_periods)
+    returned += engine.advance_clock(START + 10 * DAY + 3600)  # closes days 0-9: two epochs
+    for line in lines[:5]:  # ids already counted: duplicates of open periods or late
+        returned += engine.ingest(line).dead_letters
+    returned = returned[len(counted.outputs) :]
+    changes = engine.take_changes()
+    assert list(changes.outputs) == returned  # the order they were made (the outbox's)
+    assert list(changes.releases) == [r for r in returned if isinstance(r, ReleaseRecord)]
+    assert list(changes.revisions) == [r for r in returned if isinstance(r, ConsistentRecord)]
+    assert list(changes.dead_letters) == [r for r in returned if isinstance(r, DeadLetterRecord)]
+    assert changes.releases
+    assert changes.revisions
+    assert changes.dead_letters
+    # an epoch's spend is recorded at its first release, once
+    assert counted.ledger_spends == ()
+    assert [(s.stream, s.epoch) for s in changes.ledger_spends] == [(stream, 0), (stream, 1)]
+    assert changes.periods_closed == {stream: 10}
+    # the periods whose ids were handed out and are closed now: their ids may be dropped
+    assert set(changes.closed_periods) == {k for k in counted.open_periods if k[1] < 10}
+    assert all(j >= 10 for _, j in changes.open_periods)
+    assert {e for _, e, _ in changes.new_nodes} == {0, 1}
+    assert list(changes.new_nodes) == sorted(changes.new_nodes)
+    assert "past_nodes" not in json.dumps(changes.hot_state)
+    again = engine.take_changes()
+    assert (again.outputs, again.new_nodes, again.new_ids, again.ledger_spends) == ((), {}, {}, ())
+    assert again.closed_periods == ()
+    assert again.open_periods == changes.open_periods
+    assert again.hot_state == changes.hot_state
+
+
+def test_an_engine_that_does_not_record_outputs_holds_none() -> None:
+    spec = _spec("restaurant+fda")
+    engine = Engine(spec, sampler=InsecureSeededSampler(2))
+    engine.advance_clock(START + 3600)
+    for line in generate("restaurant", 3, 4, seed=1, bad_fraction=0.3):
+        engine.ingest(line.text)
+    assert engine.advance_clock(START + 3 * DAY + 3600)
+    changes = engine.take_changes()
+    assert changes.outputs == changes.releases == changes.dead_letters == ()
+    assert changes.ledger_spends == ()
+    assert changes.new_nodes  # the state changes are handed out all the same
+
+
+def _service(spec: Any, state: dict[str, Any], clock: StepClock) -> ReleaseService:
+    return ReleaseService(
+        spec, sampler=InsecureSeededSampler(9), state=state, topics=TOPICS, clock=clock
+    )
+
+
+def _published(outcome: Any, into: dict[str, str]) -> None:
+    for p in outcome.publications:
+        into[f"{p.topic}/{p.key}"] = p.value
+
+
+@pytest.mark.parametrize("scenario", ["restaurant", "restaurant+kary_gls"])
+def test_every_checkpoint_keeps_the_protocols_order_and_writes_each_node_once(
+    scenario: str,
+) -> None:
+    spec = _spec(scenario)
+    records, arrivals = _records(scenario, periods=20, rate=5, bad=0.1)
+    state: dict[str, Any] = {}
+    clock = StepClock()
+    svc = _service(spec, state, clock)
+    written: list[str] = []
+    published: dict[str, str] = {}
+    outcomes = []
+    for first in range(0, len(records), 13):
+        clock.value = arrivals[first]
+        outcomes.append(svc.process(records[first : first + 13]))
+    clock.value = release_instant(spec, 20)
+    while True:
+        outcomes.append(svc.tick())
+        if not svc.due():
+            break
+    for outcome in outcomes:
+        keys = [w.key for w in outcome.writes]
+        assert keys, "a touched source always writes its hot state"
+        assert keys[-1] == "restaurant-orders", "the hot state is not the last write"
+        assert keys.count("restaurant-orders") == 1
+        outbox = [i for i, k in enumerate(keys) if "|out|" in k]
+        stored = [i for i, k in enumerate(keys) if "|node|" in k or "|noise|" in k]
+        if outbox and stored:
+            assert max(stored) < min(outbox), "noise written after an output that used it"
+        # each outbox record is deleted by the cleanup, never by the writes
+        assert {w.key for w in outcome.cleanup if "|out|" in w.key} == {keys[i] for i in outbox}
+        assert all(w.value is not None for w in outcome.writes)
+        # the outcome's records by kind are exactly what is published, topic by topic
+        by_topic: dict[str, list[str]] = {}
+        for p in outcome.publications:
+            by_topic.setdefault(p.topic, []).append(p.value)
+        assert [r.to_json() for r in outcome.releases] == by_topic.get(TOPICS.releases, [])
+        assert [r.to_json() for r in outcome.revisions] == by_topic.get(TOPICS.consistent, [])
+        assert [r.to_json() for r in outcome.dead_letters] == by_topic.get(TOPICS.dead_letter, [])
+        written += [k for k in keys if "|node|" in k or "|noise|" in k]
+        _apply(state, outcome.writes)
+        _published(outcome, published)
+        _apply(state, outcome.cleanup)
+    assert len(written) == len(set(written)), "a node or noise chunk was written twice"
+    assert written
+    assert not [k for k in state if "|out|" in k]
+
+    # a service restarted from the table alone continues as the uninterrupted one
+    half = len(records) // 26 * 13
+    state2: dict[str, Any] = {}
+    clock2 = StepClock()
+    again: dict[str, str] = {}
+    svc2 = _service(spec, state2, clock2)
+    for first in range(0, len(records), 13):
+        if first == half:
+            svc2 = _service(spec, state2, clock2)  # restart: everything stored, all acked
+        clock2.value = arrivals[first]
+        outcome = svc2.process(records[first : first + 13])
+        _apply(state2, outcome.writes)
+        _published(outcome, again)
+        _apply(state2, outcome.cleanup)
+    clock2.value = release_instant(spec, 20)
+    while True:
+        outcome = svc2.tick()
+        _apply(state2, outcome.writes)
+        _published(outcome, again)
+        _apply(state2, outcome.cleanup)
+        if not svc2.due():
+            break
+    assert again == published
+    assert state2 == state
+
+
+def test_a_misplaced_record_is_an_output_of_its_sources_checkpoint() -> None:
+    """A record on the source's topic but keyed otherwise is dead-lettered through the source's
+    outbox (its offset is the source's): the dead letter is in the change set's outputs."""
+    spec = _spec("restaurant")
+    records, _ = _records("restaurant", periods=2, rate=3)
+    good, other = records[0], records[1]
+    wrong = InputRecord(other.topic, 0, other.offset, b"someone-else", other.value)
+    svc = _service(spec, {}, StepClock())
+    outcome = svc.process([good, wrong])
+    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
+    assert [w.key for w in outcome.writes if "|out|" in w.key] == [
+        "restaurant-orders|out|000000000000"
+    ]
