@@ -65,12 +65,7 @@ class FakeTable:
         self.changelog: dict[str, Any] = {STALE_SEEN: ["digest"]}
 
     def send_changelog(
-        self,
-        partition: int | None,
-        key: Any,
-        value: Any,
-        key_serializer: Any = None,
-        value_serializer: Any = None,
+        self, partition: int | None, key: Any, value: Any, **_serializers: Any
     ) -> Ack:
         assert partition == 3, f"changelog write to partition {partition}, not the source's home 3"
         self._journal.append(("changelog", key))
