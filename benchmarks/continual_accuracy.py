@@ -19,13 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from streamdp.continual import ContinualCounter, build_strategy
-from streamdp.continual.factored_counter import FactoredCounter, level_scales
+from streamdp.continual.factored_counter import FactoredCounter
+from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.fda import optimal_weights, path_objectives, solve
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import exact_budgets
 from streamdp.continual.kary_optimise import optimise, published_digits
+from streamdp.continual.node_budgets import node_budgets
 from streamdp.continual.strategy import Strategy
-from streamdp.continual.variance import node_budgets, scale_variances, variance_profile
+from streamdp.continual.variance import scale_variances, variance_profile
 from streamdp.noise import InsecureSeededSampler
 
 N = 4095

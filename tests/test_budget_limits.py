@@ -20,15 +20,11 @@ import numpy as np
 import pytest
 
 from streamdp.continual import ContinualCounter, build_strategy
+from streamdp.continual.column_sums import fenwick_column_sums
 from streamdp.continual.fenwick import update_chain
+from streamdp.continual.node_budgets import node_budgets, node_scales
+from streamdp.continual.privacy import MAX_NOISE_SCALE, exact_epsilon
 from streamdp.continual.strategy import Strategy
-from streamdp.continual.variance import (
-    MAX_NOISE_SCALE,
-    exact_epsilon,
-    fenwick_column_sums,
-    node_budgets,
-    node_scales,
-)
 from streamdp.engine import parse_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, OpenDPDiscreteLaplace

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from stats_continual import P_THRESHOLD, variance_z_pvalue
 
-from streamdp.continual.factored_counter import level_scales
+from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.strategy import build_any_strategy
 from streamdp.engine import ConsistentRecord, Engine, ReleaseRecord, parse_spec
 from streamdp.engine.periods import parse_instant

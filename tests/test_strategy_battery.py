@@ -24,11 +24,13 @@ import pytest
 from stats_continual import P_THRESHOLD
 
 from streamdp.continual.counter import ContinualCounter
-from streamdp.continual.factored_counter import FactoredCounter, level_scales
+from streamdp.continual.factored_counter import FactoredCounter
+from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_optimise import optimise, published_digits
+from streamdp.continual.node_budgets import node_budgets
+from streamdp.continual.privacy import exact_epsilon
 from streamdp.continual.strategy import Strategy, build_strategy
-from streamdp.continual.variance import exact_epsilon, node_budgets
 from streamdp.noise import InsecureSeededSampler
 
 HORIZONS = [1, 2, 7, 64, 365, 4095]

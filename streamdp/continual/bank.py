@@ -14,10 +14,10 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual.counter import STATE_KIND as CONTINUAL_KIND
 from streamdp.continual.counter import ContinualCounter
-from streamdp.continual.factored_counter import STATE_KIND as FACTORED_KIND
+from streamdp.continual.counter_state import STATE_KIND as CONTINUAL_KIND
 from streamdp.continual.factored_counter import FactoredCounter
+from streamdp.continual.factored_state import STATE_KIND as FACTORED_KIND
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.strategy import Strategy
 from streamdp.errors import ConfigError, StateError

@@ -13,65 +13,29 @@ finalised nodes whose parent is still open: at most ``floor(log2 N) + 1`` of the
 
 Persistence: :meth:`ContinualCounter.state` returns plain data holding every noisy node drawn so
 far; :meth:`ContinualCounter.from_state` restores it without drawing, so a restart republishes
-identical values (drawing again would let an observer average the noise away).
+identical values (drawing again would let an observer average the noise away). Both are in
+:mod:`streamdp.continual.counter_state`.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual.strategy import Strategy, build_strategy
-from streamdp.continual.variance import check_privacy, node_scales, scale_variances
-from streamdp.errors import ConfigError, HorizonError, StateError
+from streamdp.continual.counter_checks import check_bank, int_vector
+from streamdp.continual.counter_state import continual_state, restore_continual
+from streamdp.continual.node_budgets import node_scales
+from streamdp.continual.privacy import check_privacy
+from streamdp.continual.releases import PeriodRelease
+from streamdp.continual.strategy import Strategy
+from streamdp.continual.variance import scale_variances
+from streamdp.errors import HorizonError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
-STATE_VERSION = 1
-STATE_KIND = "streamdp.continual-counter"
-
 Int64Array = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class PeriodRelease:
-    """What one period close publishes for every counter of the bank.
-
-    ``noisy_count`` shape ``(width,)``: ``s~_t - s~_{t-1}``. ``noisy_total`` shape ``(width,)``:
-    ``s~_t`` plus the carried noisy total of earlier epochs. The standard deviations are exact
-    (discrete Laplace) and identical for every counter of the bank; units: counts.
-    """
-
-    epoch: int
-    period: int
-    noisy_count: Int64Array
-    noisy_total: Int64Array
-    count_std: float
-    total_std: float
-
-
-def check_bank(width: int, epoch: int, carry_variance: float) -> None:
-    """Raise :class:`ConfigError` unless a counter bank's width, epoch and carried variance
-    are valid (shared by every counter kind)."""
-    if isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
-        raise ConfigError(f"width (number of counters) must be an integer >= 1, got {width!r}")
-    if isinstance(epoch, bool) or not isinstance(epoch, int | np.integer) or epoch < 0:
-        raise ConfigError(f"epoch must be an integer >= 0, got {epoch!r}")
-    if not math.isfinite(carry_variance) or carry_variance < 0.0:
-        raise ConfigError(f"carry_variance must be a finite number >= 0, got {carry_variance!r}")
-
-
-def int_vector(values: Any, width: int, what: str) -> Int64Array:
-    """``values`` as an int64 vector of shape ``(width,)``, or :class:`ConfigError`."""
-    array = np.asarray(values)
-    if array.shape != (width,):
-        raise ConfigError(f"{what} must have shape ({width},), got shape {array.shape}")
-    if array.dtype.kind not in "iub":
-        raise ConfigError(f"{what} must be integers, got dtype {array.dtype}")
-    return array.astype(np.int64)
 
 
 class ContinualCounter:
@@ -279,26 +243,7 @@ class ContinualCounter:
         :meth:`nodes_from`, and puts them back before :meth:`from_state`), so the state's size
         and cost do not grow with the periods closed.
         """
-        out = {
-            "kind": STATE_KIND,
-            "version": STATE_VERSION,
-            "mechanism": self.strategy.mechanism,
-            "objective": self.strategy.objective,
-            "horizon": self.horizon,
-            "epsilon": self.epsilon,
-            "sensitivity": self.sensitivity,
-            "width": self.width,
-            "epoch": self.epoch,
-            "sampler": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
-            "noise_label": self.noise_label,
-            "periods_closed": self._closed,
-            "carry": self.carry.tolist(),
-            "carry_variance": self.carry_variance,
-            "pending": [[j, self._pending[j].tolist()] for j in sorted(self._pending)],
-        }
-        if with_nodes:
-            out["noisy_nodes"] = [v.tolist() for v in self._noisy]
-        return out
+        return continual_state(self, with_nodes=with_nodes)
 
     @classmethod
     def from_state(cls, state: dict[str, Any], sampler: NoiseSampler) -> ContinualCounter:
@@ -307,62 +252,4 @@ class ContinualCounter:
         Raises :class:`StateError` if the state is malformed, of another version, inconsistent
         (wrong node set or shapes), or was made with a sampler of different security.
         """
-        try:
-            if state.get("kind") != STATE_KIND or state.get("version") != STATE_VERSION:
-                raise StateError(
-                    f"not a continual-counter state of version {STATE_VERSION} "
-                    f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
-                )
-            recorded = state["sampler"]
-            if bool(recorded["secure"]) != bool(sampler.secure):
-                raise StateError(
-                    f"state was produced with sampler {recorded['name']!r} "
-                    f"(secure={recorded['secure']}); restoring with {sampler.name!r} "
-                    f"(secure={sampler.secure}) is refused: use a sampler of the same kind"
-                )
-            strategy = build_strategy(state["mechanism"], state["objective"], state["horizon"])
-            counter = cls(
-                strategy,
-                state["epsilon"],
-                state["sensitivity"],
-                state["width"],
-                sampler,
-                epoch=state["epoch"],
-                carry=np.asarray(state["carry"], dtype=np.int64),
-                carry_variance=state["carry_variance"],
-                noise_label=state.get("noise_label", ""),
-            )
-            closed = state["periods_closed"]
-            if not isinstance(closed, int) or not 0 <= closed <= strategy.horizon:
-                raise StateError(f"periods_closed must be in 0..{strategy.horizon}, got {closed!r}")
-            noisy = [int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]
-            if len(noisy) != closed:
-                raise StateError(
-                    f"state holds {len(noisy)} noisy nodes but {closed} closed periods"
-                )
-            pending = {
-                int(j): int_vector(v, counter.width, "pending sum") for j, v in state["pending"]
-            }
-            expected = {
-                j
-                for j in range(1, closed + 1)
-                if (up := strategy.parent(j)) is not None and up > closed
-            }
-            if set(pending) != expected:
-                raise StateError(
-                    f"pending nodes {sorted(pending)} do not match the {closed} closed periods "
-                    f"(expected {sorted(expected)})"
-                )
-        except StateError:
-            raise
-        except (KeyError, TypeError, ValueError, ConfigError) as error:
-            raise StateError(f"continual-counter state is malformed: {error}") from error
-        counter._closed = closed
-        counter._noisy = noisy
-        counter._pending = pending
-        if closed:
-            before = np.zeros(counter.width, dtype=np.int64)
-            for value in noisy[:-1]:
-                before += value  # s~_{closed-1} of the one-node-per-period sum (naive)
-            counter._last_total = strategy.next_total(noisy, closed, before)
-        return counter
+        return restore_continual(cls, state, sampler)

@@ -21,7 +21,7 @@ Families:
   the epoch's start, decoded by negative digits (``kary_digits``) or GLS (``kary_gls``)
   (:class:`streamdp.continual.factored_counter.FactoredCounter`).
 
-The Fenwick/naive differences live in two layout objects (:data:`FENWICK`, :data:`SINGLETONS`)
+The Fenwick/naive differences live in two layout objects (:mod:`streamdp.continual.layouts`)
 chosen once from :data:`_FAMILIES`; no code branches on a mechanism's name.
 """
 
@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual import fenwick
 from streamdp.continual.fda import (
     OBJECTIVES,
     Objective,
@@ -47,10 +46,11 @@ from streamdp.continual.fda import (
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import KARY_MECHANISMS, KARY_OBJECTIVES, check_kary_objective
 from streamdp.continual.kary_optimise import optimise
+from streamdp.continual.layouts import FENWICK, SINGLETONS, Layout
 from streamdp.errors import ConfigError
 
 if TYPE_CHECKING:
-    from streamdp.continual.variance import Epsilon
+    from streamdp.continual.privacy import Epsilon
 
 Mechanism = Literal["fda", "binary", "naive"]
 MECHANISMS: tuple[Mechanism, ...] = ("fda", "binary", "naive")
@@ -119,118 +119,7 @@ class CountingStrategy(Protocol):
     def range_variance(self, first: int, last: int, node_var: FloatArray) -> float: ...
 
 
-# ----------------------------------------------------------------------------- layouts
-class _Layout(Protocol):
-    """How nodes of a one-node-per-period strategy cover periods and combine into totals."""
-
-    def read_path(self, t: int) -> list[int]: ...
-
-    def covering_nodes(self, p: int, horizon: int) -> list[int]: ...
-
-    def children(self, t: int) -> list[int]: ...
-
-    def parent(self, j: int, horizon: int) -> int | None: ...
-
-    def interval(self, i: int) -> tuple[int, int]: ...
-
-    def path_sums(self, values: FloatArray) -> FloatArray: ...
-
-    def total_variance(self, node_var: FloatArray, t: int) -> float: ...
-
-    def count_variances(self, node_var: FloatArray) -> FloatArray: ...
-
-    def count_variance(self, node_var: FloatArray, t: int) -> float: ...
-
-    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray: ...
-
-
-class _Fenwick:
-    """Fenwick tree (DESIGN §3): node ``i`` covers ``i - lowbit(i) + 1 .. i``."""
-
-    def read_path(self, t: int) -> list[int]:
-        return fenwick.read_path(t)
-
-    def covering_nodes(self, p: int, horizon: int) -> list[int]:
-        return fenwick.update_chain(p, horizon)
-
-    def children(self, t: int) -> list[int]:
-        return fenwick.children(t)
-
-    def parent(self, j: int, horizon: int) -> int | None:
-        up = fenwick.parent(j)
-        return up if up <= horizon else None
-
-    def interval(self, i: int) -> tuple[int, int]:
-        return fenwick.interval(i)
-
-    def path_sums(self, values: FloatArray) -> FloatArray:
-        return fenwick.prefix_path_sums(values)
-
-    def total_variance(self, node_var: FloatArray, t: int) -> float:
-        return float(sum(node_var[i - 1] for i in fenwick.read_path(t)))
-
-    def count_variances(self, node_var: FloatArray) -> FloatArray:
-        # the paths of t and t-1 share the path of t - lowbit(t); the rest differs
-        v = np.asarray(node_var, dtype=np.float64)
-        T = np.concatenate([[0.0], fenwick.prefix_path_sums(v)])
-        t = np.arange(1, v.shape[0] + 1, dtype=np.int64)
-        out: FloatArray = v + T[t - 1] - T[t & (t - 1)]
-        return out
-
-    def count_variance(self, node_var: FloatArray, t: int) -> float:
-        return (
-            float(node_var[t - 1])
-            + self.total_variance(node_var, t - 1)
-            - self.total_variance(node_var, t & (t - 1))
-        )
-
-    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray:
-        total = np.zeros_like(previous)
-        for i in fenwick.read_path(t):
-            total += noisy[i - 1]
-        return total
-
-
-class _Singletons:
-    """Naive: node ``i`` is period ``i`` alone; the running total sums nodes ``1..t``."""
-
-    def read_path(self, t: int) -> list[int]:
-        return list(range(t, 0, -1))
-
-    def covering_nodes(self, p: int, horizon: int) -> list[int]:  # noqa: ARG002
-        return [p]
-
-    def children(self, t: int) -> list[int]:  # noqa: ARG002
-        return []
-
-    def parent(self, j: int, horizon: int) -> int | None:  # noqa: ARG002
-        return None
-
-    def interval(self, i: int) -> tuple[int, int]:
-        return i, i
-
-    def path_sums(self, values: FloatArray) -> FloatArray:
-        out: FloatArray = np.cumsum(np.asarray(values, dtype=np.float64), axis=0)
-        return out
-
-    def total_variance(self, node_var: FloatArray, t: int) -> float:
-        return float(node_var[0]) * t  # every node has the full budget
-
-    def count_variances(self, node_var: FloatArray) -> FloatArray:
-        out: FloatArray = np.asarray(node_var, dtype=np.float64).copy()
-        return out
-
-    def count_variance(self, node_var: FloatArray, t: int) -> float:
-        return float(node_var[t - 1])
-
-    def next_total(self, noisy: Sequence[IntArray], t: int, previous: IntArray) -> IntArray:
-        return previous + noisy[t - 1]
-
-
-FENWICK: _Layout = _Fenwick()
-SINGLETONS: _Layout = _Singletons()
-
-_FAMILIES: dict[str, tuple[_Layout, Callable[[int, Objective], FloatArray]]] = {
+_FAMILIES: dict[str, tuple[Layout, Callable[[int, Objective], FloatArray]]] = {
     "fda": (FENWICK, optimal_weights),
     "binary": (FENWICK, lambda n, _objective: binary_weights(n)),
     "naive": (SINGLETONS, lambda n, _objective: np.ones(n, dtype=np.float64)),
@@ -249,7 +138,7 @@ class Strategy:
     objective: Objective
     horizon: int
     weights: npt.NDArray[np.float64] = field(compare=False, repr=False)
-    layout: _Layout = field(compare=False, repr=False, default=FENWICK)
+    layout: Layout = field(compare=False, repr=False, default=FENWICK)
 
     def _check_period(self, t: int, what: str) -> None:
         if not 1 <= t <= self.horizon:
@@ -374,9 +263,9 @@ def check_noise_scales(  # noqa: PLR0917 - a stream's noise parameters, in spec 
     branching: int | None = None,
 ) -> None:
     """Raise :class:`ConfigError` unless every node's exact noise scale is within the sampler's
-    safe range (:data:`streamdp.continual.variance.MAX_NOISE_SCALE`) for this configuration."""
-    from streamdp.continual.factored_counter import level_scales
-    from streamdp.continual.variance import node_budgets
+    safe range (:data:`streamdp.continual.privacy.MAX_NOISE_SCALE`) for this configuration."""
+    from streamdp.continual.factored_noise import level_scales
+    from streamdp.continual.node_budgets import node_budgets
 
     strategy = build_any_strategy(mechanism, objective, horizon, branching)
     if isinstance(strategy, KaryStrategy):

@@ -16,10 +16,12 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
-from streamdp.continual.factored_counter import level_scales
+from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.fda import check_objective
 from streamdp.continual.kary_config import KARY_MECHANISMS, check_kary_objective
 from streamdp.continual.kary_optimise import optimise
+from streamdp.continual.node_budgets import node_scales
+from streamdp.continual.privacy import check_privacy
 from streamdp.continual.strategy import (
     Strategy,
     build_strategy,
@@ -29,8 +31,6 @@ from streamdp.continual.strategy import (
 from streamdp.continual.variance import (
     Noise,
     check_noise,
-    check_privacy,
-    node_scales,
     scale_variances,
     variance_profile,
 )

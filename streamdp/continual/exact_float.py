@@ -1,0 +1,44 @@
+"""Exact decisions about products of floats, without rounding (Dekker 1971; no FMA needed).
+
+Used to prove that a rounded noise scale or loss is on the safe side of its exact bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+
+def _split(a: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Dekker's split: ``a = hi + lo`` exactly, each half with at most 26 significant bits."""
+    c = 134217729.0 * a  # 2^27 + 1
+    hi = c - (c - a)
+    return hi, a - hi
+
+
+def two_product(
+    a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """``(p, e)`` with ``p = fl(a*b)`` and ``a*b = p + e`` exactly (Dekker 1971; no FMA needed).
+
+    Exact while no product over- or underflows, which the scale limits guarantee.
+    """
+    p = a * b
+    ah, al = _split(a)
+    bh, bl = _split(b)
+    e = ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    return p, e
+
+
+def at_most_product(
+    x: npt.NDArray[np.float64], a: npt.NDArray[np.float64], b: npt.NDArray[np.float64]
+) -> npt.NDArray[np.bool_]:
+    """Exactly ``x <= a*b`` elementwise (floats, no rounding anywhere in the decision).
+
+    With ``a*b = p + e`` exactly and ``|e|`` at most half the float spacing at ``p`` on the side
+    of the exact product: ``x < p`` implies ``x <= p - spacing <= a*b``; ``x == p`` needs
+    ``e >= 0``; ``x > p`` implies ``x >= p + spacing > a*b``.
+    """
+    p, e = two_product(a, b)
+    result: npt.NDArray[np.bool_] = (x < p) | ((x == p) & (e >= 0.0))
+    return result
