@@ -17,6 +17,8 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -57,7 +59,9 @@ async def produce_events(bootstrap: str, topic: str, n_events: int, seed: int = 
     return sent
 
 
-async def _consume_all(bootstrap: str, topic: str, n_events: int) -> float:
+async def _consume_all(
+    bootstrap: str, topic: str, n_events: int, decoder: Callable[[bytes], Any] = json.loads
+) -> float:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap, enable_auto_commit=False, max_partition_fetch_bytes=4 << 20
     )
@@ -75,7 +79,7 @@ async def _consume_all(bootstrap: str, topic: str, n_events: int) -> float:
             batch = await consumer.getmany(timeout_ms=1000, max_records=10_000)
             for messages in batch.values():
                 for m in messages:
-                    json.loads(m.value)  # a consumer that does not parse measures nothing useful
+                    decoder(m.value)  # a consumer that does not parse measures nothing useful
                 seen += len(messages)
         elapsed = time.perf_counter() - start
     finally:
@@ -83,10 +87,13 @@ async def _consume_all(bootstrap: str, topic: str, n_events: int) -> float:
     return n_events / elapsed
 
 
-def measure_bare_consumer(bootstrap: str, topic: str, n_events: int) -> float:
-    """Events/s of one bare aiokafka consumer reading (and JSON-decoding) the first ``n_events``
-    records of ``topic`` from the beginning, all partitions, no consumer group."""
-    return asyncio.run(_consume_all(bootstrap, topic, n_events))
+def measure_bare_consumer(
+    bootstrap: str, topic: str, n_events: int, decoder: Callable[[bytes], Any] = json.loads
+) -> float:
+    """Events/s of one bare aiokafka consumer reading (and JSON-decoding with ``decoder``,
+    Python's ``json.loads`` unless given) the first ``n_events`` records of ``topic`` from the
+    beginning, all partitions, no consumer group."""
+    return asyncio.run(_consume_all(bootstrap, topic, n_events, decoder))
 
 
 def main() -> None:
@@ -108,13 +115,19 @@ def main() -> None:
                 for _ in range(args.repeats)
             ]
             rows.append((n_partitions, size / args.events, produce_rate, rates))
-    print(f"bare aiokafka consumer on embedded Tansu, {args.events} events, "
-          f"median of {args.repeats} runs (shared 2-core machine)")
-    print(f"{'partitions':>10} {'bytes/event':>11} {'produce ev/s':>13} "
-          f"{'consume ev/s (median)':>22} {'min':>9} {'max':>9}")
+    print(
+        f"bare aiokafka consumer on embedded Tansu, {args.events} events, "
+        f"median of {args.repeats} runs (shared 2-core machine)"
+    )
+    print(
+        f"{'partitions':>10} {'bytes/event':>11} {'produce ev/s':>13} "
+        f"{'consume ev/s (median)':>22} {'min':>9} {'max':>9}"
+    )
     for n_partitions, mean_size, produce_rate, rates in rows:
-        print(f"{n_partitions:>10} {mean_size:>11.0f} {produce_rate:>13,.0f} "
-              f"{statistics.median(rates):>22,.0f} {min(rates):>9,.0f} {max(rates):>9,.0f}")
+        print(
+            f"{n_partitions:>10} {mean_size:>11.0f} {produce_rate:>13,.0f} "
+            f"{statistics.median(rates):>22,.0f} {min(rates):>9,.0f} {max(rates):>9,.0f}"
+        )
 
 
 if __name__ == "__main__":

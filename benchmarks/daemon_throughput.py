@@ -164,6 +164,26 @@ def bare_consumer() -> tuple[str, Callable[[str, str, int], Awaitable[float]]]:
     return "aiokafka getmany loop (this file)", _bare_consumer_here
 
 
+def bare_consumer_orjson() -> Callable[[str, str, int], Awaitable[float]]:
+    """The same bare consumer decoding with orjson: the baseline for a worker whose decoder
+    reads with orjson first (``streamdp.engine.events.decode``)."""
+    import orjson
+
+    module_spec = importlib.util.spec_from_file_location("bare_consumer", HERE / "bare_consumer.py")
+    if module_spec is None or module_spec.loader is None:
+        raise RuntimeError(f"cannot load {HERE / 'bare_consumer.py'}")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+
+    async def measure(bootstrap: str, topic: str, n: int) -> float:
+        rate = await asyncio.to_thread(
+            module.measure_bare_consumer, bootstrap, topic, n, decoder=orjson.loads
+        )
+        return float(rate)
+
+    return measure
+
+
 # ---------------------------------------------------------------------------------- in-process
 def service_only(values: list[bytes], max_batch: int, repeats: int = 3) -> tuple[float, float]:
     """events/s of the release service alone (engine + checkpoint records, no Kafka, no Faust)
@@ -276,6 +296,8 @@ class RunResult:
     # broker while the worker read (Apache Kafka only: the JVM's process)
     bare_cpu_us: float = float("nan")
     broker_cpu_us: float = float("nan")
+    # the bare consumer decoding with orjson, as the worker's fast path does (after the run)
+    bare_orjson: float = float("nan")
 
     @property
     def baseline(self) -> float:
@@ -287,6 +309,11 @@ class RunResult:
     @property
     def ratio(self) -> float:
         return self.daemon_eps / self.baseline
+
+    @property
+    def ratio_orjson(self) -> float:
+        """Against the bare consumer that decodes with orjson too (the stricter baseline)."""
+        return self.daemon_eps / self.bare_orjson
 
 
 async def read_releases(bootstrap: str, expected_min: int) -> tuple[int, float]:
@@ -466,6 +493,7 @@ def run_once(
     work: Path,
     profile: Path | None = None,
     engine: str = "tansu",
+    measure_bare_orjson: Callable[[str, str, int], Awaitable[float]] | None = None,
 ) -> RunResult:
     spec_path = work / "bench.toml"
     spec_path.write_text(SPEC)
@@ -517,6 +545,11 @@ def run_once(
             asyncio.run(close_all(broker.bootstrap, clock.bounds(periods - 1)[1]))
             releases, _ = asyncio.run(read_releases(broker.bootstrap, periods * len(COUNTERS)))
             bare_after = asyncio.run(measure_bare(broker.bootstrap, TOPIC, len(values)))
+            bare_orjson = (
+                asyncio.run(measure_bare_orjson(broker.bootstrap, TOPIC, len(values)))
+                if measure_bare_orjson is not None
+                else float("nan")
+            )
             before = close_histogram(port)
             latencies = asyncio.run(
                 close_latency(
@@ -535,6 +568,7 @@ def run_once(
         config_name, len(values), bare, rate, cpu, releases, latencies, inside, bare_after,
         bare_cpu_us=1e6 * bare_cpu / len(values),
         broker_cpu_us=1e6 * broker_cpu / (len(values) - n0),
+        bare_orjson=bare_orjson,
     )  # fmt: skip
 
 
@@ -615,12 +649,14 @@ def main() -> int:
                     measure_bare,
                     work,
                     engine=args.engine,
+                    measure_bare_orjson=bare_consumer_orjson(),
                 )
                 results.append(r)
                 print(
                     f"run {run + 1} {name:<24} bare {r.bare_eps:>9,.0f}/{r.bare_after:,.0f}/s "
                     f"daemon {r.daemon_eps:>8,.0f}/s  ratio {r.ratio:.3f}  cpu "
-                    f"{r.worker_cpu:.1f}s  releases {r.releases}  latency p50 "
+                    f"{r.worker_cpu:.1f}s  (orjson bare {r.bare_orjson:,.0f}/s, ratio "
+                    f"{r.ratio_orjson:.3f})  releases {r.releases}  latency p50 "
                     f"{percentile(r.latencies, 50) * 1000:.0f} ms "
                     f"(in worker {r.inside_mean * 1000:.0f} ms)",
                     flush=True,
@@ -676,14 +712,16 @@ def summarise(
         f"{events:,} pre-produced restaurant events ({args.periods} days x ~{args.rate:g} "
         "orders/day, keyed by source); one `streamdp worker` on a frozen public clock "
         f"(Faust, insecure seeded sampler, 2 partitions); baseline: {baseline} (consume + JSON "
-        "decode) on the same topic in the same run, just before the worker starts and just "
-        "after it caught up (the ratio uses their mean). "
+        "decode with `json.loads`) on the same topic in the same run, just before the worker "
+        "starts and just after it caught up (the ratio uses their mean); the stricter baseline "
+        "decodes with orjson, as the worker's fast path does (measured once, after). "
         f"Median of {args.runs} runs per configuration, each on a fresh "
         "broker. Shared 2-core machine (other engineers' jobs running): compare ratios, not "
         "absolute numbers."
     )
     columns = (
         "| configuration | bare consumer events/s | daemon events/s | daemon / bare "
+        "| bare with orjson events/s | daemon / bare with orjson "
         "| worker CPU s (after t0) | events per CPU-s | close latency p50 / p95 / p99 (ms) "
         "| of which in the worker, mean (ms) |"
     )
@@ -696,7 +734,7 @@ def summarise(
         setup,
         "",
         columns,
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in dict.fromkeys(r.config for r in results):
         rs = [r for r in results if r.config == name]
@@ -706,7 +744,9 @@ def summarise(
         cpu = statistics.median(r.worker_cpu for r in rs)
         lat = [x for r in rs for x in r.latencies]
         out.append(
-            f"| {name} | {bare:,.0f} | {daemon:,.0f} | {ratio:.3f} | {cpu:.1f} | "
+            f"| {name} | {bare:,.0f} | {daemon:,.0f} | {ratio:.3f} | "
+            f"{statistics.median(r.bare_orjson for r in rs):,.0f} | "
+            f"{statistics.median(r.ratio_orjson for r in rs):.3f} | {cpu:.1f} | "
             f"{statistics.median(r.events / r.worker_cpu for r in rs):,.0f} | "
             f"{percentile(lat, 50) * 1e3:.0f} / {percentile(lat, 95) * 1e3:.0f} / "
             f"{percentile(lat, 99) * 1e3:.0f} | "
