@@ -1,0 +1,172 @@
+"""Loading a source from the state table: the hot state joined with its stored nodes, epoch
+noise and event ids into an engine snapshot, restored; what a crash left behind found and
+reused (the outbox re-published with the same keys and values, stored nodes and epoch noise
+adopted so that nothing stored is ever drawn again). See :mod:`streamdp.daemon.checkpoint` for
+the keys and :mod:`streamdp.daemon.checkpoint_writer` for how they are written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from streamdp.daemon.checkpoint import (
+    NodeKey,
+    counted_nodes,
+    join_snapshot,
+    node_key,
+    noise_key,
+    outbox_prefix,
+    parse_node_key,
+    parse_noise_key,
+    parse_seen_key,
+    seen_key,
+)
+from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot
+from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
+from streamdp.engine import Engine
+from streamdp.errors import StateError
+
+
+def load_slot(  # noqa: PLR0917 - one call site, positional
+    table: Mapping[str, Any],
+    source: str,
+    engine: Engine,
+    home: int,
+    hot: Any,
+    outcome: BatchOutcome,
+) -> SourceSlot:
+    """``source``'s slot around a new ``engine``: restored from its hot state ``hot`` (as read
+    from ``table``) and the keys beside it, or, when ``hot`` is None, a new one homed on
+    partition ``home``. Appends the re-publication of a pending outbox to ``outcome``."""
+    slot = SourceSlot(engine, home)
+    keys = [str(k) for k in list(table.keys())]
+    counted: dict[str, dict[int, int]] = {}
+    if hot is not None:
+        hot = dict(hot)
+        daemon = dict(hot.pop(DAEMON_STATE_KEY))
+        slot.home = int(daemon["home"])
+        slot.next_outbox = int(daemon["next_outbox"])
+
+        def node(stream: str, epoch: int, t: int) -> list[int] | None:
+            value = table.get(node_key(source, stream, epoch, t))
+            return None if value is None else list(value)
+
+        slot.stored_noise = {
+            (str(stream), int(epoch)): int(n) for stream, epoch, n in daemon.get("noise_chunks", [])
+        }
+
+        def noise(stream: str, epoch: int) -> list[list[int]] | None:
+            n = slot.stored_noise.get((stream, epoch))
+            return None if n is None else _noise_rows(table, source, stream, epoch, n)
+
+        snapshot = join_snapshot(hot, node, noise)
+        for key in keys:
+            parsed = parse_seen_key(source, key)
+            if parsed is not None:
+                stream, period, chunk = parsed
+                seen = (stream, period)
+                slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
+        inline_ids = _restore_seen(table, source, slot, snapshot, daemon.get("seen_chunks", []))
+        inline_noise = [
+            name
+            for name, state in hot["streams"].items()
+            if dict(state).get("counter", {}).get("node_noise") is not None
+        ]
+        engine.restore(snapshot)  # what it restores counts as stored (never taken)
+        engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise)
+        counted = counted_nodes(hot)
+        # re-publish whatever a crash left in the outbox (same key, same value)
+        prefix = outbox_prefix(source)
+        for key in sorted(k for k in keys if k.startswith(prefix)):
+            pending = table.get(key)
+            if pending is None:
+                continue
+            outcome.publications.append(
+                Publication(pending["topic"], pending["key"], pending["value"])
+            )
+            outcome.cleanup.append(StateWrite(slot.home, key, None))
+    # noisy nodes a crash left stored but unreferenced (it came after the node writes,
+    # before the hot state): their periods are closed again with the stored values, so no
+    # node is ever drawn twice
+    unreferenced: dict[NodeKey, list[int]] = {}
+    for key in keys:
+        parsed = parse_node_key(source, key)
+        if parsed is None:
+            continue
+        stream, epoch, t = parsed
+        if t > counted.get(stream, {}).get(epoch, 0):
+            value = table.get(key)
+            if value is not None:
+                unreferenced[parsed] = list(value)
+    if unreferenced:
+        engine.adopt_stored_nodes(unreferenced)  # never handed out to be written again
+    # k-ary epoch noise stored for an epoch the restored state has not drawn (a crash came
+    # after it was written, before the state that refers to it, or it was adopted so
+    # before): an outbox record published on reload may have used it, so the epoch uses it
+    # instead of drawing. Chunks a crash cut short never preceded a stored outbox record
+    # (writes are made durable in order), so no release used them: that epoch's noise is
+    # drawn afresh and its chunks written again. Past epochs' chunks are not read.
+    held = {(name, epoch) for name, (epoch, _) in engine.epoch_noise().items()}
+    current = {name: runtime.counter.epoch for name, runtime in engine.streams.items()}
+    found: dict[tuple[str, int], int] = {}
+    for key in keys:
+        parsed_noise = parse_noise_key(source, key)
+        if parsed_noise is None:
+            continue
+        stream, epoch, chunk = parsed_noise
+        if epoch >= current.get(stream, epoch + 1) and (stream, epoch) not in held:
+            found[(stream, epoch)] = max(found.get((stream, epoch), 0), chunk + 1)
+    for (stream, epoch), n in sorted(found.items()):
+        rows = _noise_rows(table, source, stream, epoch, n)
+        slot.stored_noise.pop((stream, epoch), None)
+        if rows is not None and engine.adopt_stored_noise(stream, epoch, rows):
+            slot.stored_noise[(stream, epoch)] = n
+    return slot
+
+
+def _noise_rows(
+    table: Mapping[str, Any], source: str, stream: str, epoch: int, n: int
+) -> list[list[int]] | None:
+    """The rows of chunks ``0..n-1`` of a stored epoch noise; None if one is missing."""
+    rows: list[list[int]] = []
+    for chunk in range(n):
+        value = table.get(noise_key(source, stream, epoch, chunk))
+        if value is None:
+            return None
+        rows.extend(list(r) for r in value)
+    return rows
+
+
+def _restore_seen(
+    table: Mapping[str, Any],
+    source: str,
+    slot: SourceSlot,
+    snapshot: dict[str, Any],
+    counts: list[Any],
+) -> list[str]:
+    """Put the open periods' event ids, read from their chunks, back into ``snapshot``.
+    Returns the streams whose hot state held its ids itself (an older layout)."""
+    chunks = {(str(stream), int(period)): int(n) for stream, period, n in counts}
+    inline: list[str] = []
+    for name, state in snapshot["streams"].items():
+        if "seen" in state:
+            inline.append(name)  # a checkpoint written before the ids had keys of their own
+            continue
+        entries: list[list[Any]] = []
+        for (stream, period), n in sorted(chunks.items()):
+            if stream != name:
+                continue
+            ids: set[str] = set()
+            for c in range(n):
+                chunk = table.get(seen_key(source, stream, period, c))
+                if chunk is None:
+                    raise StateError(
+                        f"stored event ids of stream {stream!r} period {period} (chunk {c}) "
+                        "are missing; refusing to restore (duplicates could be counted)"
+                    )
+                ids.update(str(i) for i in chunk)
+            entries.append([period, sorted(ids)])
+            slot.seen_chunks[(stream, period)] = n
+        state["seen"] = entries
+    return inline
