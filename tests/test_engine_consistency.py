@@ -273,7 +273,7 @@ def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
     every epoch so far (O(history) per close). Now it projects the epochs it publishes and
     carries the earlier epochs' consistent totals from a cache, giving exactly (==) the values
     of one projection over the whole history."""
-    import streamdp.engine.stream as stream_module
+    import streamdp.engine.stream_revisions as revisions_module
     from streamdp.engine.revision import consistent_epochs
 
     spec = parse_spec(CENSUS_SPEC.replace("horizon = 16", "horizon = 2").replace(
@@ -286,7 +286,7 @@ def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
         projected.append(len(epochs))
         return consistent_epochs(stream_spec, epochs)
 
-    monkeypatch.setattr(stream_module, "consistent_epochs", counting)
+    monkeypatch.setattr(revisions_module, "consistent_epochs", counting)
     outputs, _ = drive(engine, _census_lines(40, seed=2), as_of=1704067200 + 3600 * 40)
     records = consistent(outputs)
     assert {r.epoch for r in records} == set(range(20))

@@ -1,0 +1,139 @@
+"""The periods of one stream not yet closed: which arriving events count in which period (the
+acceptance window: lateness, the stream's horizon, the future limit), the true counts of each
+open period, and the content keys already counted there (true duplicates are refused).
+
+Protected state: the true counts (Python ints). They leave this object only through the
+stream's state (:mod:`streamdp.engine.stream_state`), which must be stored like the input topic,
+and through the period's close, which adds noise before anything is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.engine.events import Contribution, RejectedError, extractor_for
+from streamdp.engine.periods import PeriodClock
+from streamdp.engine.spec import StreamSpec
+
+
+class OpenPeriods:
+    """Counts accepted events into the periods from :attr:`closed` on."""
+
+    def __init__(self, spec: StreamSpec, clock: PeriodClock) -> None:
+        self.clock = clock
+        self.extractor = extractor_for(spec)
+        self.width = len(spec.counters.names)
+        self.horizon = spec.horizon
+        self.closed = 0  # absolute periods closed (over all epochs): nothing counts in them
+        self.counts: dict[int, list[int]] = {}
+        self.seen: dict[int, set[str]] = {}
+        # the same content keys per open period in the order they were counted, so that the
+        # daemon stores the new ones by position, in O(new) (see seen_ids)
+        self.seen_order: dict[int, list[str]] = {}
+        self._cache = (1.0, 0.0, -1)  # [lo, hi) -> index; empty to start
+        self._lateness = spec.allowed_lateness_seconds
+        self._stop = spec.on_epoch_end == "stop"
+        self._max_future = spec.max_future_periods
+        # the acceptance window for the current arrival instant (see set_arrival): events of
+        # periods below _time_lo arrived after their period's public close instant; events of
+        # periods above _future_hi are too far ahead of the clock
+        self._time_lo = 0
+        self._future_hi: float = float("inf")
+
+    def set_arrival(self, now: float, *, batch: bool = False) -> None:
+        """Set the acceptance window for events arriving at public instant ``now``.
+
+        Stream mode: an event of period ``j`` counts only if ``j``'s close instant (its end plus
+        the allowed lateness) is after ``now``, and ``j`` is at most ``max_future_periods``
+        periods after the period holding ``now``. Batch mode (a file replay): every period
+        still open counts; the future limit applies against ``now`` (the replay's ``--as-of``).
+        Both depend on the event and the public clock only, never on other events.
+        """
+        self._time_lo = 0 if batch else max(0, self.clock.index_of(now - self._lateness))
+        self._future_hi = (
+            self.clock.index_of(now) + self._max_future if self._max_future else float("inf")
+        )
+
+    def ingest(self, event: Mapping[str, Any], content_key: str, ts: float) -> None:
+        """Count one decoded event with event time ``ts``, arriving within the window of the
+        last :meth:`set_arrival`; raises :class:`RejectedError`.
+
+        ``content_key`` identifies the record's exact content (a digest of its bytes): a
+        record whose content was already counted in its period is a true duplicate (a
+        producer retry, a redelivery) and is refused; a different record that reuses an
+        event id is a different record and counts on its own (it can never displace another).
+        """
+        contribution: Contribution = self.extractor.contribution(event)
+        lo, hi, j = self._cache
+        if not lo <= ts < hi:
+            j = self.clock.index_of(ts)
+            if j >= 0:
+                lo, hi = self.clock.bounds(j)
+                self._cache = (lo, hi, j)
+        if j < 0:
+            raise RejectedError("before_start", "event_time is before the stream's first period")
+        if j < self.closed or j < self._time_lo:
+            raise RejectedError(
+                "late",
+                "the record arrived after its period's public close instant (period end plus "
+                "allowed_lateness) or after an operator closed the period",
+            )
+        if self._stop and j >= self.horizon:
+            raise RejectedError(
+                "after_horizon",
+                f"the stream released all {self.horizon} periods of its horizon and stops "
+                "(on_epoch_end = 'stop')",
+            )
+        if j > self._future_hi:
+            raise RejectedError(
+                "too_far_in_future",
+                f"event_time is more than max_future_periods = {self._max_future} periods "
+                "after the period of the record's arrival on the public clock",
+            )
+        ids = self.seen.get(j)
+        if ids is None:
+            ids = self.seen[j] = set()
+            order = self.seen_order[j] = []
+            row = self.counts[j] = [0] * self.width
+        else:
+            if content_key in ids:
+                raise RejectedError(
+                    "duplicate_event",
+                    "a record with exactly this content was already counted in this period",
+                )
+            order = self.seen_order[j]
+            row = self.counts[j]
+        ids.add(content_key)
+        order.append(content_key)
+        for i, q in contribution:
+            row[i] += q
+
+    def counts_of(self, j: int) -> npt.NDArray[np.int64]:
+        """The true counts of period ``j`` (zeros if nothing was counted in it)."""
+        row = self.counts.get(j)
+        return np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
+
+    def close(self, j: int) -> None:
+        """Period ``j``, the oldest open one, is closed: forget its counts and content keys."""
+        self.counts.pop(j, None)
+        self.seen.pop(j, None)
+        self.seen_order.pop(j, None)
+        self.closed = j + 1
+
+    def seen_ids(self) -> Mapping[int, Sequence[str]]:
+        """The content keys counted so far in each open period, in counting order (restored
+        ones first, sorted): a live view, read, never change. Keys are only appended while a
+        period is open, and a period's entry goes when it closes, so a reader that stored the
+        first ``n`` of a period stores ``ids[n:]`` next: O(new keys), however busy the period."""
+        return self.seen_order
+
+    def restore(self, closed: int, counts: dict[int, list[int]], seen: dict[int, set[str]]) -> None:
+        """Continue from a restored state: ``closed`` periods, the open ones' counts and keys."""
+        self.closed = closed
+        self.counts, self.seen = counts, seen
+        self.seen_order = {j: sorted(ids) for j, ids in seen.items()}
+        self._cache = (1.0, 0.0, -1)

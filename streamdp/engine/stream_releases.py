@@ -1,0 +1,76 @@
+"""The public records of one closed period: a release per counter, with the standard deviation
+it declares (scaled per counter by ``sqrt(P_jj)`` when the noise was projected onto the
+constraint span at publication)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.continual.bank import BankRelease
+from streamdp.engine.periods import PeriodClock
+from streamdp.engine.records import ReleaseRecord
+from streamdp.engine.spec import StreamSpec
+from streamdp.noise.sampler import NoiseSampler
+
+FloatArray = npt.NDArray[np.float64]
+
+
+def scaled_stds(std: float, scale: FloatArray | None, width: int) -> list[float]:
+    """``std`` per counter (``width`` of them), times ``scale`` (``sqrt(P_jj)``) when given."""
+    if scale is None:
+        return [std] * width
+    out: list[float] = (std * scale).tolist()
+    return out
+
+
+def release_records(
+    spec: StreamSpec,
+    clock: PeriodClock,
+    sampler: NoiseSampler,
+    j: int,
+    release: BankRelease,
+    *,
+    scale: FloatArray | None,
+    integral: bool,
+) -> list[ReleaseRecord]:
+    """The release records of absolute period ``j`` (one per counter, in counter order):
+    ``release`` is the counter's noisy close of it, ``scale`` the per-counter ``sqrt(P_jj)``
+    of a projected release (None: not projected), ``integral`` whether the mechanism's
+    releases are integers."""
+    names = spec.counters.names
+    epoch, index = divmod(j, spec.horizon)
+    start, end = clock.bounds(j)
+    start_text, end_text = clock.iso(start), clock.iso(end)
+    eps = float(spec.epsilon)
+    # projected at publication: sqrt(P_jj) per counter
+    count_stds = scaled_stds(float(release.count_std), scale, len(names))
+    total_stds = scaled_stds(float(release.total_std), scale, len(names))
+    name, secure = sampler.name, bool(sampler.secure)
+    # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
+    # numbers: rounding them would change the variance they declare
+    number = int if integral else float
+    noisy_counts = release.noisy_count.tolist()
+    noisy_totals = release.noisy_total.tolist()
+    return [
+        ReleaseRecord(
+            stream=spec.name,
+            counter=counter_name,
+            epoch=epoch,
+            period=index + 1,
+            period_start=start_text,
+            period_end=end_text,
+            noisy_count=number(noisy_counts[c]),
+            noisy_total=number(noisy_totals[c]),
+            count_std=count_stds[c],
+            total_std=total_stds[c],
+            epsilon=eps,
+            sensitivity=spec.sensitivity,
+            horizon=spec.horizon,
+            mechanism=spec.mechanism,
+            objective=spec.objective,
+            noise=name,
+            noise_secure=secure,
+        )
+        for c, counter_name in enumerate(names)
+    ]

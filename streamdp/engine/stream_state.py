@@ -1,0 +1,131 @@
+"""The JSON layout of one stream's state: writing it, reading it back, and the checks that a
+state read back fits the stream.
+
+The state holds raw counts (the open periods' true counts, the counter's pending node sums):
+it must be stored like the input topic. The daemon leaves out what it stores incrementally
+(event ids, epoch noise, noisy nodes) so that the rest costs the same however long the history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streamdp.continual.bank import CounterBank, restore_bank
+from streamdp.engine.spec import StreamSpec
+from streamdp.errors import StateError
+from streamdp.noise.sampler import NoiseSampler
+
+# 2: "seen" holds content digests of the open periods' records (1: event ids) and
+# "close_target" an operator's pending close; version 1 states restore (their ids stay as
+# opaque entries that match no digest)
+STREAM_STATE_VERSION = 2
+_RESTORABLE_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class StreamState:
+    """One stream's state, as written by :func:`encode_stream_state` and read back by
+    :func:`decode_stream_state` (``seen`` and ``past_nodes`` only when written with them)."""
+
+    stream: str
+    closed: int
+    close_target: int
+    revised_through: int
+    revision: int
+    open: dict[int, list[int]]
+    seen: dict[int, set[str]]
+    counter: CounterBank
+    past_nodes: list[npt.NDArray[np.int64]]
+
+
+def encode_stream_state(
+    state: StreamState,
+    node_counts: list[list[int]],
+    *,
+    with_seen: bool,
+    with_noise: bool,
+    with_nodes: bool,
+) -> dict[str, Any]:
+    """Plain JSON-able state. Holds raw counts: protect it like the input topic.
+
+    With ``with_seen=False`` the event ids of the open periods are left out (the daemon
+    stores them incrementally, from :meth:`StreamRuntime.seen_ids`); restoring needs them back
+    under ``"seen"``. With ``with_noise=False`` a k-ary counter's epoch noise is left out (the
+    daemon stores it once per epoch, from :meth:`StreamRuntime.epoch_noise`); restoring needs
+    it back under ``counter.node_noise``. With ``with_nodes=False`` the noisy nodes
+    (``past_nodes`` and the counter's ``noisy_nodes``) are left out and ``node_counts`` (runs
+    ``[first epoch, nodes per epoch, epochs]``) says how many there are: the daemon stores each
+    node once, from :meth:`StreamRuntime.take_new_nodes`; restoring needs them back in place of
+    ``node_counts``. Without nodes, seen ids and noise the state's cost does not grow with the
+    history."""
+    out: dict[str, Any] = {
+        "version": STREAM_STATE_VERSION,
+        "stream": state.stream,
+        "closed": state.closed,
+        "close_target": state.close_target,
+        "revised_through": state.revised_through,
+        "revision": state.revision,
+        "open": [[j, list(row)] for j, row in sorted(state.open.items())],
+        "counter": state.counter.state(with_noise=with_noise, with_nodes=with_nodes),
+    }
+    if with_nodes:
+        out["past_nodes"] = [nodes.tolist() for nodes in state.past_nodes]
+    else:
+        out["node_counts"] = node_counts
+    if with_seen:
+        out["seen"] = [[j, sorted(ids)] for j, ids in sorted(state.seen.items())]
+    return out
+
+
+def decode_stream_state(
+    data: Mapping[str, Any],
+    spec: StreamSpec,
+    sampler: NoiseSampler,
+    projection: npt.NDArray[np.float64] | None,
+) -> StreamState:
+    """Read :func:`encode_stream_state` output written with seen ids, noise and nodes (no noise
+    is drawn); raises :class:`StateError` if it is malformed or does not fit ``spec``."""
+    width = len(spec.counters.names)
+    try:
+        if data.get("version") not in _RESTORABLE_VERSIONS or data.get("stream") != spec.name:
+            raise StateError(
+                f"state is for stream {data.get('stream')!r} version "
+                f"{data.get('version')!r}; expected {spec.name!r} version "
+                f"{STREAM_STATE_VERSION}"
+            )
+        counter = restore_bank(dict(data["counter"]), sampler, projection=projection)
+        open_ = {int(j): [int(v) for v in row] for j, row in data["open"]}
+        seen = {int(j): {str(i) for i in ids} for j, ids in data["seen"]}
+        past = [np.asarray(n, dtype=np.int64).reshape(-1, width) for n in data["past_nodes"]]
+        closed = int(data["closed"])
+        close_target = int(data.get("close_target", 0))
+        revised_through = int(data.get("revised_through", 0))
+        revision = int(data["revision"])
+    except StateError:
+        raise
+    except (KeyError, TypeError, ValueError) as error:
+        raise StateError(
+            f"stream {spec.name!r}: snapshot state is malformed ({type(error).__name__})"
+        ) from None
+    if any(len(row) != width for row in open_.values()) or set(open_) != set(seen):
+        raise StateError(f"stream {spec.name!r}: open-period state has the wrong shape")
+    if counter.width != width or counter.horizon != spec.horizon:
+        raise StateError(f"stream {spec.name!r}: counter state does not match the spec")
+    if counter.epoch * spec.horizon + counter.periods_closed != closed:
+        raise StateError(f"stream {spec.name!r}: closed-period count is inconsistent")
+    return StreamState(
+        stream=spec.name,
+        closed=closed,
+        close_target=close_target,
+        revised_through=revised_through,
+        revision=revision,
+        open=open_,
+        seen=seen,
+        counter=counter,
+        past_nodes=past,
+    )
