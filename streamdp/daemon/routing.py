@@ -21,8 +21,8 @@ from aiokafka.partitioner import murmur2
 
 from streamdp.engine import DeadLetterRecord, EngineSpec
 from streamdp.engine.changes import OutputRecord
-from streamdp.engine.engine import raw_text
 from streamdp.engine.events import Reason
+from streamdp.engine.raw_records import raw_text
 from streamdp.engine.spec import SourceSpec
 
 

@@ -22,12 +22,7 @@ release, dead letter, exception message or statistic carries them.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
-from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -35,87 +30,47 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.engine.changes import ChangeSet, ChangeTracker, Spend
-from streamdp.engine.events import MAX_ID_LENGTH, Reason, RejectedError, decode, event_id_of
+from streamdp.engine.events import RejectedError, decode
+from streamdp.engine.intake import RecordIntake
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
 from streamdp.engine.periods import format_instant, parse_instant
-from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.persistence import ENGINE_STATE_KIND, ENGINE_STATE_VERSION, EnginePersistence
+from streamdp.engine.raw_records import content_key, raw_text
+from streamdp.engine.records import ConsistentRecord, ReleaseRecord
+from streamdp.engine.results import (
+    ACCEPTED,
+    NEVER,
+    NOT_COUNTED,
+    SKIPPED,
+    EngineStats,
+    IngestResult,
+    OutputRecord,
+    RawRecord,
+    Rejection,
+)
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
-from streamdp.errors import InputGapError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
-ENGINE_STATE_KIND = "streamdp.engine"
-# 2: the public clock reading ("clock") replaces the event-time watermarks of version 1
-ENGINE_STATE_VERSION = 2
-_RESTORABLE_VERSIONS = (1, 2)
-
-OutputRecord = ReleaseRecord | ConsistentRecord
-RawRecord = bytes | bytearray | str | Mapping[str, Any]
-
-# what Engine.consume did with a record
-SKIPPED = 0  # its offset was already applied (a replay after a crash)
-ACCEPTED = 1  # at least one stream counted it
-NOT_COUNTED = 2  # refused by every stream
-_NEVER = float("-inf")
-
-
-@dataclass(frozen=True)
-class Rejection:
-    """Why one stream (or the whole record, ``stream is None``) refused a record."""
-
-    reason: Reason
-    message: str
-    stream: str | None = None
+# the engine's whole surface, wherever its parts live (results, raw records, persistence)
+__all__ = [
+    "ACCEPTED",
+    "ENGINE_STATE_KIND",
+    "ENGINE_STATE_VERSION",
+    "NOT_COUNTED",
+    "SKIPPED",
+    "Engine",
+    "EngineStats",
+    "IngestResult",
+    "OutputRecord",
+    "RawRecord",
+    "Rejection",
+    "content_key",
+    "raw_text",
+]
 
 
-@dataclass(slots=True)
-class IngestResult:
-    """What :meth:`Engine.ingest` did with one record.
-
-    ``accepted``: streams that counted the event. ``rejections``/``dead_letters``: one per
-    refusing stream (or one for the record). ``outputs``: records an operator action produced.
-    ``skipped``: the (topic, partition, offset) was already applied (a replay after a crash);
-    nothing was done. Treat it as read-only (not frozen: a frozen dataclass costs a
-    microsecond per event).
-    """
-
-    accepted: tuple[str, ...] = ()
-    rejections: tuple[Rejection, ...] = ()
-    dead_letters: tuple[DeadLetterRecord, ...] = ()
-    outputs: tuple[OutputRecord, ...] = ()
-    skipped: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """True when nothing was rejected."""
-        return not self.rejections
-
-
-@dataclass
-class EngineStats:
-    """Counts of records processed (not of protected data): safe to log and export."""
-
-    events_accepted: int = 0
-    events_rejected: int = 0
-    controls: int = 0
-    skipped: int = 0
-    rejected_by_reason: Counter[str] = field(default_factory=Counter)
-    periods_released: Counter[str] = field(default_factory=Counter)
-    revisions: Counter[str] = field(default_factory=Counter)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "events_accepted": self.events_accepted,
-            "events_rejected": self.events_rejected,
-            "controls": self.controls,
-            "skipped": self.skipped,
-            "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
-            "periods_released": dict(self.periods_released),
-            "revisions": dict(self.revisions),
-        }
-
-
-class Engine:
+class Engine(RecordIntake, EnginePersistence):
     """Ingest events, close periods on the public clock, release, revise, account budget.
 
     ``batch``: the file replay's mode. Every event of a period still open counts (there is no
@@ -165,7 +120,7 @@ class Engine:
             self._topics[source.name] = source
         self._single_source = next(iter(spec.sources.values())) if len(spec.sources) == 1 else None
         # the public clock's latest reading: records ingested now arrived at this instant
-        self.now: float = _NEVER
+        self.now: float = NEVER
         self._offsets: dict[tuple[str, int], int] = {}
         self.stats = EngineStats()
         self._revisions_seen: dict[str, int] = {}  # per stream, the last revision counted
@@ -182,261 +137,6 @@ class Engine:
     def epsilon_spent(self) -> dict[str, Decimal]:
         """Event-level epsilon spent per source, from the durable ledger."""
         return {name: self.ledger.spent(name) for name in self.spec.sources}
-
-    # ------------------------------------------------------------------ ingest
-    def ingest(
-        self,
-        record: RawRecord,
-        *,
-        source_topic: str | None = None,
-        partition: int | None = None,
-        offset: int | None = None,
-    ) -> IngestResult:
-        """Validate and count one input record, arrived at the clock's current reading
-        (:meth:`advance_clock`). Never raises on bad input.
-
-        ``source_topic``: the topic it was read from (else the record's ``source`` field, else
-        the only configured source). ``partition``/``offset``: its position; an offset at or
-        below the last applied one of that (topic, partition) is skipped (at-least-once input,
-        exactly-once effect). A control record here is refused (``control_on_input``): operator
-        actions come only through :meth:`control`.
-        """
-        if self._redelivered(source_topic, partition, offset):
-            return IngestResult(skipped=True)
-        return self._ingest_new(record, source_topic, offset)
-
-    def consume(  # noqa: PLR0917 - the per-record path, called positionally
-        self,
-        record: bytes,
-        source_topic: str,
-        partition: int,
-        offset: int,
-        out: list[OutputRecord | DeadLetterRecord],
-        strict: bool = False,
-    ) -> int:
-        """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``:
-        the daemon's per-record path. ``strict``: raise
-        :class:`~streamdp.errors.InputGapError` (changing nothing) when the offset is not the
-        one after the last applied, i.e. records were lost below the reader.
-
-        Appends the dead letters to ``out`` and returns :data:`SKIPPED` (already applied),
-        :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused). State and
-        outputs are exactly those of :meth:`ingest` (a property test checks); an event every
-        stream accepts costs no result object.
-        """
-        if not self._take_position(source_topic, partition, offset, strict):
-            return SKIPPED
-        source = self._topics.get(source_topic)
-        try:
-            event: dict[str, Any] | None = decode(record)
-        except RejectedError:
-            event = None
-        if event is not None and source is not None and event.get("type") != "control":
-            named = event.get("source")
-            event_id = event.get("event_id")
-            ts = parse_instant(event.get("event_time"))
-            if (
-                ts is not None
-                and (named is None or named in (source.name, source.topic))
-                and type(event_id) is str
-                and 0 < len(event_id) <= MAX_ID_LENGTH
-            ):
-                # a well-formed event of this topic's source
-                refused = self._count_event(
-                    record, source, source_topic, offset, event, event_id, ts
-                )
-                if refused is None:
-                    return ACCEPTED
-                return self._emit(refused, out)
-        return self._emit(self._ingest_new(record, source_topic, offset), out)
-
-    def mark_handled(
-        self,
-        source_topic: str,
-        partition: int,
-        offset: int,
-        strict: bool = False,
-        letter: DeadLetterRecord | None = None,
-    ) -> bool:
-        """Record that the input at ``offset`` was handled outside the engine (refused before
-        routing), so the applied offsets of ``(source_topic, partition)`` have no hole. False
-        when it was already applied (a replay after a crash: handle it as skipped).
-        ``strict`` as in :meth:`consume`. ``letter``: the dead letter the caller made of it,
-        an output of this step (see :meth:`take_changes`) when it was not applied before."""
-        if not self._take_position(source_topic, partition, offset, strict):
-            return False
-        if letter is not None and self._recording:
-            self._changes.dead_letter(letter)
-        return True
-
-    def _redelivered(self, topic: str | None, partition: int | None, offset: int | None) -> bool:
-        """True when a record at this known position was already applied (skip it); records
-        without a position (a file, a test) are never re-deliveries."""
-        if topic is None or partition is None or offset is None:
-            return False
-        return not self._take_position(topic, partition, offset, strict=False)
-
-    def _take_position(self, topic: str, partition: int, offset: int, strict: bool) -> bool:
-        """Move the applied offset of (topic, partition) to ``offset``; False if it is there
-        already (a re-delivery)."""
-        position = (topic, partition)
-        last = self._offsets.get(position)
-        if last is not None:
-            if offset <= last:
-                self.stats.skipped += 1
-                return False
-            if strict and offset > last + 1:
-                raise InputGapError(
-                    f"input {topic}[{partition}] jumped from offset {last} to {offset}: "
-                    "records were skipped below the reader"
-                )
-        self._offsets[position] = offset
-        return True
-
-    @staticmethod
-    def _emit(result: IngestResult, out: list[OutputRecord | DeadLetterRecord]) -> int:
-        out += result.dead_letters
-        out += result.outputs
-        return ACCEPTED if result.accepted else NOT_COUNTED
-
-    def _ingest_new(
-        self, record: RawRecord, source_topic: str | None, offset: int | None
-    ) -> IngestResult:
-        try:
-            event = decode(record)
-            if event.get("type") == "control":
-                raise RejectedError(
-                    "control_on_input",
-                    "control records are obeyed only from the control topic (an operator "
-                    "surface), never from an input topic or file that any producer can write",
-                )
-            source = self._resolve_source(event, source_topic)
-            event_id = event_id_of(event)
-            if "event_time" not in event:
-                raise RejectedError("schema_violation", "field 'event_time' is missing")
-            ts = parse_instant(event["event_time"])
-            if ts is None:
-                raise RejectedError(
-                    "bad_timestamp",
-                    "field 'event_time' must be RFC 3339 text with a UTC offset "
-                    "(e.g. 2024-05-01T12:00:00Z) or seconds since the Unix epoch",
-                )
-        except RejectedError as rejected:
-            return self._reject_record(rejected, record, source_topic, offset)
-        refused = self._count_event(record, source, source_topic, offset, event, event_id, ts)
-        if refused is not None:
-            return refused
-        return IngestResult(accepted=self._stream_names[source.name])
-
-    def _count_event(  # noqa: PLR0917 - the per-record path, called positionally
-        self,
-        record: RawRecord,
-        source: SourceSpec,
-        source_topic: str | None,
-        offset: int | None,
-        event: Mapping[str, Any],
-        event_id: str,
-        ts: float,
-    ) -> IngestResult | None:
-        """Count a well-formed event in every stream of its source. None when every stream
-        counted it; else the result with one dead letter per refusing stream."""
-        accepted: list[str] = []
-        rejections: list[Rejection] = []
-        key = content_key(record)
-        for runtime in self._by_source[source.name]:
-            try:
-                runtime.ingest(event, key, ts)
-                accepted.append(runtime.spec.name)
-            except RejectedError as rejected:
-                rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
-        if not rejections:
-            self.stats.events_accepted += 1
-            return None
-        if accepted:
-            self.stats.events_accepted += 1
-        else:
-            self.stats.events_rejected += 1
-        letters = []
-        raw, encoding = raw_text(record)
-        for r in rejections:
-            self.stats.rejected_by_reason[r.reason] += 1
-            letter = DeadLetterRecord(
-                reason=r.reason,
-                message=r.message,
-                raw=raw,
-                raw_encoding=encoding,
-                stream=r.stream,
-                source=source.name,
-                topic=source_topic,
-                offset=offset,
-                event_id=event_id,
-            )
-            letters.append(letter)
-            if self._recording:
-                self._changes.dead_letter(letter)
-        return IngestResult(
-            accepted=tuple(accepted), rejections=tuple(rejections), dead_letters=tuple(letters)
-        )
-
-    def _resolve_source(self, event: Mapping[str, Any], topic: str | None) -> SourceSpec:
-        named = event.get("source")
-        if topic is not None and named is not None:
-            by_topic = self._topics.get(topic)
-            if by_topic is not None and named not in (by_topic.name, by_topic.topic):
-                raise RejectedError(
-                    "unknown_source",
-                    f"record names source {named!r} but arrived on topic {topic!r}, which "
-                    f"carries source {by_topic.name!r}; fix the producer's 'source' field",
-                )
-        name = topic if topic is not None else named
-        if name is None:
-            if self._single_source is not None:
-                return self._single_source
-            raise RejectedError(
-                "unknown_source",
-                "record names no 'source' and several sources are configured: "
-                + ", ".join(self.spec.sources),
-            )
-        source = self._topics.get(name) if isinstance(name, str) else None
-        if source is None:
-            raise RejectedError(
-                "unknown_source",
-                f"source {name!r} is not configured; configured: {', '.join(self.spec.sources)}",
-            )
-        return source
-
-    def _reject_record(
-        self, rejected: RejectedError, record: RawRecord, topic: str | None, offset: int | None
-    ) -> IngestResult:
-        self.stats.events_rejected += 1
-        self.stats.rejected_by_reason[rejected.reason] += 1
-        raw, encoding = raw_text(record)
-        event_id = None
-        source = None
-        if isinstance(record, Mapping) or rejected.reason != "malformed":
-            try:
-                event = decode(record)
-                candidate = event.get("event_id")
-                event_id = candidate if isinstance(candidate, str) and candidate else None
-                src = event.get("source")
-                source = src if isinstance(src, str) and src in self._topics else None
-            except RejectedError:
-                pass
-        letter = DeadLetterRecord(
-            reason=rejected.reason,
-            message=rejected.message,
-            raw=raw,
-            raw_encoding=encoding,
-            source=source,
-            topic=topic,
-            offset=offset,
-            event_id=event_id,
-        )
-        if self._recording:
-            self._changes.dead_letter(letter)
-        return IngestResult(
-            rejections=(Rejection(rejected.reason, rejected.message),), dead_letters=(letter,)
-        )
 
     # ------------------------------------------------------------------ control
     def control(
@@ -483,8 +183,7 @@ class Engine:
         if not isinstance(stream, str) or stream not in self.streams:
             raise RejectedError(
                 "unknown_stream",
-                f"control record names stream {stream!r}; it may name: "
-                + ", ".join(self.streams),
+                f"control record names stream {stream!r}; it may name: " + ", ".join(self.streams),
             )
         through = parse_instant(event.get("through"))
         if through is None:
@@ -496,7 +195,7 @@ class Engine:
             raise RejectedError(
                 "bad_control",
                 f"close 'through' {format_instant(through)} is after the worker's clock "
-                f"({format_instant(self.now) if self.now > _NEVER else 'not started'}): only "
+                f"({format_instant(self.now) if self.now > NEVER else 'not started'}): only "
                 "periods that have ended can be released early",
             )
         return self._count(self.streams[stream].close_through(through, self.now, self.pace))
@@ -565,31 +264,6 @@ class Engine:
         return records
 
     # ------------------------------------------------------------------ persistence
-    def snapshot(
-        self, *, with_seen: bool = True, with_noise: bool = True, with_nodes: bool = True
-    ) -> dict[str, Any]:
-        """The complete state as plain JSON-able data (protect it like the input topic).
-
-        ``with_seen=False`` leaves out the open periods' content keys, ``with_noise=False`` the
-        k-ary streams' epoch noise, ``with_nodes=False`` every noisy node, each stream saying
-        how many it has under ``node_counts``. With all three off this is the *hot* state of
-        :meth:`take_changes` (which hands out the rest as it changes): its cost does not grow
-        with the periods closed (the ledger's spends are runs of epochs)."""
-        return {
-            "kind": ENGINE_STATE_KIND,
-            "version": ENGINE_STATE_VERSION,
-            "spec_fingerprint": self._fingerprint,
-            "noise": {"name": self.sampler.name, "secure": bool(self.sampler.secure)},
-            "clock": self.now if self.now > _NEVER else None,
-            "offsets": [[t, p, o] for (t, p), o in sorted(self._offsets.items())],
-            "ledger": self.ledger.state(),
-            "stats": self.stats.to_dict(),
-            "streams": {
-                name: r.state(with_seen=with_seen, with_noise=with_noise, with_nodes=with_nodes)
-                for name, r in self.streams.items()
-            },
-        }
-
     def take_changes(self) -> ChangeSet:
         """Everything that changed since the last call (or :meth:`restore`), marked taken: the
         hot state, the noisy nodes, k-ary epoch noise and event ids drawn or counted since,
@@ -639,77 +313,3 @@ class Engine:
         noise) of streams ``ids_of`` (``noise_of``) inside the hot state: the next
         :meth:`take_changes` hands them out whole, so that they get stored on their own."""
         self._changes.hand_out_again(ids_of=ids_of, noise_of=noise_of)
-
-    def restore(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`snapshot` output into this engine (same spec); draws no noise."""
-        if (
-            state.get("kind") != ENGINE_STATE_KIND
-            or state.get("version") not in _RESTORABLE_VERSIONS
-        ):
-            raise StateError(
-                f"not an engine snapshot of version {ENGINE_STATE_VERSION} "
-                f"(kind={state.get('kind')!r}, version={state.get('version')!r})"
-            )
-        # a state stored before the configuration keys were renamed (format 1) carries the
-        # fingerprint of the old names: it restores under the same configuration renamed
-        if state.get("spec_fingerprint") not in self.spec.fingerprints():
-            raise StateError(
-                "snapshot was taken under a different configuration; restore it with the "
-                "configuration it was taken with"
-            )
-        try:
-            streams = dict(state["streams"])
-            for name, runtime in self.streams.items():
-                if name not in streams:
-                    raise StateError(f"snapshot has no state for stream {name!r}")
-                runtime.restore(streams[name])
-            self.ledger.merge(list(state["ledger"]))
-            clock = state.get("clock")
-            self.now = _NEVER if clock is None else float(clock)
-            self._offsets = {(str(t), int(p)): int(o) for t, p, o in state["offsets"]}
-            stats = dict(state["stats"])
-        except StateError:
-            raise
-        except (KeyError, TypeError, ValueError) as error:
-            raise StateError(f"engine snapshot is malformed ({type(error).__name__})") from None
-        self.stats = EngineStats(
-            events_accepted=int(stats.get("events_accepted", 0)),
-            events_rejected=int(stats.get("events_rejected", 0)),
-            controls=int(stats.get("controls", 0)),
-            skipped=int(stats.get("skipped", 0)),
-            rejected_by_reason=Counter(dict(stats.get("rejected_by_reason", {}))),
-            periods_released=Counter(dict(stats.get("periods_released", {}))),
-            revisions=Counter(dict(stats.get("revisions", {}))),
-        )
-        self._revisions_seen = {name: r.revision for name, r in self.streams.items()}
-        self._changes.restored(self.streams)  # what was restored is stored
-        if self.now > _NEVER:
-            for runtime in self.streams.values():
-                runtime.set_arrival(self.now, batch=self.batch)
-
-
-def content_key(record: RawRecord) -> str:
-    """A digest of the record's exact content (128-bit BLAKE2b, hex): equal for a producer's
-    retry or a redelivery of the same record, different for any other record."""
-    if isinstance(record, Mapping):
-        data = json.dumps(record, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
-    elif isinstance(record, str):
-        data = record.encode("utf-8", "surrogatepass")
-    else:
-        data = bytes(record)
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
-
-
-def raw_text(record: RawRecord) -> tuple[str, str]:
-    """The raw record as text for a dead letter: UTF-8, else base64 of the bytes."""
-    if isinstance(record, Mapping):
-        try:
-            return json.dumps(record, sort_keys=True, default=str), "utf-8"
-        except (TypeError, ValueError):
-            return repr(dict(record)), "utf-8"
-    if isinstance(record, str):
-        return record, "utf-8"
-    try:
-        return bytes(record).decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        return base64.b64encode(bytes(record)).decode("ascii"), "base64"
