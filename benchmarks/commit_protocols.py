@@ -2,8 +2,8 @@
 
 Per input batch the worker makes its effects durable in one of two ways:
 
-* **outbox** (what ``streamdp.daemon.app`` does): write the checkpoint (the state table's
-  changelog records, with the outbox of publications inside) and wait for every
+* **outbox** (what ``streamdp.daemon.commit.CheckpointCommit`` does): write the checkpoint
+  (the state table's changelog records, with the outbox of publications inside) and wait for every
   acknowledgement (acks=all); then publish the outputs and wait; then delete the outbox entries
   (not awaited); the input offsets are committed by the consumer afterwards (Faust, every
   ``--commit-interval``);
