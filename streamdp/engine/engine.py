@@ -30,10 +30,10 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.engine.changes import ChangeSet, ChangeTracker, Spend
+from streamdp.engine.control import close_request
 from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.intake import RecordIntake
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
-from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.engine.persistence import ENGINE_STATE_KIND, ENGINE_STATE_VERSION, EnginePersistence
 from streamdp.engine.raw_records import content_key, raw_text
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
@@ -172,32 +172,7 @@ class Engine(RecordIntake, EnginePersistence):
         return IngestResult(outputs=tuple(outputs))
 
     def _close_action(self, event: Mapping[str, Any]) -> list[OutputRecord]:
-        action = event.get("action")
-        if action != "close":
-            raise RejectedError(
-                "bad_control",
-                f"control 'action' must be 'close', got {action!r} (the 'watermark' action "
-                "was removed: periods close on the public clock)",
-            )
-        stream = event.get("stream")
-        if not isinstance(stream, str) or stream not in self.streams:
-            raise RejectedError(
-                "unknown_stream",
-                f"control record names stream {stream!r}; it may name: " + ", ".join(self.streams),
-            )
-        through = parse_instant(event.get("through"))
-        if through is None:
-            raise RejectedError(
-                "bad_control",
-                "close control record needs 'through': RFC 3339 text with offset or seconds",
-            )
-        if through > self.now:
-            raise RejectedError(
-                "bad_control",
-                f"close 'through' {format_instant(through)} is after the worker's clock "
-                f"({format_instant(self.now) if self.now > NEVER else 'not started'}): only "
-                "periods that have ended can be released early",
-            )
+        stream, through = close_request(event, self.streams, self.now)
         return self._count(self.streams[stream].close_through(through, self.now, self.pace))
 
     # ------------------------------------------------------------------ time
