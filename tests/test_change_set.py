@@ -189,3 +189,45 @@ def test_a_misplaced_record_is_an_output_of_its_sources_checkpoint() -> None:
     assert [w.key for w in outcome.writes if "|out|" in w.key] == [
         "restaurant-orders|out|000000000000"
     ]
+
+
+def test_epoch_noise_of_a_hot_state_that_held_it_is_stored_as_chunks_at_the_next_checkpoint() -> (
+    None
+):
+    """A hot state that kept a k-ary epoch's noise inline (no noise chunks): the change set of
+    the next checkpoint hands the noise out again, so it is written as chunks and a later
+    restart from the new layout reads it back, drawing nothing."""
+    from test_daemon_service import CountingSampler
+
+    scenario = "restaurant+kary_gls"
+    spec = _spec(scenario)
+    records, arrivals = _records(scenario, periods=4, rate=5)
+    state: dict[str, Any] = {}
+    clock = StepClock(arrivals[-1])
+    drawn: list[str] = []
+
+    def fresh() -> ReleaseService:
+        return ReleaseService(
+            spec, sampler=CountingSampler(4, drawn), state=state, topics=TOPICS, clock=clock
+        )
+
+    outcome = fresh().process(records[:-1])
+    _apply(state, outcome.writes)
+    _apply(state, outcome.cleanup)
+    noise_keys = sorted(k for k in state if "|noise|" in k)
+    assert noise_keys, "the epoch's noise was not drawn: the test proves nothing"
+    # rewrite the stored state in the older layout: the noise inside the hot state, no chunks
+    hot = state["restaurant-orders"]
+    counter = hot["streams"]["restaurant-items"]["counter"]
+    counter["node_noise"] = [row for key in noise_keys for row in state.pop(key)]
+    hot["daemon"]["noise_chunks"] = []
+    before = len(drawn)
+    outcome = fresh().process([records[-1]])
+    assert sorted(w.key for w in outcome.writes if "|noise|" in w.key) == noise_keys
+    _apply(state, outcome.writes)
+    _apply(state, outcome.cleanup)
+    stored = state["restaurant-orders"]["streams"]["restaurant-items"]["counter"]
+    assert stored["node_noise"] is None
+    # a restart from the new layout loads the noise from its chunks (a StateError if missing)
+    assert fresh().process([records[-1]]).skipped == 1
+    assert len(drawn) == before, "stored noise was drawn again"
