@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import numpy as np
 import pytest
 from test_daemon_service import (
     START,
@@ -28,8 +29,12 @@ from test_daemon_service import (
     _spec,
 )
 
+from streamdp.daemon.checkpoint_writer import SourceSlot, write_checkpoint
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.service import InputRecord, ReleaseService
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, ReleaseRecord
+from streamdp.engine.changes import ChangeSet, EpochNoise
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import generate, release_instant
 
@@ -231,3 +236,61 @@ def test_epoch_noise_of_a_hot_state_that_held_it_is_stored_as_chunks_at_the_next
     # a restart from the new layout loads the noise from its chunks (a StateError if missing)
     assert fresh().process([records[-1]]).skipped == 1
     assert len(drawn) == before, "stored noise was drawn again"
+
+
+def test_the_writer_lays_a_change_set_out_in_keys_in_the_protocols_order() -> None:
+    """The checkpoint writer alone, on a change set made by hand: event-id chunks after the
+    period's stored ones, the epoch noise, the nodes in key order, the outbox, the hot state
+    last with the daemon's fields; the cleanup deletes the outbox record, the chunks of the
+    closed period and those an incomplete checkpoint left for a closed period, and keeps
+    those it left for a period not open yet (they are rewritten)."""
+    slot = SourceSlot(Engine(_spec("restaurant"), sampler=InsecureSeededSampler(1)), home=2)
+    slot.seen_chunks[("s", 2)] = 1
+    slot.seen_chunks[("s", 3)] = 1
+    slot.seen_present[("s", 1)] = 2  # period 1 is closed: deleted
+    slot.seen_present[("s", 9)] = 1  # period 9 is not open yet: kept
+    letter = DeadLetterRecord(reason="malformed", message="not JSON", raw="x", topic="t")
+    changes = ChangeSet(
+        hot_state={"kind": "streamdp.engine"},
+        new_nodes={("s", 0, 1): [1, 2], ("s", 0, 2): [3, 4]},
+        new_noise=(EpochNoise("s", 1, np.array([[5, 6]], dtype=np.int64)),),
+        open_periods=(("s", 3), ("s", 4)),
+        new_ids={("s", 3): ["a", "b"]},
+        closed_periods=(("s", 2),),
+        periods_closed={"s": 3},
+        outputs=(letter,),
+        dead_letters=(letter,),
+    )
+    outcome = BatchOutcome()
+    write_checkpoint("src", slot, changes, OutputTopics(), outcome)
+    outbox = {"topic": "streamdp.dead-letter", "key": letter.key, "value": letter.to_json()}
+    assert [(w.key, w.value) for w in outcome.writes] == [
+        ("src|seen|s|3|1", ["a", "b"]),
+        ("src|noise|s|1|0", [[5, 6]]),
+        ("src|node|s|0|1", [1, 2]),
+        ("src|node|s|0|2", [3, 4]),
+        ("src|out|000000000000", outbox),
+        (
+            "src",
+            {
+                "kind": "streamdp.engine",
+                "daemon": {
+                    "home": 2,
+                    "next_outbox": 1,
+                    "seen_chunks": [["s", 3, 2], ["s", 4, 0]],
+                    "noise_chunks": [["s", 1, 1]],
+                },
+            },
+        ),
+    ]
+    assert {w.partition for w in (*outcome.writes, *outcome.cleanup)} == {2}
+    assert sorted(w.key for w in outcome.cleanup) == [
+        "src|out|000000000000",
+        "src|seen|s|1|0",
+        "src|seen|s|1|1",
+        "src|seen|s|2|0",
+    ]
+    assert all(w.value is None for w in outcome.cleanup)
+    assert [p.key for p in outcome.publications] == [letter.key]
+    assert outcome.dead_letters == [letter]
+    assert slot.seen_present == {("s", 9): 1}

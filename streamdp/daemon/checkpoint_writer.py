@@ -51,12 +51,16 @@ class SourceSlot:
 
 
 def write_checkpoint(
-    source: str, slot: SourceSlot, topics: OutputTopics, outcome: BatchOutcome
+    source: str,
+    slot: SourceSlot,
+    changes: ChangeSet,
+    topics: OutputTopics,
+    outcome: BatchOutcome,
 ) -> None:
-    """Append the writes of ``source``'s checkpoint to ``outcome``: the engine's change set
-    laid out in keys (event ids, a k-ary epoch's noise, the nodes drawn since the last
-    checkpoint, the outbox) and the hot state, last; O(batch), whatever the history."""
-    changes = slot.engine.take_changes()
+    """Append the writes of ``source``'s checkpoint to ``outcome``: ``changes`` (the change
+    set its engine handed out) laid out in keys (event ids, a k-ary epoch's noise, the nodes
+    drawn since the last checkpoint, the outbox) and the hot state, last; O(batch), whatever
+    the history."""
     seen_counts = _write_seen(source, slot, changes, outcome)
     # a k-ary epoch's noise, once, by the checkpoint of the batch that drew it: before the
     # outbox records that used it and the hot state that refers to it

@@ -197,7 +197,7 @@ class ReleaseService:
                 "topics whose offsets have legitimate holes, e.g. transactional producers)"
             ) from None
         for name, slot in touched.items():
-            write_checkpoint(name, slot, self.topics, outcome)
+            write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)
         return outcome
 
     def _run_of_source(
@@ -311,7 +311,7 @@ class ReleaseService:
             if home in mine and name not in self.slots:
                 slot = self._load(name, home, outcome)
                 if slot is not None and self.state.get(hot_key(name)) is None:
-                    write_checkpoint(name, slot, self.topics, outcome)
+                    write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)
         return outcome
 
     def tick(self) -> BatchOutcome:
@@ -321,7 +321,7 @@ class ReleaseService:
         now = self.clock()
         for name, slot in self.slots.items():
             if slot.engine.advance_clock(now):
-                write_checkpoint(name, slot, self.topics, outcome)
+                write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)
         return outcome
 
     def due(self) -> bool:
