@@ -1,6 +1,19 @@
-"""What one batch of the release service produced, in the order the adapter must follow:
-``writes`` made durable first, then ``publications`` sent, then ``cleanup`` written (see
-:mod:`streamdp.daemon.service` and the commit protocol, :mod:`streamdp.daemon.commit`)."""
+"""What one batch of the release service (:mod:`streamdp.daemon.service`) produced, in the
+order the adapter (the commit protocol, :mod:`streamdp.daemon.commit`) must follow:
+
+1. ``writes``: table entries (hot state, new noisy nodes, a k-ary epoch's noise, outbox records)
+   the adapter must make durable (changelog delivery acknowledged) FIRST;
+2. ``publications``: output records to send, only after step 1;
+3. ``cleanup``: outbox deletions to write once the publications are acknowledged.
+
+Only then may the adapter acknowledge the input records (so their offsets get committed).
+A crash anywhere in between is safe: input re-delivered after the last durable checkpoint is
+skipped by the engine's applied offsets (stored in the checkpoint), and a pending outbox is
+published again when the source is next loaded (same keys, same values). Noise is drawn in
+memory and published only after it is stored; noise lost in a crash was never published, and
+a node stored by a checkpoint that never completed is reused when its period closes again, so
+no stored node is drawn twice.
+"""
 
 from __future__ import annotations
 

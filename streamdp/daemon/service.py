@@ -3,25 +3,10 @@
 The Faust agent hands :meth:`ReleaseService.process` a batch of input records (topic,
 partition, offset, key, value). The service routes each record to the engine of its source
 (one :class:`~streamdp.engine.Engine` per source, so a source's state moves between workers as
-one unit), and returns a :class:`BatchOutcome`:
-
-1. ``writes``: table entries (hot state, new noisy nodes, a k-ary epoch's noise, outbox records)
-   the adapter must make durable (changelog delivery acknowledged) FIRST;
-2. ``publications``: output records to send, only after step 1;
-3. ``cleanup``: outbox deletions to write once the publications are acknowledged.
-
-Only then may the adapter acknowledge the input records (so their offsets get committed).
-A crash anywhere in between is safe: input re-delivered after the last durable checkpoint is
-skipped by the engine's applied offsets (stored in the checkpoint), and a pending outbox is
-published again when the source is next loaded (same keys, same values). Noise is drawn in
-memory and published only after it is stored; noise lost in a crash was never published, and
-a node stored by a checkpoint that never completed is reused when its period closes again, so
-no stored node is drawn twice.
-
-Records of one source must all arrive on one partition, its *home*: the partition the default
-(murmur2) partitioner maps the source name to (or the only partition). A record on any other
-partition, or keyed otherwise, goes to the dead-letter topic as ``wrong_partition_key`` before
-touching any state, so two workers can never each count part of a source.
+one unit), and returns a :class:`BatchOutcome`: what to make durable, then publish, then
+clean up, in that order (:mod:`streamdp.daemon.outcome` says why a crash anywhere in between is
+safe). Records of one source must all arrive on its *home* partition
+(:mod:`streamdp.daemon.routing`); others are dead-lettered before touching any state.
 
 The service is split by concern: routing (:mod:`streamdp.daemon.routing`), loading a source
 after a restart (:mod:`streamdp.daemon.recovery`), the checkpoint made of the engine's change
