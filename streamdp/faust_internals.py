@@ -70,7 +70,6 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
     offsets from :meth:`acknowledge_through` instead of per-record acknowledgements."""
     from faust.exceptions import NotReady
 
-
     class BatchingConsumer(base):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)

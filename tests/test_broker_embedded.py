@@ -58,9 +58,7 @@ def test_topics_are_created_with_their_partitions_and_round_trip_records(
     broker: EmbeddedBroker, unique_name: Callable[[str], str]
 ) -> None:
     name, compacted = unique_name("rt"), unique_name("rt-changelog")
-    broker.create_topics(
-        {name: 3, compacted: 2}, config={compacted: {"cleanup.policy": "compact"}}
-    )
+    broker.create_topics({name: 3, compacted: 2}, config={compacted: {"cleanup.policy": "compact"}})
 
     async def scenario() -> tuple[set[int] | None, set[int] | None, list[tuple[bytes, bytes]]]:
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -71,8 +69,13 @@ def test_topics_are_created_with_their_partitions_and_round_trip_records(
         finally:
             await producer.stop()
         consumer = AIOKafkaConsumer(
-            name, compacted, bootstrap_servers=broker.bootstrap, auto_offset_reset="earliest",
-            group_id=unique_name("g"), session_timeout_ms=6000, heartbeat_interval_ms=1000,
+            name,
+            compacted,
+            bootstrap_servers=broker.bootstrap,
+            auto_offset_reset="earliest",
+            group_id=unique_name("g"),
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
         )
         await consumer.start()
         got: list[tuple[bytes, bytes]] = []

@@ -87,8 +87,20 @@ def test_tail_prints_existing_records_from_the_beginning(
     topic = new_topic(1)
     records = [(b"a", b'{"v": 1}'), (b"b", BINARY), (b"c", None)]
     asyncio.run(_produce(broker.bootstrap, topic, records))
-    code = main(["tail", "--topic", topic, "--bootstrap", broker.bootstrap,
-                 "--from-beginning", "--format", "json", "--max", "3"])
+    code = main(
+        [
+            "tail",
+            "--topic",
+            topic,
+            "--bootstrap",
+            broker.bootstrap,
+            "--from-beginning",
+            "--format",
+            "json",
+            "--max",
+            "3",
+        ]
+    )
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["offset"] for line in lines] == [0, 1, 2]
@@ -108,8 +120,9 @@ def test_tail_without_from_beginning_shows_only_new_records(
         producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=100)
         await producer.start()
         try:
-            await asyncio.gather(*[await producer.send(topic, b'"old"', partition=0)
-                                   for _ in range(5)])
+            await asyncio.gather(
+                *[await producer.send(topic, b'"old"', partition=0) for _ in range(5)]
+            )
         finally:
             await producer.stop()
 
@@ -117,7 +130,10 @@ def test_tail_without_from_beginning_shows_only_new_records(
     env = {**os.environ, "STREAMDP_BOOTSTRAP": broker.bootstrap}
     tail = subprocess.Popen(
         [sys.executable, "-m", "streamdp", "tail", "--topic", topic, "--max", "2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         # tail says when its positions are resolved: what is produced after that is printed

@@ -90,9 +90,7 @@ def test_band_panel_repeats_one_counter_per_panel() -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
     assert panel["repeat"] in variables
     stream_variables = {
-        name
-        for t in panel["targets"]
-        for name in re.findall(r'stream=~"\$([a-z_]+)"', t["expr"])
+        name for t in panel["targets"] for name in re.findall(r'stream=~"\$([a-z_]+)"', t["expr"])
     }
     assert stream_variables
     assert all(not variables[v]["multi"] for v in stream_variables)

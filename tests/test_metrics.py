@@ -63,17 +63,26 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
         )
     )
     metrics.configure_stream(
-        "orders", horizon_periods=4095, allowed_lateness_seconds=3600.0,
+        "orders",
+        horizon_periods=4095,
+        allowed_lateness_seconds=3600.0,
         period_seconds=86400.0,
     )
     metrics.record_build("0.1.0", "opendp-discrete-laplace", secure=True)
     metrics.record_release(
-        "orders", epoch=2, periods_released=7, period_seconds=86400.0, stddev=12.5,
+        "orders",
+        epoch=2,
+        periods_released=7,
+        period_seconds=86400.0,
+        stddev=12.5,
         noisy_running_totals={"burger": 101.0, "fries": -3.0, "cola": 44.0},
-        published_at=1_700_000_000.0, close_latency_seconds=0.7,
+        published_at=1_700_000_000.0,
+        close_latency_seconds=0.7,
     )
     metrics.record_consistency(
-        "orders", residual=2.5e-10, duration_seconds=0.02,
+        "orders",
+        residual=2.5e-10,
+        duration_seconds=0.02,
         consistent_running_totals={"burger": 99.5, "fries": 0.5, "cola": 44.0},
     )
     metrics.record_input("orders", 10)
@@ -91,8 +100,9 @@ def samples(metrics: StreamdpMetrics) -> dict[tuple[str, frozenset[tuple[str, st
     }
 
 
-def value(table: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str,
-          **labels: str) -> float:
+def value(
+    table: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
     return table[(name, frozenset(labels.items()))]
 
 
@@ -113,8 +123,10 @@ def test_names_follow_prometheus_conventions(entry: object) -> None:
         assert not name.endswith(reserved), name
     assert not NON_BASE_UNITS.search(name), name
     if entry.kind == "histogram" or name not in UNITLESS_GAUGES | {
-        "streamdp_releases_published_total", "streamdp_consistency_runs_total",
-        "streamdp_input_records_total", "streamdp_events_rejected_total",
+        "streamdp_releases_published_total",
+        "streamdp_consistency_runs_total",
+        "streamdp_input_records_total",
+        "streamdp_events_rejected_total",
     }:
         assert name.removesuffix("_total").endswith(BASE_UNIT_SUFFIXES), (
             f"{name} measures something with a unit but does not name it"
@@ -156,22 +168,27 @@ def test_exposition_round_trips_values_and_label_sets() -> None:
     # one release record per counter
     assert value(table, "streamdp_releases_published_total", stream="orders") == 3
     assert value(table, "streamdp_release_cumulative", stream="orders", counter="fries") == -3
-    assert value(table, "streamdp_consistent_cumulative", stream="orders",
-                 counter="burger") == 99.5
-    assert value(table, "streamdp_last_release_timestamp_seconds",
-                 stream="orders") == 1_700_000_000.0
+    assert value(table, "streamdp_consistent_cumulative", stream="orders", counter="burger") == 99.5
+    assert (
+        value(table, "streamdp_last_release_timestamp_seconds", stream="orders") == 1_700_000_000.0
+    )
     assert value(table, "streamdp_consistency_residual", stream="orders") == 2.5e-10
     assert value(table, "streamdp_source_epsilon_headroom", source="orders") == 1.25
     # "orders" spent 0.25 of its 1.0 per epoch: its next epoch adds 0.75; orders_hourly 0
-    assert value(table, "streamdp_stream_next_epoch_epsilon", stream="orders",
-                 source="orders") == 0.75
-    assert value(table, "streamdp_stream_next_epoch_epsilon", stream="orders_hourly",
-                 source="orders") == 0.0
+    assert (
+        value(table, "streamdp_stream_next_epoch_epsilon", stream="orders", source="orders") == 0.75
+    )
+    assert (
+        value(table, "streamdp_stream_next_epoch_epsilon", stream="orders_hourly", source="orders")
+        == 0.0
+    )
     assert value(table, "streamdp_consistency_duration_seconds_count", stream="orders") == 1
-    assert value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders",
-                 le="0.5") == 0
-    assert value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders",
-                 le="1.0") == 1
+    assert (
+        value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders", le="0.5") == 0
+    )
+    assert (
+        value(table, "streamdp_period_close_latency_seconds_bucket", stream="orders", le="1.0") == 1
+    )
     assert value(table, "streamdp_events_rejected_total", topic="orders", reason="late") == 2
     assert value(table, "streamdp_consumer_lag_records", topic="orders") == 17
     # every label set uses only the catalogue's labels (plus le on buckets)
@@ -192,15 +209,16 @@ def test_budget_gauges_are_read_from_the_ledger_at_every_scrape() -> None:
 
     first = StreamdpMetrics()
     first.bind_ledger(view)
-    assert value(samples(first), "streamdp_epsilon_spent", stream="adm",
-                 source="admissions") == 0.5
+    assert value(samples(first), "streamdp_epsilon_spent", stream="adm", source="admissions") == 0.5
     ledger["spent"] = 1.0
     assert value(samples(first), "streamdp_source_epsilon_spent", source="admissions") == 1.0
     # a restarted worker (new instance, new registry) bound to the same ledger reports the same
     restarted = StreamdpMetrics()
     restarted.bind_ledger(view)
-    assert value(samples(restarted), "streamdp_epsilon_spent", stream="adm",
-                 source="admissions") == 1.0
+    assert (
+        value(samples(restarted), "streamdp_epsilon_spent", stream="adm", source="admissions")
+        == 1.0
+    )
 
 
 def test_headroom_and_next_epoch_spend_are_exact_decimals() -> None:
@@ -242,11 +260,13 @@ def test_unbound_ledger_exports_no_budget_series_and_bad_values_are_refused() ->
 def test_input_volume_off_removes_every_input_volume_series() -> None:
     metrics = populated(input_volume=False)
     exposed = {name for name, _ in samples(metrics)}
-    assert not any(n.startswith(tuple(m.removesuffix("_total") for m in INPUT_VOLUME_METRICS))
-                   for n in exposed)
+    assert not any(
+        n.startswith(tuple(m.removesuffix("_total") for m in INPUT_VOLUME_METRICS)) for n in exposed
+    )
     assert "streamdp_epsilon_spent" in exposed
     assert exposed == exported_sample_names() - {
-        n for n in exported_sample_names()
+        n
+        for n in exported_sample_names()
         if n.startswith(tuple(m.removesuffix("_total") for m in INPUT_VOLUME_METRICS))
     }
 
