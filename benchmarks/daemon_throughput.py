@@ -71,7 +71,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
-from streamdp.daemon.service import InputRecord, ReleaseService
+from streamdp.daemon.routing import InputRecord
+from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.demo.worker import die_with_parent

@@ -118,9 +118,9 @@ def consume_breakdown(periods: int, rate: float, repeats: int = 3) -> list[tuple
     """CPU us per event of ``Engine.consume`` on restaurant records (the daemon's per-record
     path, strict offsets) and of the parts of its work that can be timed alone, medians of
     ``repeats``: where the engine's time goes."""
-    from streamdp.engine.engine import content_key
     from streamdp.engine.events import decode
     from streamdp.engine.periods import parse_instant
+    from streamdp.engine.raw_records import content_key
 
     spec = example_spec("restaurant")
     topic = next(iter(spec.sources.values())).topic

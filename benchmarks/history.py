@@ -43,7 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from streamdp.daemon.gc_tuning import tune_garbage_collector
-from streamdp.daemon.service import BatchOutcome, InputRecord, ReleaseService, runs_of
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.routing import InputRecord, runs_of
+from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec, parse_spec
 from streamdp.engine.periods import format_instant
 from streamdp.noise import InsecureSeededSampler

@@ -68,7 +68,7 @@ from daemon_harness import (  # noqa: E402  (the tests' harness: a plain module 
 )
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker  # noqa: E402
-from streamdp.daemon.service import OutputTopics  # noqa: E402
+from streamdp.daemon.routing import OutputTopics  # noqa: E402
 from streamdp.errors import EXIT_INPUT_GAP  # noqa: E402
 
 PARTITIONS = 2

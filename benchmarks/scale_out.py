@@ -52,7 +52,7 @@ from daemon_throughput import (
 )
 
 from streamdp.broker import KafkaBroker, free_loopback_port
-from streamdp.daemon.service import home_partition
+from streamdp.daemon.routing import home_partition
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.engine import parse_spec

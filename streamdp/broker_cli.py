@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     broker = _broker(args.engine)
     with broker:
         if spec is not None:
-            from streamdp.daemon.service import OutputTopics
+            from streamdp.daemon.routing import OutputTopics
             from streamdp.daemon.settings import DaemonSettings
             from streamdp.daemon.topology import required_topics
 

@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 from pathlib import Path
 
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings, env_settings
 from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, arm_stop_deadline
 from streamdp.daemon.topic_check import check_topics, say

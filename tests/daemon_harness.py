@@ -26,7 +26,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from streamdp.broker import EmbeddedBroker, KafkaCluster
 from streamdp.broker.loopback import free_loopback_port
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.engine import Engine, EngineSpec, parse_spec

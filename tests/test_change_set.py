@@ -31,8 +31,8 @@ from test_daemon_service import (
 
 from streamdp.daemon.checkpoint_writer import SourceSlot, write_checkpoint
 from streamdp.daemon.outcome import BatchOutcome
-from streamdp.daemon.routing import OutputTopics
-from streamdp.daemon.service import InputRecord, ReleaseService
+from streamdp.daemon.routing import InputRecord, OutputTopics
+from streamdp.daemon.service import ReleaseService
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, Engine, ReleaseRecord
 from streamdp.engine.changes import ChangeSet, EpochNoise
 from streamdp.noise import InsecureSeededSampler

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from streamdp.daemon.commit import CheckpointCommit
-from streamdp.daemon.service import BatchOutcome, Publication, StateWrite
+from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 
 RELEASES = "streamdp.releases"
 CONSISTENT = "streamdp.consistent"

@@ -38,7 +38,7 @@ from daemon_harness import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import EmbeddedBroker
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 2

@@ -157,7 +157,7 @@ def test_a_worker_at_debug_logs_no_record_bytes(
     it into its dead letter and state changelog (produce): the marker never reaches its log."""
     from daemon_harness import Worker, collect, create_topics, make_scenario, produce
 
-    from streamdp.daemon.service import OutputTopics
+    from streamdp.daemon.routing import OutputTopics
 
     scenario = make_scenario(periods=2, rate=2, suffix=unique_name("x"))
     config = tmp_path / "spec.toml"

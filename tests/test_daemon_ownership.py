@@ -30,7 +30,7 @@ from daemon_harness import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdp.daemon.service import OutputTopics, home_partition
+from streamdp.daemon.routing import OutputTopics, home_partition
 from streamdp.engine import Engine
 from streamdp.noise import InsecureSeededSampler
 

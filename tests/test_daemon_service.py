@@ -25,7 +25,8 @@ import pytest
 from test_engine_support import arrivals_following, drive
 
 from streamdp.daemon.checkpoint import join_snapshot
-from streamdp.daemon.service import InputRecord, OutputTopics, ReleaseService, home_partition
+from streamdp.daemon.routing import InputRecord, OutputTopics, home_partition
+from streamdp.daemon.service import ReleaseService
 from streamdp.engine import Engine
 from streamdp.errors import StateError
 from streamdp.noise import InsecureSeededSampler
@@ -223,9 +224,7 @@ def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
 def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -> None:
     records, arrivals = _records("restaurant", periods=30, rate=5, bad=0.1)
     final = release_instant(example_spec("restaurant"), 30)
-    clean, clean_drawn = _run(
-        "restaurant", records, arrivals, batch=11, crash_plan={}, final=final
-    )
+    clean, clean_drawn = _run("restaurant", records, arrivals, batch=11, crash_plan={}, final=final)
     plan = dict.fromkeys(range(1, 200, 3), where)
     crashed, drawn = _run("restaurant", records, arrivals, batch=11, crash_plan=plan, final=final)
     assert crashed == clean  # every key published, each with the uninterrupted value
@@ -594,7 +593,7 @@ def test_state_chunks_stay_bounded_whatever_the_event_ids_look_like() -> None:
     """Issue 17: 6,000 orders with 200-character (or CJK) ids made a 1.0-1.1 MB event-id chunk,
     over the producer's 1,000,000-byte limit. Chunks now hold fixed-size content digests, at
     most SEEN_CHUNK_KEYS of them."""
-    from streamdp.daemon.service import MAX_SEEN_CHUNK_BYTES, SEEN_CHUNK_KEYS
+    from streamdp.daemon.checkpoint_writer import MAX_SEEN_CHUNK_BYTES, SEEN_CHUNK_KEYS
 
     spec = example_spec("restaurant")
     combo = {"cola": 2, "burger": 1, "wings": 1, "nuggets": 1}
@@ -624,8 +623,8 @@ def test_the_hot_state_does_not_grow_with_epochs() -> None:
     from streamdp.engine import parse_spec
 
     spec = parse_spec(
-        "[sources.s]\ntopic = \"s\"\nkind = \"person\"\nepsilon_cap = 1\n"
-        "[streams.x]\nsource = \"s\"\nepsilon = 1\nsensitivity = 1\nhorizon = 1\n"
+        '[sources.s]\ntopic = "s"\nkind = "person"\nepsilon_cap = 1\n'
+        '[streams.x]\nsource = "s"\nepsilon = 1\nsensitivity = 1\nhorizon = 1\n'
         'period = { unit = "fixed", start = "2024-01-01T00:00:00Z", length = 60 }\n'
         'counters = { kind = "flag", field = "f" }\n'
     )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings, env_settings
 from streamdp.errors import ConfigError
 

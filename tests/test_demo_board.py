@@ -22,7 +22,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from streamdp.budget_view import BudgetView, SourceBudget
-from streamdp.daemon.service import source_spec
+from streamdp.daemon.routing import source_spec
 from streamdp.demo.board import Board
 from streamdp.demo.board_view import render_board
 from streamdp.demo.feed import DAY_SECONDS, FeedStats, Record, paced_records, run_feed
@@ -194,9 +194,7 @@ def test_released_and_consistent_totals_are_of_the_same_period(spec: EngineSpec)
     assert f"newest day {latest[1]}/30" in title
     assert f"matched day {matched[1]} " in title
     rows = {
-        line.split()[0]: line
-        for line in lines
-        if line.split() and line.split()[0] in view.counters
+        line.split()[0]: line for line in lines if line.split() and line.split()[0] in view.counters
     }
     assert set(rows) == set(view.counters)
     for counter in view.counters:

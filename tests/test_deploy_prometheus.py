@@ -273,7 +273,7 @@ def worker(broker: Any, tmp_path: Path, unique_name: Any) -> Iterator[int]:
         produce,
     )
 
-    from streamdp.daemon.service import OutputTopics
+    from streamdp.daemon.routing import OutputTopics
 
     suffix = unique_name("prom")
     scenario = make_scenario(periods=6, rate=4, suffix=suffix)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamdp.engine import Engine, parse_spec
-from streamdp.engine.engine import ACCEPTED, NOT_COUNTED, SKIPPED
+from streamdp.engine.results import ACCEPTED, NOT_COUNTED, SKIPPED
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import SCENARIOS, example_spec, generate
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
-from streamdp.engine.engine import ACCEPTED, NOT_COUNTED
+from streamdp.engine.results import ACCEPTED, NOT_COUNTED
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate
 

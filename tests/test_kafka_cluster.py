@@ -56,7 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import KafkaCluster
 from streamdp.broker.loopback import free_loopback_port
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.errors import EXIT_INPUT_GAP

@@ -21,7 +21,7 @@ from daemon_harness import Worker, collect, create_topics, make_scenario, produc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import RECORD_OVERHEAD_BYTES, WRITE_BOUNDS, DaemonSettings
 from streamdp.engine import REASONS, DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.dead_letter_bounds import (

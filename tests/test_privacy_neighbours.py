@@ -27,7 +27,8 @@ from typing import Any
 
 import pytest
 
-from streamdp.daemon.service import InputRecord, ReleaseService
+from streamdp.daemon.routing import InputRecord
+from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamdp.daemon.service import OutputTopics
+from streamdp.daemon.routing import OutputTopics
 from streamdp.engine.records import AnyRecord
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.sinks import FILE_OF_KIND

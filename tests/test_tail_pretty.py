@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from streamdp.daemon.service import source_spec
+from streamdp.daemon.routing import source_spec
 from streamdp.demo.feed import paced_records
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import PeriodClock

@@ -29,8 +29,8 @@ from streamdp.broker import EmbeddedBroker
 from streamdp.broker.loopback import free_loopback_port
 from streamdp.daemon.app import create_app
 from streamdp.daemon.exits import fatal_exit
+from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.runtime import WorkerRuntime
-from streamdp.daemon.service import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
 from streamdp.errors import (

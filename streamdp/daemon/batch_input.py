@@ -26,7 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streamdp.daemon.service import InputLike
+from streamdp.daemon.routing import InputLike
 
 
 def unread(records: Sequence[Any], read_offset: int | None) -> Sequence[Any]:

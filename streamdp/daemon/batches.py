@@ -27,8 +27,10 @@ from streamdp.daemon.batch_input import BatchQueue, last_offsets
 from streamdp.daemon.commit import CheckpointCommit
 from streamdp.daemon.fatal import EndWorker, worker_stopping
 from streamdp.daemon.observation import InputProgress
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.routing import Run, runs_of
 from streamdp.daemon.runtime import WorkerRuntime
-from streamdp.daemon.service import BatchOutcome, ReleaseService, Run, runs_of
+from streamdp.daemon.service import ReleaseService
 from streamdp.errors import BudgetError, ConfigError, InputGapError, StateError
 
 log = logging.getLogger("streamdp.daemon")

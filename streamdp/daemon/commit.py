@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
-from streamdp.daemon.service import BatchOutcome
+from streamdp.daemon.outcome import BatchOutcome
 
 __all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic"]
 

@@ -17,7 +17,8 @@ from faust.exceptions import NotReady
 from faust.types import TP
 
 from streamdp.daemon.batch_input import InputStallWatch
-from streamdp.daemon.service import BatchOutcome, ReleaseService
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock
 from streamdp.metrics import StreamdpMetrics

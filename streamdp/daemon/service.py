@@ -27,16 +27,13 @@ from typing import Any
 
 from streamdp.daemon.checkpoint import hot_key
 from streamdp.daemon.checkpoint_writer import (
-    MAX_SEEN_CHUNK_BYTES,
-    SEEN_CHUNK_KEYS,
     SourceSlot,
     write_checkpoint,
 )
-from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
+from streamdp.daemon.outcome import BatchOutcome, Publication
 from streamdp.daemon.recovery import load_slot
 from streamdp.daemon.routing import (
     InputLike,
-    InputRecord,
     OutputTopics,
     Run,
     dead_letter,
@@ -48,30 +45,11 @@ from streamdp.daemon.routing import (
 )
 from streamdp.engine import DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.changes import OutputRecord
-from streamdp.engine.engine import ACCEPTED, SKIPPED
 from streamdp.engine.ledger import MemoryLedgerBackend
+from streamdp.engine.results import ACCEPTED, SKIPPED
 from streamdp.engine.spec import SourceSpec
 from streamdp.errors import InputGapError
 from streamdp.noise.sampler import NoiseSampler
-
-# what importers have always found here (the routing, outcome and chunk-size names live in
-# streamdp.daemon.routing, .outcome and .checkpoint_writer)
-__all__ = [
-    "CLOSE_PACE",
-    "MAX_SEEN_CHUNK_BYTES",
-    "SEEN_CHUNK_KEYS",
-    "BatchOutcome",
-    "InputLike",
-    "InputRecord",
-    "OutputTopics",
-    "Publication",
-    "ReleaseService",
-    "Run",
-    "StateWrite",
-    "home_partition",
-    "runs_of",
-    "source_spec",
-]
 
 #: Most periods one stream closes per batch or tick (a clock jump is worked off in steps).
 CLOSE_PACE = 32

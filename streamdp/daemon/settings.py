@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streamdp.daemon.service import MAX_SEEN_CHUNK_BYTES, OutputTopics
+from streamdp.daemon.checkpoint_writer import MAX_SEEN_CHUNK_BYTES
+from streamdp.daemon.routing import OutputTopics
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError

@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
-from streamdp.daemon.service import source_spec
+from streamdp.daemon.routing import source_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.engine.spec import EngineSpec
 from streamdp.synth.generators import generate

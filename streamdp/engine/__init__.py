@@ -1,7 +1,7 @@
 """The release engine: stream specs, event validation, periods, budget ledger, releases,
 consistent revisions, snapshots. A plain object with no Kafka in it (DESIGN §2, §5)."""
 
-from streamdp.engine.engine import Engine, EngineStats, IngestResult, Rejection
+from streamdp.engine.engine import Engine
 from streamdp.engine.events import REASONS, Reason
 from streamdp.engine.ledger import (
     BudgetLedger,
@@ -10,6 +10,7 @@ from streamdp.engine.ledger import (
     MemoryLedgerBackend,
 )
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.results import EngineStats, IngestResult, Rejection
 from streamdp.engine.spec import EngineSpec, StreamSpec
 from streamdp.engine.spec_loading import load_spec, parse_spec
 

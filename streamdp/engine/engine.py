@@ -34,40 +34,18 @@ from streamdp.engine.control import close_request
 from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.intake import RecordIntake
 from streamdp.engine.ledger import BudgetLedger, LedgerBackend
-from streamdp.engine.persistence import ENGINE_STATE_KIND, ENGINE_STATE_VERSION, EnginePersistence
-from streamdp.engine.raw_records import content_key, raw_text
+from streamdp.engine.persistence import EnginePersistence
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.results import (
-    ACCEPTED,
     NEVER,
-    NOT_COUNTED,
-    SKIPPED,
     EngineStats,
     IngestResult,
     OutputRecord,
     RawRecord,
-    Rejection,
 )
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
 from streamdp.noise.sampler import NoiseSampler
-
-# the engine's whole surface, wherever its parts live (results, raw records, persistence)
-__all__ = [
-    "ACCEPTED",
-    "ENGINE_STATE_KIND",
-    "ENGINE_STATE_VERSION",
-    "NOT_COUNTED",
-    "SKIPPED",
-    "Engine",
-    "EngineStats",
-    "IngestResult",
-    "OutputRecord",
-    "RawRecord",
-    "Rejection",
-    "content_key",
-    "raw_text",
-]
 
 
 class Engine(RecordIntake, EnginePersistence):
