@@ -198,18 +198,24 @@ class RecordIntake:
     ) -> IngestResult | None:
         """Count a well-formed event in every stream of its source. None when every stream
         counted it; else the result with one dead letter per refusing stream."""
-        accepted: list[str] = []
-        rejections: list[Rejection] = []
+        rejections: list[Rejection] | None = None
         key = content_key(record)
         for runtime in self._by_source[source.name]:
             try:
                 runtime.ingest(event, key, ts)
-                accepted.append(runtime.spec.name)
             except RejectedError as rejected:
+                if rejections is None:
+                    rejections = []
                 rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
-        if not rejections:
+        if rejections is None:  # every stream counted it: nothing to build
             self.stats.events_accepted += 1
             return None
+        refused_by = {r.stream for r in rejections}
+        accepted = [
+            runtime.spec.name
+            for runtime in self._by_source[source.name]
+            if runtime.spec.name not in refused_by
+        ]
         if accepted:
             self.stats.events_accepted += 1
         else:

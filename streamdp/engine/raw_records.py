@@ -14,6 +14,8 @@ from streamdp.engine.results import RawRecord
 def content_key(record: RawRecord) -> str:
     """A digest of the record's exact content (128-bit BLAKE2b, hex): equal for a producer's
     retry or a redelivery of the same record, different for any other record."""
+    if type(record) is bytes:  # the daemon's per-record path: no ABC check, no copy
+        return hashlib.blake2b(record, digest_size=16).hexdigest()
     if isinstance(record, Mapping):
         data = json.dumps(record, sort_keys=True, default=str).encode("utf-8", "surrogatepass")
     elif isinstance(record, str):
