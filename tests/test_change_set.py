@@ -84,6 +84,44 @@ def test_one_take_hands_out_the_outputs_by_kind_and_what_changed_once() -> None:
     assert again.hot_state == changes.hot_state
 
 
+def test_revision_statistics_travel_with_the_revisions_to_the_metrics() -> None:
+    """The metrics of a batch come from its outcome alone: the periods closed and the latest
+    revision's diagnostics travel in the change set, so observing reaches back into nothing."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from streamdp.daemon.observation import OutcomeObserver
+    from streamdp.metrics import StreamdpMetrics
+
+    spec = _spec("restaurant+fda")
+    stream = next(iter(spec.streams))
+    engine = Engine(spec, sampler=InsecureSeededSampler(2), record_outputs=True)
+    engine.advance_clock(START + 3600)
+    for line in generate("restaurant", 12, 4, seed=1):
+        engine.ingest(line.text)
+    engine.take_changes()
+    engine.advance_clock(START + 10 * DAY + 3600)
+    changes = engine.take_changes()
+    assert changes.revisions
+    stats = engine.streams[stream].last_revision
+    assert stats is not None
+    assert changes.revision_stats == {stream: stats}
+    assert engine.take_changes().revision_stats == {}  # handed out once, with its revisions
+
+    outcome = BatchOutcome()
+    write_checkpoint("restaurant-orders", SourceSlot(engine, 0), changes, TOPICS, outcome)
+    assert outcome.revision_stats == {stream: stats}
+    assert outcome.periods_closed == {stream: 10}
+    metrics = StreamdpMetrics()
+    OutcomeObserver(metrics, spec)(outcome, None)
+    values = {
+        (sample.name, sample.labels.get("stream")): sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode("utf-8"))
+        for sample in family.samples
+    }
+    assert values[("streamdp_consistency_residual", stream)] == stats.residual
+    assert values[("streamdp_consistency_runs_total", stream)] == 1.0
+
+
 def test_an_engine_that_does_not_record_outputs_holds_none() -> None:
     spec = _spec("restaurant+fda")
     engine = Engine(spec, sampler=InsecureSeededSampler(2))

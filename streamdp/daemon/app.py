@@ -97,9 +97,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     end_worker = worker_ender(app, runtime)
     exit_on_crash(app, end_worker)
     progress = InputProgress(metrics, InputStallWatch(settings.stall_exit_seconds))
-    protocol = CheckpointCommit(
-        state, topics.outputs, OutcomeObserver(metrics, spec, lambda: runtime.service)
-    )
+    protocol = CheckpointCommit(state, topics.outputs, OutcomeObserver(metrics, spec))
 
     def new_service() -> ReleaseService:
         return ReleaseService(

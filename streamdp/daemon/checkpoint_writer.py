@@ -96,6 +96,8 @@ def write_checkpoint(
     outcome.releases += changes.releases
     outcome.revisions += changes.revisions
     outcome.dead_letters += changes.dead_letters
+    outcome.periods_closed.update(changes.periods_closed)
+    outcome.revision_stats.update(changes.revision_stats)
     hot = dict(changes.hot_state)
     hot[DAEMON_STATE_KEY] = {
         "home": slot.home,

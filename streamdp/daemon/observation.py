@@ -18,7 +18,6 @@ from faust.types import TP
 
 from streamdp.daemon.batch_input import InputStallWatch
 from streamdp.daemon.outcome import BatchOutcome
-from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock
 from streamdp.metrics import StreamdpMetrics
@@ -27,21 +26,13 @@ __all__ = ["InputProgress", "OutcomeObserver"]
 
 
 class OutcomeObserver:
-    """Records a committed batch's releases, revisions and rejections in the metrics.
+    """Records a committed batch's releases, revisions and rejections in the metrics, from
+    the outcome alone (the periods closed and the revision statistics travel in it: nothing
+    reaches back into the service or its engines)."""
 
-    ``service`` returns the worker's release service once it exists (the revision statistics
-    and the periods released are read from the engine of the stream's source).
-    """
-
-    def __init__(
-        self,
-        metrics: StreamdpMetrics,
-        spec: EngineSpec,
-        service: Callable[[], ReleaseService | None],
-    ) -> None:
+    def __init__(self, metrics: StreamdpMetrics, spec: EngineSpec) -> None:
         self._metrics = metrics
         self._spec = spec
-        self._service = service
 
     def __call__(self, outcome: BatchOutcome, latency: float | None) -> None:
         """Observe ``outcome``; ``latency`` is the seconds from receipt of its input batch to
@@ -56,15 +47,10 @@ class OutcomeObserver:
         for release in outcome.releases:
             by_stream.setdefault(release.stream, {})[release.counter] = float(release.noisy_total)
             last[release.stream] = release
-        service = self._service()
         for stream, totals in by_stream.items():
             release = last[stream]
-            runtime_stream = None
-            if service is not None:
-                engine = service.engines().get(spec.streams[stream].source)
-                runtime_stream = engine.streams[stream] if engine is not None else None
             clock = PeriodClock(spec.streams[stream].period)
-            start, end = clock.bounds(runtime_stream.closed if runtime_stream else 0)
+            start, end = clock.bounds(outcome.periods_closed.get(stream, 0))
             metrics.record_release(
                 stream,
                 epoch=release.epoch,
@@ -81,11 +67,7 @@ class OutcomeObserver:
         for revision in outcome.revisions:
             latest_revision[revision.stream] = revision
         for stream, revision in latest_revision.items():
-            stats = None
-            if service is not None:
-                engine = service.engines().get(spec.streams[stream].source)
-                if engine is not None:
-                    stats = engine.streams[stream].last_revision
+            stats = outcome.revision_stats.get(stream)
             metrics.record_consistency(
                 stream,
                 residual=stats.residual if stats else 0.0,

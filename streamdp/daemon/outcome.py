@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdp.engine import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.stream_revisions import RevisionStats
 
 
 @dataclass(frozen=True)
@@ -51,5 +52,9 @@ class BatchOutcome:
     releases: list[ReleaseRecord] = field(default_factory=list)
     revisions: list[ConsistentRecord] = field(default_factory=list)
     dead_letters: list[DeadLetterRecord] = field(default_factory=list)
+    # per stream of the sources the batch touched: periods closed after it, and the
+    # diagnostics of its latest revision if it made one (for metrics: read, never sent)
+    periods_closed: dict[str, int] = field(default_factory=dict)
+    revision_stats: dict[str, RevisionStats] = field(default_factory=dict)
     skipped: int = 0
     accepted: int = 0

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.stream_revisions import RevisionStats
 
 NodeKey = tuple[str, int, int]  # (stream, epoch, t) with t the 1-based node index in its epoch
 PeriodKey = tuple[str, int]  # (stream, period index)
@@ -66,6 +67,7 @@ class ChangeSet:
     ``hot_state``: :meth:`Engine.snapshot` without seen ids, epoch noise or nodes.
     ``outputs``: every output record in the order it was made (what the outbox holds);
     ``releases``/``revisions``/``dead_letters``: the same records by kind.
+    ``revision_stats``: per stream that made revisions, the diagnostics of its latest one.
     """
 
     hot_state: dict[str, Any]
@@ -80,6 +82,7 @@ class ChangeSet:
     releases: tuple[ReleaseRecord, ...] = ()
     revisions: tuple[ConsistentRecord, ...] = ()
     dead_letters: tuple[DeadLetterRecord, ...] = ()
+    revision_stats: Mapping[str, RevisionStats] = field(default_factory=dict)
 
 
 class TrackedStream(Protocol):
@@ -93,6 +96,9 @@ class TrackedStream(Protocol):
     def epoch_noise(self) -> tuple[int, npt.NDArray[np.int64]] | None: ...
 
     def seen_ids(self) -> Mapping[int, Sequence[str]]: ...
+
+    @property
+    def last_revision(self) -> RevisionStats | None: ...
 
 
 class ChangeTracker:
@@ -194,6 +200,11 @@ class ChangeTracker:
         closed = tuple(k for k in self._ids_taken if k not in still_open)
         for period_key in closed:
             del self._ids_taken[period_key]
+        revision_stats: dict[str, RevisionStats] = {}
+        for record in self._revisions:
+            stats = streams[record.stream].last_revision
+            if stats is not None:
+                revision_stats[record.stream] = stats
         changes = ChangeSet(
             hot_state=hot_state,
             new_nodes=dict(sorted(nodes.items())),
@@ -207,6 +218,7 @@ class ChangeTracker:
             releases=tuple(self._releases),
             revisions=tuple(self._revisions),
             dead_letters=tuple(self._dead_letters),
+            revision_stats=revision_stats,
         )
         self.drop_outputs()
         return changes
