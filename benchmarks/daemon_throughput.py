@@ -822,9 +822,12 @@ BLAKE2b) so that only true duplicates are dropped. So the method changed:
 
 The previous measurement of the watermark daemon (commit 0bebfd5: 115,424 events/s, 0.572 of
 the bare consumer, close latency p50 28 ms) was taken when this machine's bare consumer read
-~195k events/s; compare ratios, not absolute rates. Where the time goes, and why orjson is not
-used, is as described in that commit's results (`git show 0bebfd5:benchmarks/results/daemon.md`).
-The content digest adds about 1.2 us per record.
+~195k events/s; compare ratios, not absolute rates. Where the time goes is as described in that
+commit's results (`git show 0bebfd5:benchmarks/results/daemon.md`). The content digest adds
+about 1.2 us per record. Since these figures the decoder reads with orjson first (the stdlib
+reader deciding every record orjson would read differently); the Kafka results
+(`daemon_kafka.md`) are measured with it, against bare consumers decoding with `json.loads`
+and with orjson.
 """
 
 FINDINGS_KAFKA = """
