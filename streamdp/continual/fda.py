@@ -28,7 +28,6 @@ objective this is the paper's recursion ``E_m = E_{m-1} + (E_{m-1}^(1/3) + 2^((m
 
 from __future__ import annotations
 
-import math
 from functools import lru_cache
 from typing import Literal
 
@@ -237,21 +236,3 @@ def column_sums(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         node = node + (node & -node)
         alive = node <= n
     return out
-
-
-def padding_horizon(horizon: int) -> int:
-    """Smallest ``2^m - 1 >= N`` (what a paper-only implementation would have to use)."""
-    n = check_horizon(horizon)
-    return (1 << (n + 1).bit_length()) - 1 if (n + 1) & n else n
-
-
-def is_full_tree(horizon: int) -> bool:
-    """True when ``N = 2^m - 1``."""
-    return (horizon + 1) & horizon == 0
-
-
-def log2_depth(horizon: int) -> int:
-    """``m`` with ``N = 2^m - 1`` (raises if ``N`` is not of that form)."""
-    if not is_full_tree(horizon):
-        raise ConfigError(f"horizon {horizon} is not of the form 2^m - 1")
-    return int(math.log2(horizon + 1))
