@@ -325,6 +325,50 @@ def test_control_records_of_several_sources_share_the_control_topic() -> None:
     assert svc.slots["hospital-admissions"].engine.streams["hiv-admissions"].closed == 0
 
 
+def test_a_control_record_is_read_once_and_a_strictly_malformed_one_still_reaches_its_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Routing and the engine share one decode of a control record (issue 15: it was parsed
+    twice); a record the strict decoder refuses (NaN) but that names its stream is still
+    refused by that source's engine, with the decoder's reason, as before."""
+    from streamdp.daemon import routing as routing_module
+    from streamdp.daemon import service as service_module
+    from streamdp.engine import engine as engine_module
+    from streamdp.engine.events import decode
+
+    calls: list[bytes] = []
+
+    def counting(record: Any) -> Any:
+        calls.append(record)
+        return decode(record)
+
+    lenient = json.loads
+
+    def counting_lenient(record: Any, **kwargs: Any) -> Any:
+        calls.append(record)
+        return lenient(record, **kwargs)
+
+    monkeypatch.setattr(service_module, "decode", counting)
+    monkeypatch.setattr(engine_module, "decode", counting)
+    monkeypatch.setattr(routing_module.json, "loads", counting_lenient)
+    spec = _spec("restaurant")
+    stream = next(iter(spec.streams))
+    clock = StepClock()
+    svc = _service(spec, {}, clock)
+    svc.process(_events_only("restaurant", 2, 3))
+    clock.value = START + 86400 + 1800
+    calls.clear()
+    close = {"type": "control", "action": "close", "stream": stream, "through": START + 86400}
+    key = next(iter(spec.sources)).encode()
+    outcome = svc.process([InputRecord(TOPICS.control, 0, 0, key, json.dumps(close).encode())])
+    assert outcome.dead_letters == []
+    assert len(calls) == 1
+    bad = json.dumps({**close, "through": float("nan")}).encode()  # NaN: not JSON
+    outcome = svc.process([InputRecord(TOPICS.control, 0, 1, key, bad)])
+    # "malformed" is the engine's refusal (an unrouted control record is "bad_control")
+    assert [(d.reason, d.stream is None) for d in outcome.dead_letters] == [("malformed", True)]
+
+
 def test_a_control_record_on_an_input_topic_is_refused_for_any_source() -> None:
     from streamdp.engine import parse_spec
 

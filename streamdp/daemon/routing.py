@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from aiokafka.partitioner import murmur2
 
@@ -128,13 +128,21 @@ def source_spec(spec: EngineSpec, source: str) -> EngineSpec:
 
 
 def source_of_control(
-    spec: EngineSpec, by_topic: Mapping[str, SourceSpec], value: bytes
+    spec: EngineSpec,
+    by_topic: Mapping[str, SourceSpec],
+    value: bytes,
+    decoded: Mapping[str, Any] | None = None,
 ) -> SourceSpec | None:
-    """The source a control-topic record names (by ``stream``, else ``source``), if any."""
-    try:
-        data = json.loads(value)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        return None
+    """The source a control-topic record names (by ``stream``, else ``source``), if any.
+    ``decoded``: the record as the engine's decoder read it (then it is not parsed again);
+    None when that decoder refused it, and Python's lenient reader finds the name, so that the
+    engine of the named source refuses the record with its reason."""
+    data: Any = decoded
+    if data is None:
+        try:
+            data = json.loads(value)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return None
     if not isinstance(data, dict):
         return None
     stream = data.get("stream")

@@ -21,6 +21,7 @@ Records of a batch arrived at that reading. Control records come only from the c
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
@@ -45,6 +46,7 @@ from streamdp.daemon.routing import (
 )
 from streamdp.engine import DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.changes import OutputRecord
+from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.results import ACCEPTED, SKIPPED
 from streamdp.engine.spec import SourceSpec
@@ -240,8 +242,12 @@ class ReleaseService:
         source reads."""
         value = b"" if record.value is None else record.value
         source = None
+        decoded = None
         if record.topic == self.topics.control:
-            source = source_of_control(self.spec, self._by_topic, value)
+            # read once here, for routing and for the engine (None: refused, the engine says why)
+            with contextlib.suppress(RejectedError):
+                decoded = decode(value)
+            source = source_of_control(self.spec, self._by_topic, value, decoded)
         if source is None:
             letter = dead_letter(
                 record,
@@ -260,7 +266,9 @@ class ReleaseService:
             self._emit_unrouted(misplaced(record, source), outcome)
             return
         self._touch(name, slot, touched, now)
-        result = slot.engine.control(value, topic=topic, partition=partition, offset=record.offset)
+        result = slot.engine.control(
+            value, decoded=decoded, topic=topic, partition=partition, offset=record.offset
+        )
         if result.skipped:
             outcome.skipped += 1
 

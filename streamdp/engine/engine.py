@@ -121,6 +121,7 @@ class Engine(RecordIntake, EnginePersistence):
         self,
         record: RawRecord,
         *,
+        decoded: dict[str, Any] | None = None,
         topic: str | None = None,
         partition: int | None = None,
         offset: int | None = None,
@@ -134,11 +135,13 @@ class Engine(RecordIntake, EnginePersistence):
         due close ``pace`` at a time. Operators must never derive ``T`` from the data (e.g.
         "close when the orders stop"): that would make the schedule depend on events.
         Refused records come back as dead letters (``bad_control``, ``unknown_stream``).
+        ``decoded``: ``record`` as :func:`~streamdp.engine.events.decode` already read it (a
+        caller that routed it), so it is not parsed twice.
         """
         if self._redelivered(topic, partition, offset):
             return IngestResult(skipped=True)
         try:
-            event = decode(record)
+            event = decoded if decoded is not None else decode(record)
             if event.get("type") != "control":
                 raise RejectedError(
                     "bad_control", "records on the control topic must have type 'control'"
