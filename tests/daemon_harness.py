@@ -170,13 +170,17 @@ def wait_consumed(
     deadline = time.monotonic() + timeout
     while True:
         done = True
+        reached: dict[str, Any] = {}
         for topic, total in counts.items():
             committed = committed_offsets(broker, group, topic, range(partitions))
+            reached[topic] = committed
             if sum(o or 0 for o in committed.values()) < total:
                 done = False
         if done:
             return
-        assert time.monotonic() < deadline, f"input not consumed: {counts}"
+        assert time.monotonic() < deadline, (
+            f"input not consumed: expected {counts}, committed offsets {reached}"
+        )
         time.sleep(0.5)
 
 

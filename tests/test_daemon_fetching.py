@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streamdp.broker import KafkaBroker
 from streamdp.daemon.app import create_app
-from streamdp.daemon.batch_input import FetchView, InputStallWatch
+from streamdp.daemon.batch_input import CommitStallWatch, FetchView, InputStallWatch
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.faust_internals import fetch_view
 
@@ -159,3 +159,36 @@ def test_fetch_view_reads_a_real_consumers_position_end_and_leader(
     held, not_held = asyncio.run(go())
     assert held == FetchView(end=3, fetched=1, leader=0, leader_reachable=True)
     assert not_held is None
+
+
+def first_commit_exit(watch: CommitStallWatch, states: list[tuple[int, int, bool]]) -> float | None:
+    """The first check time (one a second) at which the commit watch says: exit; ``states``
+    are (processed, committed, blocked) per second."""
+    for second, (processed, committed, blocked) in enumerate(states):
+        if watch.check(KEY, processed, committed, blocked=blocked, now=float(second)) is not None:
+            return float(second)
+    return None
+
+
+def test_a_committed_offset_that_stays_behind_durable_records_is_a_stuck_commit() -> None:
+    # faust-streaming never acknowledged a record after the committed offset (a record dropped
+    # below the worker's applied offsets): the work goes on, the commit never moves
+    watch = CommitStallWatch(STALL)
+    assert first_commit_exit(watch, [(60_000, 589, False)] * 20) == STALL
+
+
+def test_a_commit_that_follows_the_work_or_a_blocked_worker_is_never_a_stuck_commit() -> None:
+    watch = CommitStallWatch(STALL)
+    # committing behind the work by a second, every second, for a long backlog
+    assert (
+        first_commit_exit(watch, [(1000 * (s + 2), 1000 * (s + 1), False) for s in range(40)])
+        is None
+    )
+    # caught up: nothing past the committed offset
+    assert first_commit_exit(CommitStallWatch(STALL), [(500, 500, False)] * 40) is None
+    # blocked (a checkpoint, a rebalance) restarts the clock
+    blocked_every_fourth = [(900, 100, s % 4 == 3) for s in range(40)]
+    assert first_commit_exit(CommitStallWatch(STALL), blocked_every_fourth) is None
+    # a moving commit restarts the clock; a stuck one after it exits a full period later
+    moving_then_stuck = [(900, 100 + s, False) for s in range(5)] + [(900, 104, False)] * 30
+    assert first_commit_exit(CommitStallWatch(STALL), moving_then_stuck) == 4 + STALL

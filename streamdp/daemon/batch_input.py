@@ -193,6 +193,41 @@ class InputStallWatch:
         return waited if waited >= self.stall_seconds else None
 
 
+class CommitStallWatch:
+    """Tells a consumer whose commits stopped (exit and restart from the checkpoint) from one
+    that commits behind its work, as it always does by up to a commit interval.
+
+    A partition's commit is *stuck* when, for ``stall_seconds`` without a break, the worker had
+    made records durable past the consumer's committed offset and that offset did not move.
+    faust-streaming commits the longest run of acknowledged offsets after the committed one; a
+    record fetched and dropped below it (its fetch drop around a seek) is never acknowledged,
+    so nothing after it is ever committed, while the worker, which skips records it already
+    applied, goes on. A restart re-reads from the committed offset, which the checkpoint's
+    applied offsets make exact. The clock does not run while the worker is ``blocked`` and
+    restarts whenever the committed offset moves.
+    """
+
+    def __init__(self, stall_seconds: float) -> None:
+        self.stall_seconds = stall_seconds
+        self._since: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def check(
+        self, key: tuple[str, int], processed: int, committed: int, *, blocked: bool, now: float
+    ) -> float | None:
+        """Seconds the commit of partition ``key`` has been stuck once that reaches
+        ``stall_seconds``, else None. ``processed``: the next offset whose effects are durable;
+        ``committed``: the consumer's committed offset."""
+        if blocked or processed <= committed:
+            self._since.pop(key, None)
+            return None
+        since = self._since.get(key)
+        if since is None or since[1] != committed:
+            self._since[key] = (now, committed)  # behind, or moved since: a fresh period
+            return None
+        waited = now - since[0]
+        return waited if waited >= self.stall_seconds else None
+
+
 def last_offsets(runs: Iterable[Sequence[InputLike]]) -> dict[tuple[str, int], tuple[int, int]]:
     """Per (topic, partition): the highest offset in ``runs`` and how many records there are
     (each run is one partition's records in offset order)."""

@@ -18,6 +18,7 @@ from typing import Any
 
 from faust.types import TP
 
+from streamdp.daemon.batch_input import CommitStallWatch
 from streamdp.daemon.fatal import worker_stopping
 from streamdp.daemon.observation import InputProgress
 from streamdp.daemon.runtime import WorkerRuntime
@@ -49,6 +50,7 @@ class StallWatchdog:
         self._progress = progress
         self._input_names = input_names
         self._changelog_topic = changelog_topic
+        self._commit_watch = CommitStallWatch(progress.stall_watch.stall_seconds)
 
     async def check(self) -> None:
         """Exit with ``EXIT_INPUT_GAP`` if a partition stalled; return otherwise."""
@@ -96,6 +98,21 @@ class StallWatchdog:
                         tp.topic, tp.partition, view.end - 1, done, waited,
                         "fetched and never delivered: faust-streaming dropped a fetch"
                         if fetched else f"leader node {view.leader} reachable, none fetched",
+                    )  # fmt: skip
+                    logging.shutdown()
+                    os._exit(EXIT_INPUT_GAP)
+            committed = committed_offset(consumer, tp)
+            stuck = self._commit_watch.check(
+                key, next_offset.get(key, 0), committed, blocked=blocked, now=now
+            )
+            if stuck is not None:
+                async with runtime.lock:
+                    log.critical(
+                        "input %s[%d]: records up to offset %d are durable but the consumer's "
+                        "committed offset stayed at %d for %.0f s (faust-streaming never "
+                        "acknowledged a record after it): exiting to restart from the last "
+                        "checkpoint",
+                        tp.topic, tp.partition, next_offset.get(key, 0) - 1, committed, stuck,
                     )  # fmt: skip
                     logging.shutdown()
                     os._exit(EXIT_INPUT_GAP)
