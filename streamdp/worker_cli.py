@@ -78,7 +78,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="exit (status 75, restart me) when an assigned input partition has records but none "
-        "arrived for SECONDS (default 60; 0 = never)",
+        "arrived for SECONDS, or its committed offset stayed behind durable records for SECONDS "
+        "(default 60; 0 = never)",
     )
     parser.add_argument(
         "--insecure-seed",
