@@ -1,5 +1,6 @@
 """The input-stall watchdog: exit (to restart from the last checkpoint) when an input partition
-has records the consumer could fetch but none arrived for ``--stall-exit`` seconds.
+has records the consumer could fetch but none arrived for ``--stall-exit`` seconds, or its
+committed offset stayed behind durable records that long (``CommitStallWatch``).
 
 The decision per partition is :class:`~streamdp.daemon.batch_input.InputStallWatch`'s; this
 module feeds it from the running worker: which partitions are assigned, how far each is done
@@ -78,7 +79,9 @@ class StallWatchdog:
                 continue
             key = (tp.topic, tp.partition)
             view = fetch_view(consumer, tp)
-            done = max(next_offset.get(key, 0), committed_offset(consumer, tp))
+            processed = next_offset.get(key, 0)
+            committed = committed_offset(consumer, tp)
+            done = max(processed, committed)
             restoring_from = (
                 fetch_view(consumer, TP(self._changelog_topic, tp.partition))
                 if recovering
@@ -89,30 +92,26 @@ class StallWatchdog:
                 key, view, done, blocked=blocked or waits_for_changelog, now=now
             )
             if waited is not None and view is not None and view.end is not None:
-                async with runtime.lock:
-                    fetched = view.fetched is not None and view.fetched > done
-                    log.critical(
-                        "input %s[%d] has records up to offset %d but none from %d arrived "
-                        "for %.0f s while they could be fetched (%s): exiting to restart "
-                        "from the last checkpoint",
-                        tp.topic, tp.partition, view.end - 1, done, waited,
-                        "fetched and never delivered: faust-streaming dropped a fetch"
-                        if fetched else f"leader node {view.leader} reachable, none fetched",
-                    )  # fmt: skip
-                    logging.shutdown()
-                    os._exit(EXIT_INPUT_GAP)
-            committed = committed_offset(consumer, tp)
-            stuck = self._commit_watch.check(
-                key, next_offset.get(key, 0), committed, blocked=blocked, now=now
-            )
+                fetched = view.fetched is not None and view.fetched > done
+                await self._exit_to_restart(
+                    "input %s[%d] has records up to offset %d but none from %d arrived "
+                    "for %.0f s while they could be fetched (%s)",
+                    tp.topic, tp.partition, view.end - 1, done, waited,
+                    "fetched and never delivered: faust-streaming dropped a fetch"
+                    if fetched else f"leader node {view.leader} reachable, none fetched",
+                )  # fmt: skip
+            stuck = self._commit_watch.check(key, processed, committed, blocked=blocked, now=now)
             if stuck is not None:
-                async with runtime.lock:
-                    log.critical(
-                        "input %s[%d]: records up to offset %d are durable but the consumer's "
-                        "committed offset stayed at %d for %.0f s (faust-streaming never "
-                        "acknowledged a record after it): exiting to restart from the last "
-                        "checkpoint",
-                        tp.topic, tp.partition, next_offset.get(key, 0) - 1, committed, stuck,
-                    )  # fmt: skip
-                    logging.shutdown()
-                    os._exit(EXIT_INPUT_GAP)
+                await self._exit_to_restart(
+                    "input %s[%d]: records up to offset %d are durable but the consumer's "
+                    "committed offset stayed at %d for %.0f s (faust-streaming never "
+                    "acknowledged a record after it)",
+                    tp.topic, tp.partition, processed - 1, committed, stuck,
+                )  # fmt: skip
+
+    async def _exit_to_restart(self, message: str, *args: object) -> None:
+        """Log ``message`` at CRITICAL and exit 75 (under the lock: no batch is mid-commit)."""
+        async with self._runtime.lock:
+            log.critical("%s: exiting to restart from the last checkpoint", message % args)
+            logging.shutdown()
+            os._exit(EXIT_INPUT_GAP)
