@@ -144,24 +144,32 @@ async def _bare_consumer_here(bootstrap: str, topic: str, n_events: int) -> floa
         await consumer.stop()
 
 
+def _bare_consumer_module() -> Any | None:
+    """``benchmarks/bare_consumer.py`` loaded as a module, if it is there."""
+    path = HERE / "bare_consumer.py"
+    if not path.is_file():
+        return None
+    module_spec = importlib.util.spec_from_file_location("bare_consumer", path)
+    if module_spec is None or module_spec.loader is None:
+        return None
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
 def bare_consumer() -> tuple[str, Callable[[str, str, int], Awaitable[float]]]:
     """The baseline: the broker engineer's ``measure_bare_consumer`` if present, else ours."""
-    path = HERE / "bare_consumer.py"
-    if path.is_file():
-        module_spec = importlib.util.spec_from_file_location("bare_consumer", path)
-        if module_spec is not None and module_spec.loader is not None:
-            module = importlib.util.module_from_spec(module_spec)
-            module_spec.loader.exec_module(module)
-            measure = getattr(module, "measure_bare_consumer", None)
-            if measure is not None:
-                if asyncio.iscoroutinefunction(measure):
-                    return "benchmarks/bare_consumer.py", measure
+    module = _bare_consumer_module()
+    measure = getattr(module, "measure_bare_consumer", None)
+    if measure is not None:
+        if asyncio.iscoroutinefunction(measure):
+            return "benchmarks/bare_consumer.py", measure
 
-                async def wrapped(bootstrap: str, topic: str, n: int) -> float:
-                    result = await asyncio.to_thread(measure, bootstrap, topic, n)
-                    return float(getattr(result, "events_per_second", result))
+        async def wrapped(bootstrap: str, topic: str, n: int) -> float:
+            result = await asyncio.to_thread(measure, bootstrap, topic, n)
+            return float(getattr(result, "events_per_second", result))
 
-                return "benchmarks/bare_consumer.py", wrapped
+        return "benchmarks/bare_consumer.py", wrapped
     return "aiokafka getmany loop (this file)", _bare_consumer_here
 
 
@@ -170,11 +178,9 @@ def bare_consumer_orjson() -> Callable[[str, str, int], Awaitable[float]]:
     reads with orjson first (``streamdp.engine.events.decode``)."""
     import orjson
 
-    module_spec = importlib.util.spec_from_file_location("bare_consumer", HERE / "bare_consumer.py")
-    if module_spec is None or module_spec.loader is None:
+    module = _bare_consumer_module()
+    if module is None:
         raise RuntimeError(f"cannot load {HERE / 'bare_consumer.py'}")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
 
     async def measure(bootstrap: str, topic: str, n: int) -> float:
         rate = await asyncio.to_thread(
@@ -622,6 +628,7 @@ def main() -> int:
     lines = list(generate("restaurant", args.periods, args.rate, seed=1, spec=parse_spec(SPEC)))
     values = [line.text.encode() for line in lines]
     baseline_name, measure_bare = bare_consumer()
+    measure_bare_orjson = bare_consumer_orjson()
     configs = [
         (" ".join(flags) or "defaults", flags)
         for flags in (args.config or [[], ["--input-path", "stream"], ["--fetch-wait", "1.5"]])
@@ -650,7 +657,7 @@ def main() -> int:
                     measure_bare,
                     work,
                     engine=args.engine,
-                    measure_bare_orjson=bare_consumer_orjson(),
+                    measure_bare_orjson=measure_bare_orjson,
                 )
                 results.append(r)
                 print(
