@@ -20,10 +20,10 @@ import pytest
 from scipy.optimize import minimize
 
 from streamdp.continual import fenwick
+from streamdp.continual.column_sums import fenwick_column_sums
 from streamdp.continual.fda import (
     binary_weights,
     coefficient,
-    column_sums,
     fda_coefficients,
     fda_level_alphas,
     objective_value,
@@ -123,7 +123,7 @@ def test_weights_equal_the_direct_convex_optimum_for_every_small_horizon(objecti
         w = optimal_weights(N, objective)  # type: ignore[arg-type]
         assert w.shape == (N,)
         assert np.all(w > 0)
-        assert abs(column_sums(w).max() - 1.0) <= 1e-12, N
+        assert abs(fenwick_column_sums(w).max() - 1.0) <= 1e-12, N
         ours = objective_value(w, objective)  # type: ignore[arg-type]
         assert ours == pytest.approx(solve(N, objective)[0], rel=1e-12)  # type: ignore[arg-type]
         reference = slsqp_optimum(N, objective)
@@ -140,7 +140,7 @@ def test_sensitivity_constraint_for_large_horizons() -> None:
     for N in (1000, 4095, 65_537, 1_000_000):
         for objective in ("total", "minimax"):
             w = optimal_weights(N, objective)  # type: ignore[arg-type]
-            assert abs(column_sums(w).max() - 1.0) <= 1e-12
+            assert abs(fenwick_column_sums(w).max() - 1.0) <= 1e-12
 
 
 def test_paper_recursion_for_complete_trees() -> None:

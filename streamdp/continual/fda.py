@@ -217,22 +217,3 @@ def objective_value(weights: npt.NDArray[np.float64], objective: Objective) -> f
     """``sum_t f_t`` (total) or ``max_t f_t`` (minimax) of a Fenwick weight vector."""
     f = path_objectives(weights)
     return float(f.sum()) if check_objective(objective) == "total" else float(f.max())
-
-
-def column_sums(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """``sum_{i covers p} lambda_i`` for each period ``p = 1..N``; shape ``(N,)``; O(N log N).
-
-    Computed by walking update chains level by level (vectorised); the sensitivity constraint
-    is ``max(column_sums) <= 1``.
-    """
-    w = np.asarray(weights, dtype=np.float64)
-    n = w.shape[0]
-    out = np.zeros(n, dtype=np.float64)
-    node = np.arange(1, n + 1, dtype=np.int64)
-    period = node.copy()
-    alive = node <= n
-    while np.any(alive):
-        out[period[alive] - 1] += w[node[alive] - 1]
-        node = node + (node & -node)
-        alive = node <= n
-    return out
