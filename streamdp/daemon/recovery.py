@@ -108,7 +108,7 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
     # (writes are made durable in order), so no release used them: that epoch's noise is
     # drawn afresh and its chunks written again. Past epochs' chunks are not read.
     held = {(name, epoch) for name, (epoch, _) in engine.epoch_noise().items()}
-    current = {name: runtime.counter.epoch for name, runtime in engine.streams.items()}
+    current = engine.current_epochs()
     found: dict[tuple[str, int], int] = {}
     for key in keys:
         parsed_noise = parse_noise_key(source, key)

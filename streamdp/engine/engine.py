@@ -254,6 +254,10 @@ class Engine(RecordIntake, EnginePersistence):
                 out[name] = drawn
         return out
 
+    def current_epochs(self) -> dict[str, int]:
+        """Per stream, the epoch its counter is in (0 until its first horizon is released)."""
+        return {name: runtime.counter.epoch for name, runtime in self.streams.items()}
+
     def adopt_stored_noise(self, stream: str, epoch: int, node_noise: list[list[int]]) -> bool:
         """Epoch noise of ``stream`` stored before a crash lost the state that refers to it:
         used instead of drawing (see :meth:`StreamRuntime.adopt_stored_noise`). False when it
