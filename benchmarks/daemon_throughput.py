@@ -880,9 +880,9 @@ record. These figures are measured with the orjson decoder (the stdlib reader de
 record orjson would read differently): the defaults reach 0.701 of the `json.loads` bare
 consumer (0.613-0.781 per run; 0.469 before the orjson decoder, commit 5546222's table) and
 0.364 of the orjson one. On Tansu the worker waits less for a CPU than on Apache Kafka (4% of
-the window against 12%: the JVM broker takes more of the two cores), so its ratio here is
-higher; where the worker's CPU goes, and why 0.8 is out of reach of tuning, is in
-`daemon_kafka.md`, Findings.
+the window against 12%: the JVM broker takes more of the two cores), part of why its ratio is
+higher here (the bare consumers differ too); where the worker's CPU goes, and why 0.8 is out of
+reach of tuning, is in `daemon_kafka.md`, Findings.
 """
 
 FINDINGS_KAFKA = """
