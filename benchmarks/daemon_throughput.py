@@ -841,8 +841,9 @@ def summarise(
         busy = statistics.median((r.worker_cpu + r.worker_cpu_wait) / r.window for r in first)
         waiting = statistics.median(r.worker_cpu_wait / r.window for r in first)
         verdict = (
-            "it is CPU-bound: what it lacks in wall clock against its CPU time is the two "
-            "cores shared with the broker, not waiting for the broker's answers"
+            "it is CPU-bound: what it lacks in wall clock against its CPU time is waiting for "
+            "a core it shares with the broker and the benchmark's own process, not for the "
+            "broker's answers"
             if busy >= 0.95
             else f"it was idle {1 - busy:.0%} of it (waiting for records or acknowledgements)"
         )
@@ -880,7 +881,7 @@ record. These figures are measured with the orjson decoder (the stdlib reader de
 record orjson would read differently): the defaults reach 0.701 of the `json.loads` bare
 consumer (0.613-0.781 per run; 0.469 before the orjson decoder, commit 5546222's table) and
 0.364 of the orjson one. On Tansu the worker waits less for a CPU than on Apache Kafka (4% of
-the window against 12%: the JVM broker takes more of the two cores), part of why its ratio is
+the window against 12%; the Kafka broker used 5 us of CPU per event), part of why its ratio is
 higher here (the bare consumers differ too); where the worker's CPU goes, and why 0.8 is out of
 reach of tuning, is in `daemon_kafka.md`, Findings.
 """
@@ -914,10 +915,11 @@ accepted event, the ledger and the checkpoint no longer walk the history.
 
 - *It is never idle.* In the throughput window the worker's threads are on a CPU or waiting for
   one 100% of the time (run-queue delay from /proc/<pid>/task/*/schedstat, the table above):
-  about 88% running, 12% waiting for a core the broker holds. The pipelining already in place
-  (a batch's checkpoint travels while the next batch is processed) hides the broker's round
-  trips; yielding to the event loop after handing a checkpoint over, so that it reaches the
-  socket before the next batch is processed, changed nothing measurable (3 runs each way).
+  about 88% running, 12% waiting for a core (shared with the broker and the benchmark). The
+  pipelining already in place (a batch's checkpoint travels while the next batch is processed)
+  hides the broker's round trips; yielding to the event loop after handing a checkpoint over, so
+  that it reaches the socket before the next batch is processed, changed nothing measurable (3
+  runs each way).
 - *Its CPU.* A sampling profile (py-spy at 250 Hz, attached to one benchmark worker; a tool, not
   a dependency): of the worker's busy samples after start-up about 56% are the engine's
   per-record path, 21% aiokafka's fetcher (unpacking record batches into `ConsumerRecord`
