@@ -171,10 +171,12 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     import faust
 
+    from streamdp.daemon.diagnostics import install_dump_signals
     from streamdp.daemon.gc_tuning import tune_garbage_collector
     from streamdp.daemon.log_safety import plain_worker
 
     tune_garbage_collector()
     worker = plain_worker(faust.Worker(app, loglevel=settings.log_level, quiet=True))
     arm_stop_deadline(worker, args.stop_deadline)
+    install_dump_signals(worker, runtime.describe_inputs)
     return worker.execute_from_commandline()  # runs until SIGTERM/SIGINT, then exits

@@ -344,6 +344,28 @@ class Worker:
         self._log.close()
         return int(self.process.returncode)
 
+    def diagnosis(self, lines: int = 80) -> str:
+        """What a test that timed out waiting for this worker should show: its exit status and
+        /status, its log's end, and the worker's diagnostic dump (SIGUSR1: where each asyncio
+        task waits, each input partition as the stall watchdog sees it)."""
+        running = self.process.poll() is None
+        status = self.status() if running else None
+        head = self.log_tail(lines)
+        dump = "(the worker is not running)"
+        if running:
+            if not self._log.closed:
+                self._log.flush()
+            before = self.log_path.stat().st_size
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(2.0)  # the dump is written by the worker's own loop
+            with self.log_path.open("rb") as log:
+                log.seek(before)
+                dump = log.read().decode(errors="replace") or "(no dump within 2 s)"
+        return (
+            f"worker exit status: {self.process.poll()}, restarts: {self.restarts}\n"
+            f"/status: {json.dumps(status, sort_keys=True)}\n{head}\n{dump}"
+        )
+
     def log_tail(self, n: int = 60) -> str:
         if not self._log.closed:
             self._log.flush()

@@ -16,6 +16,7 @@ What these tests prove:
 from __future__ import annotations
 
 import json
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -248,7 +249,9 @@ def test_sigterm_during_a_backlog_exits_cleanly_then_restart_changes_nothing(bro
     try:
         close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS, timeout=400)
     except AssertionError as error:
-        raise AssertionError(f"{error}\n{second.log_tail()}") from None
+        raise AssertionError(
+            f"{error}\ncommitted when the first worker stopped: {committed}\n{second.diagnosis()}"
+        ) from None
     seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
     _values(seen, expected, T)
     _assert_each_written_once(_node_writes(broker, app_id))
@@ -368,4 +371,43 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
             urllib.request.urlopen(f"http://127.0.0.1:{worker.port}{path}", timeout=5)
         assert refused.value.code == 404
         refused.value.close()
+    assert worker.stop() == 0
+
+
+def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(
+    broker, setup
+) -> None:
+    """The diagnostic dump (streamdp.daemon.diagnostics): each signal logs the tasks' places and
+    every input partition as the stall watchdog sees it, prints no record contents (mode's own
+    SIGUSR1 dump printed frames' local variables) and never stops the worker (mode's SIGUSR2
+    started pdb)."""
+    make, start = setup
+    scenario, config, app_id, T = make(periods=6)
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    records = lines_as_records(scenario)
+    produce(broker, records)
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    for signum in (signal.SIGUSR1, signal.SIGUSR2):
+        before = worker.log_path.stat().st_size
+        worker.process.send_signal(signum)
+        deadline = time.monotonic() + 20
+        dump = ""
+        while "stall clocks" not in dump:
+            assert time.monotonic() < deadline, f"no dump after {signum!r}:\n{worker.log_tail()}"
+            time.sleep(0.2)
+            with worker.log_path.open("rb") as log:
+                log.seek(before)
+                dump = log.read().decode(errors="replace")
+        assert "diagnostic dump" in dump
+        assert "ingest" in dump, dump  # the input path's task is among the places shown
+        for topic, lines in scenario.lines.items():
+            # every record is durable: one partition of each input topic holds them all
+            assert f"processed to {len(lines)}, committed {len(lines)}" in dump, dump
+            assert topic in dump
+        assert not any(value.decode() in dump for _, _, value in records[:200])
+        assert "Pdb" not in dump and "pdb" not in dump
+        assert worker.process.poll() is None
+        status = worker.status()
+        assert status is not None and status["ready"]
     assert worker.stop() == 0

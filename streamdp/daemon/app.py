@@ -11,6 +11,7 @@ pages:
   acknowledged, then the outbox cleared), after which a batch's input records are acknowledged;
 - ``observation``: metrics of committed outcomes and of input progress;
 - ``watchdog``: the input-stall watchdog; ``fatal``: every crash ends the worker;
+- ``diagnostics``: the dump a SIGUSR1 or SIGUSR2 logs (installed by the worker command);
 - ``pages``: ``/metrics`` and ``/status``; ``runtime``: what the worker holds besides Faust.
 
 The table's keys are source names (plus node/outbox keys); its changelog partition is the
@@ -142,8 +143,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     async def on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:  # noqa: ARG001
         await driver.revoke(revoked)
 
+    watchdog = StallWatchdog(app, runtime, progress, input_names, changelog_topic)
+    runtime.describe_inputs = watchdog.describe
     if settings.stall_exit_seconds > 0:
-        watchdog = StallWatchdog(app, runtime, progress, input_names, changelog_topic)
         interval = watchdog_interval(settings.stall_exit_seconds)
 
         @app.timer(interval=interval)  # type: ignore[untyped-decorator]

@@ -32,6 +32,8 @@ class WorkerRuntime:
     metrics: StreamdpMetrics
     service: ReleaseService | None = None
     recovered: Any = None  # () -> bool: Faust finished restoring the state table
+    # () -> list[str]: each input partition as the stall watchdog sees it (diagnostic dump)
+    describe_inputs: Any = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # the batch whose checkpoint, publications and acknowledgement are under way (batch path)
     in_flight: asyncio.Future[None] | None = None

@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from faust.types import TP
 
-from streamdp.daemon.batch_input import CommitStallWatch
+from streamdp.daemon.batch_input import CommitStallWatch, FetchView
 from streamdp.daemon.fatal import worker_stopping
 from streamdp.daemon.observation import InputProgress
 from streamdp.daemon.runtime import WorkerRuntime
@@ -33,6 +34,33 @@ __all__ = ["StallWatchdog", "watchdog_interval"]
 def watchdog_interval(stall_seconds: float) -> float:
     """Seconds between two checks: a quarter of the stall limit, within 0.5-5 s."""
     return max(0.5, min(5.0, stall_seconds / 4))
+
+
+@dataclass(frozen=True)
+class _PartitionView:
+    """One assigned input partition as the watchdog sees it."""
+
+    topic: str
+    partition: int
+    view: FetchView | None  # what the client knows (None: no client now)
+    processed: int  # the next offset whose effects are durable, as the worker saw it
+    committed: int  # the consumer's committed offset
+    waits_for_changelog: bool  # a table recovery waits for an unreachable changelog leader
+
+    @property
+    def done(self) -> int:
+        return max(self.processed, self.committed)
+
+    def summary(self) -> str:
+        view = self.view
+        client = (
+            "no client view"
+            if view is None
+            else f"end {view.end}, fetch position {view.fetched}, leader {view.leader} "
+            f"({'connected' if view.leader_reachable else 'not connected'})"
+        )
+        waits = ", recovery waits for its changelog leader" if self.waits_for_changelog else ""
+        return f"processed to {self.processed}, committed {self.committed}, {client}{waits}"
 
 
 class StallWatchdog:
@@ -53,6 +81,54 @@ class StallWatchdog:
         self._changelog_topic = changelog_topic
         self._commit_watch = CommitStallWatch(progress.stall_watch.stall_seconds)
 
+    def _blocked(self) -> str | None:
+        """Why the worker cannot take records now for a reason that is not a stall (stopping,
+        joining the group, a checkpoint under way), or None."""
+        app = self._app
+        runtime = self._runtime
+        if worker_stopping(app):
+            return "stopping"
+        if bool(getattr(app, "rebalancing", False)) and not self._recovering():
+            return "joining the group"
+        in_flight = runtime.in_flight
+        if runtime.lock.locked() or (in_flight is not None and not in_flight.done()):
+            return "a checkpoint under way"
+        return None
+
+    def _recovering(self) -> bool:
+        return bool(getattr(self._app, "in_recovery", False))
+
+    def _partitions(self) -> Iterator[_PartitionView]:
+        """Each assigned input partition as the watchdog sees it now."""
+        consumer = self._app.consumer
+        next_offset = self._progress.next_offset
+        recovering = self._recovering()
+        for tp in list(consumer.assignment()):
+            if tp.topic not in self._input_names:
+                continue
+            restoring_from = (
+                fetch_view(consumer, TP(self._changelog_topic, tp.partition))
+                if recovering
+                else None
+            )
+            yield _PartitionView(
+                tp.topic,
+                tp.partition,
+                fetch_view(consumer, tp),
+                processed=next_offset.get((tp.topic, tp.partition), 0),
+                committed=committed_offset(consumer, tp),
+                waits_for_changelog=(
+                    restoring_from is not None and not restoring_from.leader_reachable
+                ),
+            )
+
+    def describe(self) -> list[str]:
+        """One line per assigned input partition: what :meth:`check` decides from (for the
+        diagnostic dump, ``streamdp.daemon.diagnostics``)."""
+        blocked = self._blocked()
+        lines = [f"{p.topic}[{p.partition}]: {p.summary()}" for p in self._partitions()]
+        return [*lines, f"stall clocks paused: {blocked}" if blocked else "stall clocks run"]
+
     async def check(self) -> None:
         """Exit with ``EXIT_INPUT_GAP`` if a partition stalled; return otherwise."""
         # only a partition the consumer could fetch counts (streamdp.daemon.batch_input.
@@ -60,53 +136,33 @@ class StallWatchdog:
         # written, or the partition's leader (in a table recovery: its changelog
         # partition's leader) is down or unknown. A recovery that stalls with its leaders
         # up still counts: a restart clears faust-streaming's stuck recoveries
-        app = self._app
-        runtime = self._runtime
-        next_offset = self._progress.next_offset
         stall_watch = self._progress.stall_watch
         now = time.monotonic()
-        consumer = app.consumer
-        in_flight = runtime.in_flight
-        recovering = bool(getattr(app, "in_recovery", False))
-        blocked = (
-            worker_stopping(app)
-            or (bool(getattr(app, "rebalancing", False)) and not recovering)
-            or runtime.lock.locked()
-            or (in_flight is not None and not in_flight.done())
-        )
-        for tp in list(consumer.assignment()):
-            if tp.topic not in self._input_names:
-                continue
-            key = (tp.topic, tp.partition)
-            view = fetch_view(consumer, tp)
-            processed = next_offset.get(key, 0)
-            committed = committed_offset(consumer, tp)
-            done = max(processed, committed)
-            restoring_from = (
-                fetch_view(consumer, TP(self._changelog_topic, tp.partition))
-                if recovering
-                else None
-            )
-            waits_for_changelog = restoring_from is not None and not restoring_from.leader_reachable
+        blocked = self._blocked() is not None
+        for partition in self._partitions():
+            key = (partition.topic, partition.partition)
+            view = partition.view
+            done = partition.done
             waited = stall_watch.check(
-                key, view, done, blocked=blocked or waits_for_changelog, now=now
+                key, view, done, blocked=blocked or partition.waits_for_changelog, now=now
             )
             if waited is not None and view is not None and view.end is not None:
                 fetched = view.fetched is not None and view.fetched > done
                 await self._exit_to_restart(
                     "input %s[%d] has records up to offset %d but none from %d arrived "
                     "for %.0f s while they could be fetched (%s)",
-                    tp.topic, tp.partition, view.end - 1, done, waited,
+                    key[0], key[1], view.end - 1, done, waited,
                     "fetched and never delivered: faust-streaming dropped a fetch"
                     if fetched else f"leader node {view.leader} reachable, none fetched",
                 )  # fmt: skip
+            processed, committed = partition.processed, partition.committed
             stuck = self._commit_watch.check(key, processed, committed, blocked=blocked, now=now)
             if stuck is not None:
                 await self._exit_to_restart(
                     "input %s[%d]: records up to offset %d are durable but the consumer's "
                     "committed offset stayed at %d for %.0f s (faust-streaming never "
                     "acknowledged a record after it)",
-                    tp.topic, tp.partition, processed - 1, committed, stuck,
+                    key[0], key[1], processed - 1, committed, stuck,
                 )  # fmt: skip
 
     async def _exit_to_restart(self, message: str, *args: object) -> None:
