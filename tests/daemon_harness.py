@@ -243,11 +243,14 @@ class Worker:
         input_path: str = "batch",
         extra_args: Sequence[str] = (),
         clock: str = "wall",
+        program: Sequence[str] = ("-m", "streamdp"),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = free_loopback_port()
         self.log_path = log_path
+        self._env = None if env is None else {**os.environ, **env}
         self.args = [
-            sys.executable, "-m", "streamdp", "worker",
+            sys.executable, *program, "worker",
             "--config", str(config),
             "--bootstrap", broker.bootstrap,
             "--app-id", app_id,
@@ -269,7 +272,9 @@ class Worker:
         self.restarts = 0
         self._supervising = supervise
         self._lock = threading.Lock()
-        self.process = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(
+            self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self._env
+        )
         self._thread = threading.Thread(target=self._supervise, daemon=True)
         self._thread.start()
 
@@ -283,7 +288,7 @@ class Worker:
                         return
                     self.restarts += 1
                     self.process = subprocess.Popen(
-                        self.args, stdout=self._log, stderr=subprocess.STDOUT
+                        self.args, stdout=self._log, stderr=subprocess.STDOUT, env=self._env
                     )
             elif code is not None:
                 return

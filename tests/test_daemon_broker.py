@@ -1,4 +1,4 @@
-"""The release daemon on the real embedded Kafka-protocol broker (Tansu), workers as processes.
+"""The release daemon on a real Kafka-protocol broker, workers as processes.
 
 What these tests prove:
 - replay equality: a worker consuming the input topics publishes exactly the releases and final
@@ -10,16 +10,21 @@ What these tests prove:
   exactly the replay's;
 - bad input: every bad record reaches the dead-letter topic with its reason, and every good
   event is counted (releases equal the replay's);
-- metrics: /metrics served over HTTP shows the epsilon the durable ledger recorded.
+- metrics: /metrics served over HTTP shows the epsilon the durable ledger recorded;
+- a client that never fetches an input topic ends the worker with 75 (the stall watchdog asks
+  the broker for the end offset the client never learned), and its replacement is exact;
+- SIGUSR1/SIGUSR2 log the diagnostic dump (tasks, partitions) and leave the worker running.
 """
 
 from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from daemon_harness import (
@@ -40,6 +45,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from streamdp.broker import EmbeddedBroker
 from streamdp.daemon.routing import OutputTopics
+from streamdp.errors import EXIT_INPUT_GAP
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 2
@@ -74,6 +80,7 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name, request):  # type
         name: str,
         supervise: bool = True,
         extra_args: tuple[str, ...] = (),
+        **options: Any,
     ) -> Worker:
         worker = Worker(
             broker,
@@ -87,6 +94,7 @@ def setup(broker: EmbeddedBroker, tmp_path: Path, unique_name, request):  # type
             input_path=input_path,
             clock=clocks[app_id],
             extra_args=extra_args,
+            **options,
         )
         workers.append(worker)
         return worker
@@ -374,9 +382,7 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
     assert worker.stop() == 0
 
 
-def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(
-    broker, setup
-) -> None:
+def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(broker, setup) -> None:
     """The diagnostic dump (streamdp.daemon.diagnostics): each signal logs the tasks' places and
     every input partition as the stall watchdog sees it, prints no record contents (mode's own
     SIGUSR1 dump printed frames' local variables) and never stops the worker (mode's SIGUSR2
@@ -406,8 +412,47 @@ def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(
             assert f"processed to {len(lines)}, committed {len(lines)}" in dump, dump
             assert topic in dump
         assert not any(value.decode() in dump for _, _, value in records[:200])
-        assert "Pdb" not in dump and "pdb" not in dump
+        assert "Starting debugger" not in dump  # mode's SIGUSR2 handler
         assert worker.process.poll() is None
         status = worker.status()
-        assert status is not None and status["ready"]
+        assert status is not None
+        assert status["ready"]
     assert worker.stop() == 0
+
+
+def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker, setup) -> None:
+    """A partition no fetch has answered for has no end offset in the client's view; the stall
+    watchdog asks the broker for it, so a worker whose client never fetches a topic
+    (tests/unfetching_worker.py) exits 75 after ``--stall-exit`` instead of waiting silently for
+    ever, and its replacement publishes exactly the replay's releases."""
+    make, start = setup
+    scenario, config, app_id, T = make()
+    expected = replay_outputs(scenario, T)
+    produce(broker, lines_as_records(scenario))
+    never = next(topic for topic in scenario.lines if topic.startswith("orders"))
+    stuck = start(
+        config,
+        app_id,
+        T,
+        "unfetching",
+        supervise=False,
+        program=(str(Path(__file__).with_name("unfetching_worker.py")),),
+        env={"NEVER_FETCH": never},
+    )
+    try:
+        status = stuck.process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running after 120 s\n{stuck.diagnosis()}") from None
+    assert stuck.stop() == status  # closes its log
+    log = stuck.log_path.read_text(errors="replace")
+    assert status == EXIT_INPUT_GAP, log[-3000:]
+    stall = [line for line in log.splitlines() if "exiting to restart" in line]
+    assert stall, log[-3000:]
+    assert never in stall[0], stall[0]
+    assert "none fetched" in stall[0], stall[0]
+    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
+    second = start(config, app_id, T, "w2")
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+    assert second.stop() == 0, second.log_tail()

@@ -121,6 +121,24 @@ def test_progress_or_nothing_to_read_stops_the_clock() -> None:
     assert first_exit(InputStallWatch(STALL), [None] * 20) is None  # type: ignore[list-item]
 
 
+def test_a_partition_assigned_again_starts_its_clock_from_zero() -> None:
+    # its clock ran here before it was revoked; assigned again long after, a stale start
+    # would end the worker at the first check
+    watch = InputStallWatch(STALL)
+    for second in range(3):
+        assert watch.check(KEY, view(), 4, blocked=False, now=float(second)) is None
+    watch.keep_only({("orders", 1)})  # KEY revoked
+    assert watch.check(KEY, view(), 4, blocked=False, now=100.0) is None
+    assert watch.check(KEY, view(), 4, blocked=False, now=100 + STALL - 0.5) is None
+    assert watch.check(KEY, view(), 4, blocked=False, now=100 + STALL) == STALL
+    commits = CommitStallWatch(STALL)
+    for second in range(3):
+        assert commits.check(KEY, 900, 100, blocked=False, now=float(second)) is None
+    commits.keep_only(set())
+    assert commits.check(KEY, 900, 100, blocked=False, now=100.0) is None
+    assert commits.check(KEY, 900, 100, blocked=False, now=100 + STALL) == STALL
+
+
 @pytest.mark.broker
 def test_fetch_view_reads_a_real_consumers_position_end_and_leader(
     kafka_broker: KafkaBroker, unique_name: Callable[[str], str]

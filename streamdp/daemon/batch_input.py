@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -168,6 +168,12 @@ class InputStallWatch:
         """Records of partition ``key`` became durable: its clock stops."""
         self._since.pop(key, None)
 
+    def keep_only(self, keys: Collection[tuple[str, int]]) -> None:
+        """Stop the clocks of partitions not in ``keys`` (no longer assigned): one assigned
+        again later starts from zero, not from when it last ran here."""
+        for key in [k for k in self._since if k not in keys]:
+            del self._since[key]
+
     def check(
         self, key: tuple[str, int], view: FetchView | None, done: int, *, blocked: bool, now: float
     ) -> float | None:
@@ -210,6 +216,11 @@ class CommitStallWatch:
     def __init__(self, stall_seconds: float) -> None:
         self.stall_seconds = stall_seconds
         self._since: dict[tuple[str, int], tuple[float, int]] = {}
+
+    def keep_only(self, keys: Collection[tuple[str, int]]) -> None:
+        """Stop the clocks of partitions not in ``keys`` (no longer assigned)."""
+        for key in [k for k in self._since if k not in keys]:
+            del self._since[key]
 
     def check(
         self, key: tuple[str, int], processed: int, committed: int, *, blocked: bool, now: float

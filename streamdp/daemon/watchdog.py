@@ -7,15 +7,26 @@ module feeds it from the running worker: which partitions are assigned, how far 
 (the larger of the next offset to process and the committed offset), what the client sees of
 it (``faust_internals.fetch_view``), and whether the worker is blocked for a reason that is not
 a stall (stopping, joining the group, a checkpoint under way).
+
+Two cases the client's view alone would hide:
+
+* a partition no fetch has answered for has no known end (aiokafka learns it from fetch
+  responses): the check asks the broker for it (Faust's ``highwaters``), so a partition the
+  consumer never fetches is seen to have records it does not read;
+* a checkpoint under way blocks only while it is the same one as at the previous check: a
+  worker that made batches durable since then is busy, not blocked, and a partition it leaves
+  behind all that while is starved (a check that happened to fall inside one of many short
+  checkpoints would otherwise restart its clock every time).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from faust.types import TP
@@ -28,7 +39,10 @@ from streamdp.errors import EXIT_INPUT_GAP
 from streamdp.faust_internals import committed_offset, fetch_view
 
 log = logging.getLogger("streamdp.daemon")
-__all__ = ["StallWatchdog", "watchdog_interval"]
+__all__ = ["PROBE_TIMEOUT_SECONDS", "StallWatchdog", "watchdog_interval"]
+
+#: how long a check waits for the broker's end offsets of partitions never fetched
+PROBE_TIMEOUT_SECONDS = 5.0
 
 
 def watchdog_interval(stall_seconds: float) -> float:
@@ -63,6 +77,14 @@ class _PartitionView:
         return f"processed to {self.processed}, committed {self.committed}, {client}{waits}"
 
 
+def _with_end(partition: _PartitionView, end: int | None) -> _PartitionView:
+    """``partition`` with the probed ``end`` where its client knew none."""
+    view = partition.view
+    if view is None or view.end is not None or end is None:
+        return partition
+    return replace(partition, view=replace(view, end=int(end)))
+
+
 class StallWatchdog:
     """Checks every assigned input partition of the worker ``app`` once per :meth:`check`."""
 
@@ -80,6 +102,7 @@ class StallWatchdog:
         self._input_names = input_names
         self._changelog_topic = changelog_topic
         self._commit_watch = CommitStallWatch(progress.stall_watch.stall_seconds)
+        self._batches_at_last_check = runtime.batches
 
     def _blocked(self) -> str | None:
         """Why the worker cannot take records now for a reason that is not a stall (stopping,
@@ -92,6 +115,10 @@ class StallWatchdog:
             return "joining the group"
         in_flight = runtime.in_flight
         if runtime.lock.locked() or (in_flight is not None and not in_flight.done()):
+            if runtime.batches != self._batches_at_last_check:
+                # busy, not blocked: batches became durable since the previous check, so a
+                # partition left behind meanwhile is starved, and its clock runs
+                return None
             return "a checkpoint under way"
         return None
 
@@ -139,7 +166,16 @@ class StallWatchdog:
         stall_watch = self._progress.stall_watch
         now = time.monotonic()
         blocked = self._blocked() is not None
-        for partition in self._partitions():
+        self._batches_at_last_check = self._runtime.batches
+        partitions = list(self._partitions())
+        assigned = {(p.topic, p.partition) for p in partitions}
+        stall_watch.keep_only(assigned)
+        self._commit_watch.keep_only(assigned)
+        if not blocked and any(p.view is not None and p.view.end is None for p in partitions):
+            partitions = await self._with_probed_ends(partitions)
+            # the worker may have begun to stop or to rebalance while the broker answered
+            blocked = self._blocked() is not None
+        for partition in partitions:
             key = (partition.topic, partition.partition)
             view = partition.view
             done = partition.done
@@ -164,6 +200,22 @@ class StallWatchdog:
                     "acknowledged a record after it)",
                     key[0], key[1], processed - 1, committed, stuck,
                 )  # fmt: skip
+
+    async def _with_probed_ends(self, partitions: list[_PartitionView]) -> list[_PartitionView]:
+        """``partitions``, each whose end the client does not know (no fetch of it answered:
+        a partition the consumer never fetched) with the end offset asked of the broker."""
+        unknown = [p for p in partitions if p.view is not None and p.view.end is None]
+        if not unknown:
+            return partitions
+        try:
+            ends = await asyncio.wait_for(
+                self._app.consumer.highwaters(*(TP(p.topic, p.partition) for p in unknown)),
+                timeout=PROBE_TIMEOUT_SECONDS,
+            )
+        except Exception as error:  # no answer now: the next check asks again
+            log.debug("end offsets of unfetched input partitions unavailable: %r", error)
+            return partitions
+        return [_with_end(p, ends.get(TP(p.topic, p.partition))) for p in partitions]
 
     async def _exit_to_restart(self, message: str, *args: object) -> None:
         """Log ``message`` at CRITICAL and exit 75 (under the lock: no batch is mid-commit)."""

@@ -1,0 +1,201 @@
+"""The stall watchdog as it reads a running worker (``streamdp.daemon.watchdog``), without a
+broker: the client's view of each partition, the broker's end offsets and the worker's lock
+and batch counter are stand-ins; the decisions are the real ``InputStallWatch``'s.
+
+What these tests prove:
+- a partition the consumer never fetched (its client knows no end) is still seen to have
+  records: the check asks the broker for its end and exits 75 after the stall limit;
+- a worker that keeps making batches durable is busy, not blocked: a partition it leaves behind
+  all that time exits 75, even when every check falls inside one of its checkpoints;
+- while one checkpoint stays under way from check to check (waiting for the broker), the clock
+  does not run; a broker that cannot answer the end-offset question does not stop the checks;
+- the partition view the diagnostic dump prints says the same as what the check decides from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from faust.types import TP
+
+from streamdp.daemon import watchdog as watchdog_module
+from streamdp.daemon.batch_input import FetchView, InputStallWatch
+from streamdp.daemon.observation import InputProgress
+from streamdp.daemon.watchdog import StallWatchdog
+from streamdp.errors import EXIT_INPUT_GAP
+from streamdp.metrics import StreamdpMetrics
+
+STALL = 0.3  # seconds
+FED = TP("admissions", 0)
+STARVED = TP("orders", 1)
+CHANGELOG = "app-state-changelog"
+
+
+class ExitedError(Exception):
+    """What the patched ``os._exit`` raises in place of ending the test process."""
+
+
+class Consumer:
+    """Faust's consumer as the watchdog reads it: assignment, committed offsets and the
+    broker's end offsets (``highwaters``), which may fail."""
+
+    def __init__(self, ends: dict[TP, int]) -> None:
+        self.ends = ends
+        self.asked: list[tuple[TP, ...]] = []
+        self.answers = True
+        self._committed_offset: dict[TP, int] = {}
+
+    def assignment(self) -> set[TP]:
+        return {FED, STARVED}
+
+    async def highwaters(self, *tps: TP) -> dict[TP, int]:
+        self.asked.append(tps)
+        if not self.answers:
+            raise ConnectionError("broker unreachable")
+        return {tp: self.ends[tp] for tp in tps}
+
+
+class World:
+    """A worker, its client's views (``views``) and a watchdog reading them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, views: dict[TP, FetchView]) -> None:
+        self.views = views
+        self.consumer = Consumer({FED: 1000, STARVED: 500})
+        self.app = SimpleNamespace(
+            should_stop=False, rebalancing=False, in_recovery=False, consumer=self.consumer
+        )
+        self.runtime = SimpleNamespace(lock=asyncio.Lock(), in_flight=None, batches=0)
+        self.progress = InputProgress(StreamdpMetrics(), InputStallWatch(STALL))
+        self.watchdog = StallWatchdog(
+            self.app, self.runtime, self.progress, {FED.topic, STARVED.topic}, CHANGELOG
+        )  # type: ignore[arg-type]
+        monkeypatch.setattr(watchdog_module, "fetch_view", lambda _c, tp: self.views.get(tp))
+
+        def exit_(status: int) -> None:
+            raise ExitedError(status)
+
+        monkeypatch.setattr(watchdog_module.os, "_exit", exit_)
+        monkeypatch.setattr(watchdog_module.logging, "shutdown", lambda: None)
+
+    def feed(self, through: int) -> None:
+        """A batch of the fed partition became durable (through offset ``through``) and its
+        offsets were committed."""
+        self.runtime.batches += 1
+        self.progress.observe({(FED.topic, FED.partition): (through, 1)}, lambda _tp: 1000)
+        self.consumer._committed_offset[FED] = through + 1
+
+
+def reachable(end: int | None, fetched: int | None) -> FetchView:
+    return FetchView(end=end, fetched=fetched, leader=0, leader_reachable=True)
+
+
+def run_checks(world: World, seconds: float, worker: Any = None) -> int | None:
+    """Check every STALL/6 s for ``seconds`` while ``worker()`` (a coroutine function: the
+    worker's own work, holding its lock as it pleases) runs beside; the exit status if the
+    watchdog exited."""
+
+    async def go() -> int | None:
+        beside = asyncio.ensure_future(worker()) if worker is not None else None
+        await asyncio.sleep(0)
+        deadline = time.monotonic() + seconds
+        try:
+            while time.monotonic() < deadline:
+                await world.watchdog.check()
+                await asyncio.sleep(STALL / 6)
+        except ExitedError as exited:
+            return int(exited.args[0])
+        finally:
+            if beside is not None:
+                beside.cancel()
+        return None
+
+    return asyncio.run(go())
+
+
+def test_a_partition_never_fetched_is_asked_of_the_broker_and_exits_75(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the client never fetched STARVED: no end known, position at the committed offset
+    world = World(monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(None, 40)})
+    world.feed(999)
+    world.consumer._committed_offset[STARVED] = 40
+    with caplog.at_level(logging.CRITICAL, logger="streamdp.daemon"):
+        assert run_checks(world, 5 * STALL) == EXIT_INPUT_GAP
+    assert world.consumer.asked
+    assert all(asked == (STARVED,) for asked in world.consumer.asked)
+    line = caplog.records[-1].getMessage()
+    assert "orders[1] has records up to offset 499 but none from 40 arrived" in line, line
+    assert "none fetched" in line
+
+
+def test_without_the_brokers_answer_a_partition_never_fetched_does_not_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    world = World(monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(None, 40)})
+    world.feed(999)
+    world.consumer.answers = False
+    assert run_checks(world, 4 * STALL) is None
+    assert world.consumer.asked  # asked at every check, answered never
+
+
+def test_a_busy_worker_that_leaves_a_partition_behind_exits_75(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # STARVED's records were fetched (position 300) and never delivered, while the worker
+    # is never idle: every check falls inside one of its many short checkpoints
+    world = World(monkeypatch, {FED: reachable(1000, 600), STARVED: reachable(500, 300)})
+    world.consumer._committed_offset[STARVED] = 40
+
+    async def busy() -> None:
+        for through in range(100, 1_000_000):
+            async with world.runtime.lock:  # one short checkpoint after another
+                await asyncio.sleep(STALL / 50)
+                world.feed(through)  # a batch of the other partition became durable
+
+    with caplog.at_level(logging.CRITICAL, logger="streamdp.daemon"):
+        assert run_checks(world, 6 * STALL, busy) == EXIT_INPUT_GAP
+    line = caplog.records[-1].getMessage()
+    assert "orders[1] has records up to offset 499 but none from 40 arrived" in line, line
+    assert "fetched and never delivered" in line
+
+
+def test_one_checkpoint_under_way_from_check_to_check_stops_the_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the same checkpoint waits for the broker through every check: not a stall
+    world = World(monkeypatch, {FED: reachable(1000, 600), STARVED: reachable(500, 300)})
+    world.consumer._committed_offset[STARVED] = 40
+
+    async def waiting_for_the_broker() -> None:
+        async with world.runtime.lock:
+            await asyncio.sleep(3600)
+
+    assert run_checks(world, 6 * STALL, waiting_for_the_broker) is None
+    assert not world.consumer.asked  # no end-offset question while blocked
+
+
+def test_the_dump_shows_the_view_the_check_decides_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    world = World(monkeypatch, {FED: reachable(1000, 600), STARVED: reachable(None, 40)})
+    world.feed(599)
+    world.consumer._committed_offset[STARVED] = 40
+    lines = world.watchdog.describe()
+    assert (
+        "admissions[0]: processed to 600, committed 600, end 1000, fetch position 600, "
+        "leader 0 (connected)" in lines
+    ), lines
+    assert any(
+        line.startswith("orders[1]: processed to 0, committed 40, end None") for line in lines
+    )
+    assert lines[-1] == "stall clocks run"
+
+    async def blocked() -> list[str]:
+        await world.watchdog.check()  # no batch became durable after this check
+        async with world.runtime.lock:
+            return world.watchdog.describe()
+
+    assert asyncio.run(blocked())[-1] == "stall clocks paused: a checkpoint under way"
