@@ -47,6 +47,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.broker)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A test that failed while ``streamdp worker`` processes of the harness still ran gets a
+    report section per worker: its status, log's end and diagnostic dump (tasks, partitions)."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if call.when != "call" or not report.failed:
+        return
+    from daemon_harness import running_workers
+
+    for worker in running_workers():
+        report.sections.append((f"worker {worker.log_path}", worker.diagnosis(lines=20)))
+
+
 def _broker_choice() -> str:
     choice = os.environ.get(BROKER_CHOICE_ENV, "kafka").strip().lower()
     if choice not in ("kafka", "tansu"):

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import urllib.request
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -222,6 +223,14 @@ def create_topics(
     broker.create_topics(required_topics(scenario.spec, settings))
 
 
+_WORKERS: weakref.WeakSet[Worker] = weakref.WeakSet()
+
+
+def running_workers() -> list[Worker]:
+    """The harness's workers whose process still runs (for failure reports: conftest.py)."""
+    return [w for w in list(_WORKERS) if w.process.poll() is None]
+
+
 class Worker:
     """One ``streamdp worker``, supervised like production: a worker that exits with status 75
     (input gap or stall: "restart me") is restarted after the group session timeout."""
@@ -269,6 +278,7 @@ class Worker:
         if isinstance(broker, EmbeddedBroker):  # Tansu's ListOffsets defect (dev-broker-notes)
             self.args.append("--single-record-batches")
         self._log = log_path.open("ab")
+        _WORKERS.add(self)
         self.restarts = 0
         self._supervising = supervise
         self._lock = threading.Lock()
