@@ -35,7 +35,15 @@ class BrokerError(StreamdpError):
 class InputGapError(StreamdpError):
     """Input records were skipped below the worker (an offset gap): continuing would count later
     records while the skipped ones could never be counted. The worker must restart from its last
-    durable checkpoint."""
+    durable checkpoint.
+
+    The message names the partition only; ``offsets`` (e.g. ``"from offset 1 to 7"``) says
+    where the gap is. Offsets count a partition's records, which is input volume: a log line
+    shows them only where input volume may go (``--input-volume-metrics``)."""
+
+    def __init__(self, message: str, offsets: str = "") -> None:
+        super().__init__(message)
+        self.offsets = offsets
 
 
 class OutputWriteError(StreamdpError):

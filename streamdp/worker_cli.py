@@ -49,9 +49,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-volume-metrics",
         action="store_true",
-        help="export records read, rejected by reason and consumer lag on /metrics: they "
-        "reveal input volume, so /metrics becomes a PROTECTED surface (default off; or "
-        "STREAMDP_METRICS_INPUT_VOLUME=1)",
+        help="export records read, rejected by reason and consumer lag on /metrics, and show "
+        "input offsets in stall and gap log lines and the SIGUSR1 dump: they reveal input "
+        "volume, so /metrics, /status and the logs become PROTECTED surfaces (default off; "
+        "or STREAMDP_METRICS_INPUT_VOLUME=1)",
     )
     parser.add_argument(
         "--session-timeout", type=float, help="consumer group session timeout, seconds"

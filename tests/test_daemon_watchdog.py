@@ -9,7 +9,9 @@ What these tests prove:
   all that time exits 75, even when every check falls inside one of its checkpoints;
 - while one checkpoint stays under way from check to check (waiting for the broker), the clock
   does not run; a broker that cannot answer the end-offset question does not stop the checks;
-- the partition view the diagnostic dump prints says the same as what the check decides from.
+- the partition view the diagnostic dump prints says the same as what the check decides from;
+- without ``--input-volume-metrics`` neither the dump nor an exit line shows an offset (offsets
+  count a partition's records), only how they relate.
 """
 
 from __future__ import annotations
@@ -63,13 +65,21 @@ class Consumer:
 class World:
     """A worker, its client's views (``views``) and a watchdog reading them."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, views: dict[TP, FetchView]) -> None:
+    def __init__(
+        self, monkeypatch: pytest.MonkeyPatch, views: dict[TP, FetchView], volume: bool = True
+    ) -> None:
         self.views = views
         self.consumer = Consumer({FED: 1000, STARVED: 500})
         self.app = SimpleNamespace(
             should_stop=False, rebalancing=False, in_recovery=False, consumer=self.consumer
         )
-        self.runtime = SimpleNamespace(lock=asyncio.Lock(), in_flight=None, batches=0)
+        self.runtime = SimpleNamespace(
+            lock=asyncio.Lock(),
+            in_flight=None,
+            batches=0,
+            # --input-volume-metrics: log lines may show offsets (input volume)
+            settings=SimpleNamespace(metrics_input_volume=volume),
+        )
         self.progress = InputProgress(StreamdpMetrics(), InputStallWatch(STALL))
         self.watchdog = StallWatchdog(
             self.app, self.runtime, self.progress, {FED.topic, STARVED.topic}, CHANGELOG
@@ -199,3 +209,25 @@ def test_the_dump_shows_the_view_the_check_decides_from(monkeypatch: pytest.Monk
             return world.watchdog.describe()
 
     assert asyncio.run(blocked())[-1] == "stall clocks paused: a checkpoint under way"
+
+
+def test_without_the_input_volume_opt_in_no_line_shows_an_offset(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # the logs are a public surface by default: offsets count a partition's records
+    world = World(
+        monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(None, 40)}, volume=False
+    )
+    world.feed(999)
+    world.consumer._committed_offset[STARVED] = 40
+    lines = world.watchdog.describe()
+    assert sorted(lines[:-1]) == [
+        "admissions[0]: caught up, none fetched past it, leader 0 (connected)",
+        "orders[1]: end unknown to the client, none fetched past it, leader 0 (connected)",
+    ], lines
+    with caplog.at_level(logging.CRITICAL, logger="streamdp.daemon"):
+        assert run_checks(world, 5 * STALL) == EXIT_INPUT_GAP
+    line = caplog.records[-1].getMessage()
+    assert "orders[1] has records past the last durable one but none arrived" in line, line
+    for number in ("499", "500", "40", "999", "1000"):
+        assert number not in line.split("]", 1)[1].split(" for ")[0], line

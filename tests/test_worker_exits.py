@@ -78,6 +78,19 @@ def test_every_fatal_error_has_its_status_and_one_actionable_line(
     assert len(STATUSES) == 4  # distinct
 
 
+def test_an_input_gap_line_shows_its_offsets_only_where_input_volume_may_go() -> None:
+    gap = InputGapError(
+        "input orders[1] jumped past records below the reader", "from offset 4 to 9"
+    )
+    _, public = fatal_exit(gap)
+    _, protected = fatal_exit(gap, show_offsets=True)
+    assert "orders[1]" in public
+    assert "offset" not in public.split("]", 1)[1]
+    assert "9" not in public.split("]", 1)[1]
+    assert "(from offset 4 to 9)" in protected
+    assert "exit status 75" in protected
+
+
 def test_an_unexpected_error_line_names_the_place_but_never_the_message() -> None:
     try:
         "restaurant-orders|o2|40|x\ud800-SECRET".encode()

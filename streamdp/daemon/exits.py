@@ -19,13 +19,15 @@ from streamdp.errors import (
 )
 
 
-def fatal_exit(reason: BaseException) -> tuple[int, str]:
+def fatal_exit(reason: BaseException, *, show_offsets: bool = False) -> tuple[int, str]:
     """The exit status (docs/operating.md, "Exit statuses") and the one log line for an error
     that ends a worker. The line says what failed and what to do; for an unexpected error it
     names the error's type and where it was raised, never its message (which could quote a
-    record)."""
+    record). An input gap's offsets (input volume) are in the line only if ``show_offsets``
+    (``--input-volume-metrics``)."""
     if isinstance(reason, InputGapError):
-        return EXIT_INPUT_GAP, f"{reason} (exit status {EXIT_INPUT_GAP}: restart me)"
+        where = f" ({reason.offsets})" if show_offsets and reason.offsets else ""
+        return EXIT_INPUT_GAP, f"{reason}{where} (exit status {EXIT_INPUT_GAP}: restart me)"
     if isinstance(reason, StateError):
         return EXIT_CONFIG, (
             f"fatal configuration problem, exit status {EXIT_CONFIG}: the stored state cannot "

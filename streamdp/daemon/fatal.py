@@ -44,7 +44,7 @@ def worker_ender(app: Any, runtime: WorkerRuntime) -> EndWorker:
         the stop deadline, unless ``even_when_stopping``."""
         if not even_when_stopping and (worker_stopping(app) or runtime.shutting_down):
             return
-        status, line = fatal_exit(reason)
+        status, line = fatal_exit(reason, show_offsets=runtime.settings.metrics_input_volume)
         runtime.fatal = line
         log.critical("%s", line)
         logging.shutdown()

@@ -159,7 +159,8 @@ class ReleaseService:
             # state of this batch is in memory only: the caller must not acknowledge it
             raise InputGapError(
                 f"{gap}; restarting from the last checkpoint (use --allow-input-gaps only for "
-                "topics whose offsets have legitimate holes, e.g. transactional producers)"
+                "topics whose offsets have legitimate holes, e.g. transactional producers)",
+                offsets=gap.offsets,
             ) from None
         for name, slot in touched.items():
             write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)

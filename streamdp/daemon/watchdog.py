@@ -65,15 +65,34 @@ class _PartitionView:
     def done(self) -> int:
         return max(self.processed, self.committed)
 
-    def summary(self) -> str:
+    def summary(self, *, offsets: bool) -> str:
+        """What the watchdog sees of this partition; its offsets only when ``offsets`` (they
+        count the partition's records: input volume, see :func:`_say`)."""
         view = self.view
-        client = (
-            "no client view"
+        leader = (
+            ""
             if view is None
-            else f"end {view.end}, fetch position {view.fetched}, leader {view.leader} "
+            else f"leader {view.leader} "
             f"({'connected' if view.leader_reachable else 'not connected'})"
         )
         waits = ", recovery waits for its changelog leader" if self.waits_for_changelog else ""
+        if view is None:
+            client = "no client view"
+        elif offsets:
+            client = f"end {view.end}, fetch position {view.fetched}, {leader}"
+        else:
+            end = view.end
+            behind = (
+                "end unknown to the client"
+                if end is None
+                else "records past the durable position"
+                if end > self.done
+                else "caught up"
+            )
+            fetched = view.fetched is not None and view.fetched > self.done
+            client = f"{behind}, {'fetched' if fetched else 'none fetched'} past it, {leader}"
+        if not offsets:
+            return f"{client}{waits}"
         return f"processed to {self.processed}, committed {self.committed}, {client}{waits}"
 
 
@@ -122,6 +141,12 @@ class StallWatchdog:
             return "a checkpoint under way"
         return None
 
+    def _shows_offsets(self) -> bool:
+        """Whether log lines may show input offsets: they count a partition's records (input
+        volume), which only ``--input-volume-metrics`` lets out of the worker; without it the
+        logs stay a public surface (README, "Trust zones") and say how offsets relate only."""
+        return bool(self._runtime.settings.metrics_input_volume)
+
     def _recovering(self) -> bool:
         return bool(getattr(self._app, "in_recovery", False))
 
@@ -153,7 +178,10 @@ class StallWatchdog:
         """One line per assigned input partition: what :meth:`check` decides from (for the
         diagnostic dump, ``streamdp.daemon.diagnostics``)."""
         blocked = self._blocked()
-        lines = [f"{p.topic}[{p.partition}]: {p.summary()}" for p in self._partitions()]
+        offsets = self._shows_offsets()
+        lines = [
+            f"{p.topic}[{p.partition}]: {p.summary(offsets=offsets)}" for p in self._partitions()
+        ]
         return [*lines, f"stall clocks paused: {blocked}" if blocked else "stall clocks run"]
 
     async def check(self) -> None:
@@ -184,21 +212,31 @@ class StallWatchdog:
             )
             if waited is not None and view is not None and view.end is not None:
                 fetched = view.fetched is not None and view.fetched > done
+                where = (
+                    f"up to offset {view.end - 1} but none from {done}"
+                    if self._shows_offsets()
+                    else "past the last durable one but none"
+                )
                 await self._exit_to_restart(
-                    "input %s[%d] has records up to offset %d but none from %d arrived "
-                    "for %.0f s while they could be fetched (%s)",
-                    key[0], key[1], view.end - 1, done, waited,
+                    "input %s[%d] has records %s arrived for %.0f s while they could be "
+                    "fetched (%s)",
+                    key[0], key[1], where, waited,
                     "fetched and never delivered: faust-streaming dropped a fetch"
                     if fetched else f"leader node {view.leader} reachable, none fetched",
                 )  # fmt: skip
             processed, committed = partition.processed, partition.committed
             stuck = self._commit_watch.check(key, processed, committed, blocked=blocked, now=now)
             if stuck is not None:
+                where = (
+                    f"records up to offset {processed - 1} are durable but the consumer's "
+                    f"committed offset stayed at {committed}"
+                    if self._shows_offsets()
+                    else "records are durable past the consumer's committed offset, which stayed"
+                )
                 await self._exit_to_restart(
-                    "input %s[%d]: records up to offset %d are durable but the consumer's "
-                    "committed offset stayed at %d for %.0f s (faust-streaming never "
-                    "acknowledged a record after it)",
-                    key[0], key[1], processed - 1, committed, stuck,
+                    "input %s[%d]: %s for %.0f s (faust-streaming never acknowledged a "
+                    "record after it)",
+                    key[0], key[1], where, stuck,
                 )  # fmt: skip
 
     async def _with_probed_ends(self, partitions: list[_PartitionView]) -> list[_PartitionView]:

@@ -145,8 +145,9 @@ class RecordIntake:
                 return False
             if strict and offset > last + 1:
                 raise InputGapError(
-                    f"input {topic}[{partition}] jumped from offset {last} to {offset}: "
-                    "records were skipped below the reader"
+                    f"input {topic}[{partition}] jumped past records below the reader: they "
+                    "were skipped",
+                    offsets=f"from offset {last} to {offset}",
                 )
         self._offsets[position] = offset
         return True
