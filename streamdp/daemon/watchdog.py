@@ -67,7 +67,7 @@ class _PartitionView:
 
     def summary(self, *, offsets: bool) -> str:
         """What the watchdog sees of this partition; its offsets only when ``offsets`` (they
-        count the partition's records: input volume, see :func:`_say`)."""
+        count the partition's records: input volume, see ``StallWatchdog._shows_offsets``)."""
         view = self.view
         leader = (
             ""
