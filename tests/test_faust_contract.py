@@ -128,3 +128,20 @@ def test_no_other_module_reads_a_private_attribute_of_either_library() -> None:
             if private.search(line.split("#", 1)[0]):
                 offenders.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not offenders, "\n".join(offenders)
+
+
+def test_mode_installs_its_signal_handlers_from_the_attributes_streamdp_replaces() -> None:
+    """streamdp.daemon.stop_deadline (SIGTERM, SIGINT) and streamdp.daemon.diagnostics
+    (SIGUSR1, SIGUSR2) replace mode's handlers by setting these attributes on the worker before
+    it starts; mode must read them when it installs its handlers, or its own would run (for
+    SIGUSR1 a dump of frames' local variables, for SIGUSR2 pdb in the daemon's loop)."""
+    from mode.worker import Worker
+
+    source = inspect.getsource(Worker._install_signal_handlers_unix)
+    for signal_name, attribute in (
+        ("SIGTERM", "_on_sigterm"),
+        ("SIGINT", "_on_sigint"),
+        ("SIGUSR1", "_on_sigusr1"),
+        ("SIGUSR2", "_on_sigusr2"),
+    ):
+        assert f"add_signal_handler(signal.{signal_name}, self.{attribute})" in source, source
