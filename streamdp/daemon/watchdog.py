@@ -199,8 +199,9 @@ class StallWatchdog:
         assigned = {(p.topic, p.partition) for p in partitions}
         stall_watch.keep_only(assigned)
         self._commit_watch.keep_only(assigned)
-        if not blocked and any(p.view is not None and p.view.end is None for p in partitions):
-            partitions = await self._with_probed_ends(partitions)
+        unknown = [p for p in partitions if p.view is not None and p.view.end is None]
+        if not blocked and unknown:
+            partitions = await self._with_probed_ends(partitions, unknown)
             # the worker may have begun to stop or to rebalance while the broker answered
             blocked = self._blocked() is not None
         for partition in partitions:
@@ -239,12 +240,11 @@ class StallWatchdog:
                     key[0], key[1], where, stuck,
                 )  # fmt: skip
 
-    async def _with_probed_ends(self, partitions: list[_PartitionView]) -> list[_PartitionView]:
-        """``partitions``, each whose end the client does not know (no fetch of it answered:
-        a partition the consumer never fetched) with the end offset asked of the broker."""
-        unknown = [p for p in partitions if p.view is not None and p.view.end is None]
-        if not unknown:
-            return partitions
+    async def _with_probed_ends(
+        self, partitions: list[_PartitionView], unknown: list[_PartitionView]
+    ) -> list[_PartitionView]:
+        """``partitions``, each of ``unknown`` (its client knows no end: no fetch of it
+        answered, a partition the consumer never fetched) with the end asked of the broker."""
         try:
             ends = await asyncio.wait_for(
                 self._app.consumer.highwaters(*(TP(p.topic, p.partition) for p in unknown)),
