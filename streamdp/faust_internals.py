@@ -9,8 +9,23 @@ reads a private attribute of either library.
 - :func:`tuned_fetching`: the worker's consumer long-polls at most ``--fetch-wait`` (below).
 - :func:`batching_consumer`: input-topic records go to the batch queue one fetch at a time, and
   commits take the input offsets the release service made durable.
+- :func:`honest_commits`: Faust's record of committed offsets holds only offsets the broker
+  accepted (below).
 - :func:`fetch_view`: what the aiokafka client knows of one partition (the stall watchdog).
-- :func:`committed_offset`, :func:`replace_crash_handler`, :func:`cluster_metadata`.
+- :func:`committed_offset`, :func:`broker_committed_offsets`, :func:`replace_crash_handler`,
+  :func:`cluster_metadata`.
+
+Honest commits. faust-streaming 0.15 keeps, per partition, the offset it last committed
+(``Consumer._committed_offset``); it commits a partition only past that offset, and the stall
+watchdog reads it. ``Consumer._commit_offsets`` writes the offsets it tried into that record
+whether or not the broker took them: after a commit refused because the group rebalanced
+(``did_commit`` false), and after a rebalance that ran while the commit was out, in which the
+partition's record was re-read from the broker (the recovery's seek) and is then overwritten.
+From then on Faust believes the partition committed further than the broker does: it commits
+nothing more of it until records past that offset are acknowledged, and the broker's committed
+offset (the one the partition's next owner resumes from, and the group's lag) stays behind.
+``honest_commits`` puts back the record as it stood when the commit returned unless the broker
+accepted the commit and no rebalance began while it was out.
 
 Fetch wait.How long the worker's Kafka consumer long-polls: 0.1 s instead of Faust's 1.5 s.
 
@@ -33,9 +48,10 @@ worker sends ten small fetches a second per broker.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
+from aiokafka import TopicPartition
 from aiokafka.client import ConnectionGroup
 from aiokafka.errors import ConsumerStoppedError
 
@@ -62,6 +78,56 @@ def tuned_fetching(base: type, *, fetch_wait_seconds: float) -> type:
 
     TunedFetching.__name__ = f"TunedFetching{base.__name__}"
     return TunedFetching
+
+
+def honest_commits(base: type) -> type:
+    """A subclass of Faust's transport consumer ``base`` whose record of committed offsets
+    takes a commit's offsets only when the broker accepted it and no rebalance began while it
+    was out (see the module docstring)."""
+
+    class HonestCommits(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._rebalances_begun = 0
+            # the record of the committing partitions when the last commit returned
+            self._record_at_return: dict[Any, int | None] | None = None
+
+        async def on_partitions_revoked(self, revoked: set[Any]) -> None:
+            self._rebalances_begun += 1
+            await super().on_partitions_revoked(revoked)
+
+        async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
+            self._rebalances_begun += 1
+            await super().on_partitions_assigned(assigned, generation_id)
+
+        async def _commit(self, offsets: Any) -> bool:
+            accepted = bool(await super()._commit(offsets))
+            # Faust's _commit_offsets writes ``offsets`` into the record right after this
+            # returns, with no await in between: what it says now is what it said before that
+            record = self._committed_offset
+            self._record_at_return = {tp: record.get(tp) for tp in offsets}
+            return accepted
+
+        def _take_record_at_return(self) -> dict[Any, int | None] | None:
+            taken, self._record_at_return = self._record_at_return, None
+            return taken
+
+        async def _commit_offsets(self, offsets: Any, start_new_transaction: bool = True) -> bool:
+            rebalances = self._rebalances_begun
+            self._record_at_return = None
+            did_commit = bool(await super()._commit_offsets(offsets, start_new_transaction))
+            before = self._take_record_at_return()
+            if before is not None and (not did_commit or rebalances != self._rebalances_begun):
+                record = self._committed_offset
+                for tp, offset in before.items():
+                    if offset is None:
+                        record.pop(tp, None)
+                    else:
+                        record[tp] = offset
+            return did_commit
+
+    HonestCommits.__name__ = f"HonestCommits{base.__name__}"
+    return HonestCommits
 
 
 def batching_consumer(base: type, queue: BatchQueue) -> type:
@@ -203,6 +269,24 @@ def fetch_view(consumer: Any, tp: Any) -> FetchView | None:
 def committed_offset(consumer: Any, tp: Any) -> int:
     """The offset Faust's consumer last committed for ``tp`` (0 when none)."""
     return int(getattr(consumer, "_committed_offset", {}).get(tp) or 0)
+
+
+async def broker_committed_offsets(consumer: Any, tps: Collection[Any]) -> dict[Any, int]:
+    """The group's committed offset of each of ``tps`` as the broker has it now (0 where none
+    was committed), asked by Faust's aiokafka consumer ``consumer`` from its own thread. May
+    wait as long as the group coordinator is unknown: callers bound the wait."""
+    thread = consumer._thread
+    client_consumer = thread._ensure_consumer()
+    asked = list(tps)
+
+    async def ask() -> dict[Any, int]:
+        answers = {}
+        for tp in asked:
+            offset = await client_consumer.committed(TopicPartition(tp.topic, tp.partition))
+            answers[tp] = 0 if offset is None else int(offset)
+        return answers
+
+    return await thread.call_thread(ask)  # type: ignore[no-any-return]
 
 
 def replace_crash_handler(

@@ -6,7 +6,9 @@ Each private attribute the adapter reads, sets or overrides is checked here agai
 installed package: a method by its parameters, an attribute by where the library defines it.
 ``_drain_messages`` is different: the adapter's batching drain loop is an edited copy of it, so
 its upstream source is pinned by digest (a changed upstream loop must be re-read and the copy
-re-derived). The versions are pinned in pyproject.toml and checked here too.
+re-derived). So is ``_commit_offsets``: ``honest_commits`` relies on its order (the record is
+written right after ``_commit`` returns, with no await between). The versions are pinned in
+pyproject.toml and checked here too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
-from faust.transport.consumer import Consumer
+from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
 from mode.services import Service
@@ -34,6 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 #: sha256 of faust-streaming 0.15.3's Consumer._drain_messages source, which
 #: streamdp.faust_internals.batching_consumer's _drain_messages is an edited copy of
 DRAIN_MESSAGES_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
+#: sha256 of faust-streaming 0.15.3's Consumer._commit_offsets source, whose order (the record
+#: of committed offsets is written right after _commit returns) honest_commits relies on
+COMMIT_OFFSETS_SHA256 = "1a6979904118844111259d182ca1c6e92ccc16364ccbe55c58e59d6e254a7adb"
 
 
 def _parameters(function: Callable[..., Any]) -> list[str]:
@@ -65,9 +70,21 @@ def test_the_drain_loop_copied_from_faust_is_unchanged_upstream() -> None:
     )
 
 
+def test_the_commit_step_honest_commits_wraps_is_unchanged_upstream() -> None:
+    source = inspect.getsource(Consumer._commit_offsets)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    assert digest == COMMIT_OFFSETS_SHA256, (
+        "faust-streaming's Consumer._commit_offsets changed: re-check what "
+        "streamdp.faust_internals.honest_commits assumes of it (and whether it is still "
+        "needed: tests/test_faust_commits.py), then update the digest"
+    )
+
+
 @pytest.mark.parametrize(
     ("owner", "method", "parameters"),
     [
+        (Consumer, "_commit_offsets", ["self", "offsets", "start_new_transaction"]),
+        (ThreadDelegateConsumer, "_commit", ["self", "offsets"]),
         (Consumer, "_new_offset", ["self", "tp"]),
         (Consumer, "_wait_next_records", ["self", "timeout"]),
         (Consumer, "_add_gap", ["self", "tp", "offset_from", "offset_to"]),
@@ -118,7 +135,8 @@ def test_no_other_module_reads_a_private_attribute_of_either_library() -> None:
     """The adapter is the only place: other modules reach faust and aiokafka through it."""
     private = re.compile(
         r"\.(_thread|_ensure_consumer|_subscription|_client|_conns|_crash|_committed_offset|"
-        r"_fetch_max_wait_ms|_drain_messages|_new_offset|_n_acked|_acked|_read_offset)\b"
+        r"_fetch_max_wait_ms|_drain_messages|_new_offset|_n_acked|_acked|_read_offset|"
+        r"_commit_offsets)\b"
     )
     offenders = []
     for path in (ROOT / "streamdp").rglob("*.py"):

@@ -44,7 +44,7 @@ from streamdp.engine import load_spec
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.stream import check_releasable
-from streamdp.faust_internals import batching_consumer, tuned_fetching
+from streamdp.faust_internals import batching_consumer, honest_commits, tuned_fetching
 from streamdp.metrics import StreamdpMetrics
 
 log = logging.getLogger("streamdp.daemon")
@@ -80,8 +80,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
     changelog_topic = f"{settings.app_id}-{STATE_TABLE}-changelog"
     queue: BatchQueue | None = None
-    consumer_class = tuned_fetching(
-        app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds
+    consumer_class = honest_commits(
+        tuned_fetching(app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds)
     )
     if settings.input_path == "batch":
         queue = BatchQueue(input_names, settings.max_batch)
