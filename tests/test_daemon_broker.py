@@ -252,7 +252,8 @@ def test_sigterm_during_a_backlog_exits_cleanly_then_restart_changes_nothing(bro
     # batches of at most max_batch records), far below the 120,000-record backlog
     assert processed < len(records), f"the stop came after the backlog was done: {committed}"
 
-    second = start(config, app_id, T, "w2")
+    # with offsets in its lines: if it stalls, its dump (conftest.py) says where
+    second = start(config, app_id, T, "w2", extra_args=("--input-volume-metrics",))
     # the whole 120,000-record backlog is read again: on the per-event input path (about a
     # tenth of the batch path's speed) that takes minutes on a loaded 2-core machine
     try:
@@ -425,6 +426,49 @@ def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(bro
         assert status is not None
         assert status["ready"]
     assert worker.stop() == 0
+
+
+def test_commits_the_broker_never_took_end_the_worker_with_75(broker, setup) -> None:
+    """A worker whose commits of one topic stop reaching the broker while faust-streaming
+    believes they did (tests/losing_commits_worker.py; seen once in CI, cause unknown) would
+    sit ready for ever with its partition's lag never falling. The commit check asks the broker
+    for its committed offsets: the worker exits 75 after ``--stall-exit``, naming the
+    divergence, and its replacement resumes from the broker's offset and publishes exactly the
+    replay's releases, drawing no node twice."""
+    make, start = setup
+    scenario, config, app_id, T = make()
+    expected = replay_outputs(scenario, T)
+    produce(broker, lines_as_records(scenario))
+    lost = next(topic for topic in scenario.lines if topic.startswith("orders"))
+    losing = start(
+        config,
+        app_id,
+        T,
+        "losing",
+        supervise=False,
+        program=(str(Path(__file__).with_name("losing_commits_worker.py")),),
+        env={"LOSE_COMMITS": lost},
+        extra_args=("--input-volume-metrics",),  # exit lines name offsets
+    )
+    try:
+        status = losing.process.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("still running after 180 s (its dump follows)") from None
+    assert losing.stop() == status  # closes its log
+    log = losing.log_path.read_text(errors="replace")
+    assert status == EXIT_INPUT_GAP, log[-3000:]
+    exits = [line for line in log.splitlines() if "exiting to restart" in line]
+    assert exits, log[-3000:]
+    assert lost in exits[0], exits[0]
+    assert "faust-streaming's record of its commits is further" in exits[0], exits[0]
+    assert "the broker's committed offset is behind faust-streaming's record" in log
+    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
+    second = start(config, app_id, T, "w2")
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+    _assert_each_written_once(_node_writes(broker, app_id))
+    assert second.stop() == 0, second.log_tail()
 
 
 def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker, setup) -> None:

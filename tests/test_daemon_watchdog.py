@@ -9,6 +9,10 @@ What these tests prove:
   all that time exits 75, even when every check falls inside one of its checkpoints;
 - while one checkpoint stays under way from check to check (waiting for the broker), the clock
   does not run; a broker that cannot answer the end-offset question does not stop the checks;
+- the commit check reads the broker's committed offsets: a partition whose commits the broker
+  never took exits 75 even when faust-streaming's record says they were (and that divergence is
+  logged once); a broker that does not answer is asked one question at a time and the check
+  decides from the record meanwhile;
 - the partition view the diagnostic dump prints says the same as what the check decides from;
 - without ``--input-volume-metrics`` neither the dump nor an exit line shows an offset (offsets
   count a partition's records), only how they relate.
@@ -51,6 +55,16 @@ class Consumer:
         self.asked: list[tuple[TP, ...]] = []
         self.answers = True
         self._committed_offset: dict[TP, int] = {}
+        # the broker's committed offsets where they differ from the record (a diverged commit)
+        self.lost_commits: dict[TP, int] = {}
+        self.commits_asked = 0
+        self.commit_answer_delay = 0.0
+
+    async def committed_on_broker(self, tps: list[TP]) -> dict[TP, int]:
+        """What ``faust_internals.broker_committed_offsets`` answers."""
+        self.commits_asked += 1
+        await asyncio.sleep(self.commit_answer_delay)
+        return {tp: self.lost_commits.get(tp, self._committed_offset.get(tp, 0)) for tp in tps}
 
     def assignment(self) -> set[TP]:
         return {FED, STARVED}
@@ -85,6 +99,12 @@ class World:
             self.app, self.runtime, self.progress, {FED.topic, STARVED.topic}, CHANGELOG
         )  # type: ignore[arg-type]
         monkeypatch.setattr(watchdog_module, "fetch_view", lambda _c, tp: self.views.get(tp))
+        monkeypatch.setattr(
+            watchdog_module,
+            "broker_committed_offsets",
+            lambda consumer, tps: consumer.committed_on_broker(tps),
+        )
+        monkeypatch.setattr(watchdog_module, "PROBE_TIMEOUT_SECONDS", STALL / 10)
 
         def exit_(status: int) -> None:
             raise ExitedError(status)
@@ -187,6 +207,47 @@ def test_one_checkpoint_under_way_from_check_to_check_stops_the_clock(
 
     assert run_checks(world, 6 * STALL, waiting_for_the_broker) is None
     assert not world.consumer.asked  # no end-offset question while blocked
+
+
+@pytest.mark.parametrize("volume", [True, False], ids=["offsets-opted-in", "public-logs"])
+def test_a_commit_the_broker_never_took_exits_75_though_faust_records_it(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, volume: bool
+) -> None:
+    # every record of FED is durable and faust-streaming's record says all were committed;
+    # the broker still has 400 (the divergence seen in CI): the next owner would resume there
+    world = World(
+        monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(500, 500)}, volume=volume
+    )
+    world.feed(999)
+    world.consumer._committed_offset[STARVED] = 500
+    world.consumer.lost_commits[FED] = 400
+    with caplog.at_level(logging.WARNING, logger="streamdp.daemon"):
+        assert run_checks(world, 5 * STALL) == EXIT_INPUT_GAP
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # once, not at every check
+    assert "admissions[0]: the broker's committed offset is behind" in warnings[0]
+    line = caplog.records[-1].getMessage()
+    assert "faust-streaming's record of its commits is further" in line, line
+    if volume:
+        assert "(400 < 1000)" in warnings[0]
+        assert "durable but the committed offset stayed at 400" in line, line
+    else:
+        for number in ("400", "999", "1000"):
+            assert number not in warnings[0], warnings
+            assert number not in line, line
+
+
+def test_a_broker_that_does_not_answer_is_asked_once_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # committed offsets are asked through the consumer's thread: a question that is never
+    # answered is not asked again (no pile of questions), and the check goes on from the record
+    world = World(monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(500, 500)})
+    world.feed(999)
+    world.consumer._committed_offset[STARVED] = 500
+    world.consumer.commit_answer_delay = 3600
+    assert run_checks(world, 4 * STALL) is None
+    assert world.consumer.commits_asked == 1
 
 
 def test_the_dump_shows_the_view_the_check_decides_from(monkeypatch: pytest.MonkeyPatch) -> None:

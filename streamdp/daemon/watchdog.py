@@ -16,7 +16,15 @@ Two cases the client's view alone would hide:
 * a checkpoint under way blocks only while it is the same one as at the previous check: a
   worker that made batches durable since then is busy, not blocked, and a partition it leaves
   behind all that while is starved (a check that happened to fall inside one of many short
-  checkpoints would otherwise restart its clock every time).
+  checkpoints would otherwise restart its clock every time);
+* the commit check reads the committed offsets from the broker (the ones a next owner resumes
+  from and the group's lag is measured against), not faust-streaming's record of its own
+  commits, which can run ahead of the broker (``faust_internals.honest_commits`` closes the
+  two ways known; one seen diverging is logged).
+
+Each question to the broker goes through the consumer's thread and is waited for at most
+``PROBE_TIMEOUT_SECONDS``; while one is unanswered no other of its kind is asked (a broker that
+does not answer would otherwise fill the thread's queue), and the check decides without it.
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from faust.types import TP
 
@@ -36,13 +44,39 @@ from streamdp.daemon.fatal import worker_stopping
 from streamdp.daemon.observation import InputProgress
 from streamdp.daemon.runtime import WorkerRuntime
 from streamdp.errors import EXIT_INPUT_GAP
-from streamdp.faust_internals import committed_offset, fetch_view
+from streamdp.faust_internals import broker_committed_offsets, committed_offset, fetch_view
 
 log = logging.getLogger("streamdp.daemon")
 __all__ = ["PROBE_TIMEOUT_SECONDS", "StallWatchdog", "watchdog_interval"]
 
-#: how long a check waits for the broker's end offsets of partitions never fetched
+#: how long a check waits for an answer of the broker (end or committed offsets)
 PROBE_TIMEOUT_SECONDS = 5.0
+
+Answer = TypeVar("Answer")
+
+
+class _BrokerQuestion(Generic[Answer]):
+    """One kind of question to the broker, at most one out at a time: :meth:`ask` waits
+    ``PROBE_TIMEOUT_SECONDS`` for the answer and returns None without one (no answer, an error,
+    or the previous question still out); an answer that comes later is dropped."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._out: asyncio.Future[Answer] | None = None
+
+    async def ask(self, question: Callable[[], Awaitable[Answer]]) -> Answer | None:
+        if self._out is not None and not self._out.done():
+            return None
+        out = self._out = asyncio.ensure_future(question())
+        out.add_done_callback(self._settled)
+        done, _ = await asyncio.wait({out}, timeout=PROBE_TIMEOUT_SECONDS)
+        if not done or out.cancelled() or out.exception() is not None:
+            return None
+        return out.result()
+
+    def _settled(self, out: asyncio.Future[Answer]) -> None:
+        if not out.cancelled() and out.exception() is not None:  # retrieved: no asyncio warning
+            log.debug("%s unavailable: %r", self._what, out.exception())
 
 
 def watchdog_interval(stall_seconds: float) -> float:
@@ -58,8 +92,14 @@ class _PartitionView:
     partition: int
     view: FetchView | None  # what the client knows (None: no client now)
     processed: int  # the next offset whose effects are durable, as the worker saw it
-    committed: int  # the consumer's committed offset
+    committed: int  # the consumer's committed offset, by faust-streaming's record
     waits_for_changelog: bool  # a table recovery waits for an unreachable changelog leader
+    on_broker: int | None = None  # the committed offset the broker answered (None: no answer)
+
+    @property
+    def resumes_from(self) -> int:
+        """The committed offset a next owner would resume from: the broker's, if it answered."""
+        return self.committed if self.on_broker is None else self.on_broker
 
     @property
     def done(self) -> int:
@@ -92,8 +132,20 @@ class _PartitionView:
             fetched = view.fetched is not None and view.fetched > self.done
             client = f"{behind}, {'fetched' if fetched else 'none fetched'} past it, {leader}"
         if not offsets:
-            return f"{client}{waits}"
-        return f"processed to {self.processed}, committed {self.committed}, {client}{waits}"
+            behind = (
+                ", the broker's committed offset behind the durable position"
+                if self.on_broker is not None and self.on_broker < self.processed
+                else ""
+            )
+            return f"{client}{waits}{behind}"
+        broker = "" if self.on_broker is None else f" (on the broker {self.on_broker})"
+        return f"processed to {self.processed}, committed {self.committed}{broker}, {client}{waits}"
+
+
+def _with_broker_commit(partition: _PartitionView, offsets: dict[Any, int]) -> _PartitionView:
+    """``partition`` with the committed offset the broker answered, if it answered for it."""
+    on_broker = offsets.get(TP(partition.topic, partition.partition))
+    return partition if on_broker is None else replace(partition, on_broker=int(on_broker))
 
 
 def _with_end(partition: _PartitionView, end: int | None) -> _PartitionView:
@@ -122,6 +174,14 @@ class StallWatchdog:
         self._changelog_topic = changelog_topic
         self._commit_watch = CommitStallWatch(progress.stall_watch.stall_seconds)
         self._batches_at_last_check = runtime.batches
+        self._end_question: _BrokerQuestion[Any] = _BrokerQuestion(
+            "end offsets of unfetched input partitions"
+        )
+        self._commit_question: _BrokerQuestion[dict[Any, int]] = _BrokerQuestion(
+            "the broker's committed input offsets"
+        )
+        self._on_broker: dict[tuple[str, int], int] = {}  # its last answers, for the dump
+        self._diverged: set[tuple[str, int]] = set()  # record ahead of the broker, logged
 
     def _blocked(self) -> str | None:
         """Why the worker cannot take records now for a reason that is not a stall (stopping,
@@ -172,6 +232,7 @@ class StallWatchdog:
                 waits_for_changelog=(
                     restoring_from is not None and not restoring_from.leader_reachable
                 ),
+                on_broker=self._on_broker.get((tp.topic, tp.partition)),
             )
 
     def describe(self) -> list[str]:
@@ -194,16 +255,18 @@ class StallWatchdog:
         stall_watch = self._progress.stall_watch
         now = time.monotonic()
         blocked = self._blocked() is not None
-        self._batches_at_last_check = self._runtime.batches
         partitions = list(self._partitions())
         assigned = {(p.topic, p.partition) for p in partitions}
         stall_watch.keep_only(assigned)
         self._commit_watch.keep_only(assigned)
-        unknown = [p for p in partitions if p.view is not None and p.view.end is None]
-        if not blocked and unknown:
-            partitions = await self._with_probed_ends(partitions, unknown)
+        partitions = [replace(p, on_broker=None) for p in partitions]  # this check's answer
+        self._on_broker = {k: v for k, v in self._on_broker.items() if k in assigned}
+        if not blocked and partitions:
+            partitions = await self._with_broker_answers(partitions)
             # the worker may have begun to stop or to rebalance while the broker answered
             blocked = self._blocked() is not None
+        # from here, "blocked by a checkpoint" means the same one as now (see _blocked)
+        self._batches_at_last_check = self._runtime.batches
         for partition in partitions:
             key = (partition.topic, partition.partition)
             view = partition.view
@@ -225,35 +288,65 @@ class StallWatchdog:
                     "fetched and never delivered: faust-streaming dropped a fetch"
                     if fetched else f"leader node {view.leader} reachable, none fetched",
                 )  # fmt: skip
-            processed, committed = partition.processed, partition.committed
+            self._note_divergence(partition)
+            processed, committed = partition.processed, partition.resumes_from
             stuck = self._commit_watch.check(key, processed, committed, blocked=blocked, now=now)
             if stuck is not None:
                 where = (
-                    f"records up to offset {processed - 1} are durable but the consumer's "
+                    f"records up to offset {processed - 1} are durable but the "
                     f"committed offset stayed at {committed}"
                     if self._shows_offsets()
-                    else "records are durable past the consumer's committed offset, which stayed"
+                    else "records are durable past the committed offset, which stayed"
                 )
                 await self._exit_to_restart(
-                    "input %s[%d]: %s for %.0f s (faust-streaming never acknowledged a "
-                    "record after it)",
+                    "input %s[%d]: %s for %.0f s (%s)",
                     key[0], key[1], where, stuck,
+                    "faust-streaming never acknowledged a record after it"
+                    if partition.on_broker is None or partition.committed <= partition.on_broker
+                    else "on the broker; faust-streaming's record of its commits is further",
                 )  # fmt: skip
 
-    async def _with_probed_ends(
-        self, partitions: list[_PartitionView], unknown: list[_PartitionView]
-    ) -> list[_PartitionView]:
-        """``partitions``, each of ``unknown`` (its client knows no end: no fetch of it
-        answered, a partition the consumer never fetched) with the end asked of the broker."""
-        try:
-            ends = await asyncio.wait_for(
-                self._app.consumer.highwaters(*(TP(p.topic, p.partition) for p in unknown)),
-                timeout=PROBE_TIMEOUT_SECONDS,
-            )
-        except Exception as error:  # no answer now: the next check asks again
-            log.debug("end offsets of unfetched input partitions unavailable: %r", error)
-            return partitions
-        return [_with_end(p, ends.get(TP(p.topic, p.partition))) for p in partitions]
+    def _note_divergence(self, partition: _PartitionView) -> None:
+        """Log once (until it resolves) a partition whose committed offset on the broker is
+        behind faust-streaming's record of its commits: the record took a commit the broker
+        did not (the watchdog's commit check reads the broker's, so it still exits 75)."""
+        key = (partition.topic, partition.partition)
+        if partition.on_broker is None:
+            return
+        if partition.on_broker >= partition.committed:
+            self._diverged.discard(key)
+            return
+        if key in self._diverged:
+            return
+        self._diverged.add(key)
+        if self._shows_offsets():
+            offsets = f" ({partition.on_broker} < {partition.committed})"
+        else:
+            offsets = ""
+        log.warning(
+            "input %s[%d]: the broker's committed offset is behind faust-streaming's record "
+            "of its commits%s",
+            key[0], key[1], offsets,
+        )  # fmt: skip
+
+    async def _with_broker_answers(self, partitions: list[_PartitionView]) -> list[_PartitionView]:
+        """``partitions`` with what the broker answered this check: each one's committed offset,
+        and the end of each one the client knows none of (no fetch of it answered: a partition
+        the consumer never fetches)."""
+        consumer = self._app.consumer
+        tps = [TP(p.topic, p.partition) for p in partitions]
+        committed = await self._commit_question.ask(lambda: broker_committed_offsets(consumer, tps))
+        if committed is not None:
+            partitions = [_with_broker_commit(p, committed) for p in partitions]
+            self._on_broker = {
+                (p.topic, p.partition): p.on_broker for p in partitions if p.on_broker is not None
+            }
+        unknown = [TP(p.topic, p.partition) for p in partitions if p.view and p.view.end is None]
+        if unknown:
+            ends = await self._end_question.ask(lambda: consumer.highwaters(*unknown))
+            if ends is not None:
+                partitions = [_with_end(p, ends.get(TP(p.topic, p.partition))) for p in partitions]
+        return partitions
 
     async def _exit_to_restart(self, message: str, *args: object) -> None:
         """Log ``message`` at CRITICAL and exit 75 (under the lock: no batch is mid-commit)."""
