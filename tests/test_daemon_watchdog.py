@@ -228,10 +228,19 @@ def test_a_commit_the_broker_never_took_exits_75_though_faust_records_it(
     assert "admissions[0]: the broker's committed offset is behind" in warnings[0]
     line = caplog.records[-1].getMessage()
     assert "faust-streaming's record of its commits is further" in line, line
+    dump = world.watchdog.describe()
     if volume:
         assert "(400 < 1000)" in warnings[0]
         assert "durable but the committed offset stayed at 400" in line, line
+        assert any(
+            d.startswith("admissions[0]: processed to 1000, committed 1000 (on the broker 400)")
+            for d in dump
+        ), dump
     else:
+        assert (
+            "admissions[0]: caught up, none fetched past it, leader 0 (connected), "
+            "the broker's committed offset behind faust-streaming's record" in dump
+        ), dump
         for number in ("400", "999", "1000"):
             assert number not in warnings[0], warnings
             assert number not in line, line

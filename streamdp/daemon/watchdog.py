@@ -95,6 +95,7 @@ class _PartitionView:
     committed: int  # the consumer's committed offset, by faust-streaming's record
     waits_for_changelog: bool  # a table recovery waits for an unreachable changelog leader
     on_broker: int | None = None  # the committed offset the broker answered (None: no answer)
+    diverged: bool = False  # the broker's committed offset was behind the record, last asked
 
     @property
     def resumes_from(self) -> int:
@@ -133,8 +134,8 @@ class _PartitionView:
             client = f"{behind}, {'fetched' if fetched else 'none fetched'} past it, {leader}"
         if not offsets:
             behind = (
-                ", the broker's committed offset behind the durable position"
-                if self.on_broker is not None and self.on_broker < self.processed
+                ", the broker's committed offset behind faust-streaming's record"
+                if self.diverged
                 else ""
             )
             return f"{client}{waits}{behind}"
@@ -233,6 +234,7 @@ class StallWatchdog:
                     restoring_from is not None and not restoring_from.leader_reachable
                 ),
                 on_broker=self._on_broker.get((tp.topic, tp.partition)),
+                diverged=(tp.topic, tp.partition) in self._diverged,
             )
 
     def describe(self) -> list[str]:
@@ -261,6 +263,7 @@ class StallWatchdog:
         self._commit_watch.keep_only(assigned)
         partitions = [replace(p, on_broker=None) for p in partitions]  # this check's answer
         self._on_broker = {k: v for k, v in self._on_broker.items() if k in assigned}
+        self._diverged &= assigned
         if not blocked and partitions:
             partitions = await self._with_broker_answers(partitions)
             # the worker may have begun to stop or to rebalance while the broker answered
