@@ -428,6 +428,47 @@ def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(bro
     assert worker.stop() == 0
 
 
+def _injected_worker_exits_75(
+    start: Any, config: Path, app_id: str, T: Any, script: str, env: dict[str, str], **kw: Any
+) -> tuple[str, str]:
+    """Run ``tests/<script>`` (the real worker with one fault injected) unsupervised until it
+    exits, which must be with 75 within 180 s; its log and its exit line."""
+    injected = start(
+        config,
+        app_id,
+        T,
+        script.removesuffix("_worker.py"),
+        supervise=False,
+        program=(str(Path(__file__).with_name(script)),),
+        env=env,
+        **kw,
+    )
+    try:
+        status = injected.process.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("still running after 180 s (its dump follows)") from None
+    assert injected.stop() == status  # closes its log
+    log = injected.log_path.read_text(errors="replace")
+    assert status == EXIT_INPUT_GAP, log[-3000:]
+    exits = [line for line in log.splitlines() if "exiting to restart" in line]
+    assert exits, log[-3000:]
+    return log, exits[0]
+
+
+def _a_replacement_publishes_the_replay(
+    broker: Any, start: Any, scenario: Any, config: Path, app_id: str, T: Any, expected: Any
+) -> None:
+    """After the group session timeout, a plain worker completes the input and publishes
+    exactly the replay's releases, drawing no node twice."""
+    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
+    second = start(config, app_id, T, "w2")
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
+    _values(seen, expected, T)
+    _assert_each_written_once(_node_writes(broker, app_id))
+    assert second.stop() == 0, second.log_tail()
+
+
 def test_commits_the_broker_never_took_end_the_worker_with_75(broker, setup) -> None:
     """A worker whose commits of one topic stop reaching the broker while faust-streaming
     believes they did (tests/losing_commits_worker.py; seen once in CI, cause unknown) would
@@ -440,35 +481,19 @@ def test_commits_the_broker_never_took_end_the_worker_with_75(broker, setup) -> 
     expected = replay_outputs(scenario, T)
     produce(broker, lines_as_records(scenario))
     lost = next(topic for topic in scenario.lines if topic.startswith("orders"))
-    losing = start(
+    log, line = _injected_worker_exits_75(
+        start,
         config,
         app_id,
         T,
-        "losing",
-        supervise=False,
-        program=(str(Path(__file__).with_name("losing_commits_worker.py")),),
-        env={"LOSE_COMMITS": lost},
+        "losing_commits_worker.py",
+        {"LOSE_COMMITS": lost},
         extra_args=("--input-volume-metrics",),  # exit lines name offsets
     )
-    try:
-        status = losing.process.wait(timeout=180)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("still running after 180 s (its dump follows)") from None
-    assert losing.stop() == status  # closes its log
-    log = losing.log_path.read_text(errors="replace")
-    assert status == EXIT_INPUT_GAP, log[-3000:]
-    exits = [line for line in log.splitlines() if "exiting to restart" in line]
-    assert exits, log[-3000:]
-    assert lost in exits[0], exits[0]
-    assert "faust-streaming's record of its commits is further" in exits[0], exits[0]
+    assert lost in line, line
+    assert "faust-streaming's record of its commits is further" in line, line
     assert "the broker's committed offset is behind faust-streaming's record" in log
-    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
-    second = start(config, app_id, T, "w2")
-    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
-    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
-    _values(seen, expected, T)
-    _assert_each_written_once(_node_writes(broker, app_id))
-    assert second.stop() == 0, second.log_tail()
+    _a_replacement_publishes_the_replay(broker, start, scenario, config, app_id, T, expected)
 
 
 def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker, setup) -> None:
@@ -481,29 +506,9 @@ def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker,
     expected = replay_outputs(scenario, T)
     produce(broker, lines_as_records(scenario))
     never = next(topic for topic in scenario.lines if topic.startswith("orders"))
-    stuck = start(
-        config,
-        app_id,
-        T,
-        "unfetching",
-        supervise=False,
-        program=(str(Path(__file__).with_name("unfetching_worker.py")),),
-        env={"NEVER_FETCH": never},
+    _, line = _injected_worker_exits_75(
+        start, config, app_id, T, "unfetching_worker.py", {"NEVER_FETCH": never}
     )
-    try:
-        status = stuck.process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        raise AssertionError("still running after 120 s (its dump follows)") from None
-    assert stuck.stop() == status  # closes its log
-    log = stuck.log_path.read_text(errors="replace")
-    assert status == EXIT_INPUT_GAP, log[-3000:]
-    stall = [line for line in log.splitlines() if "exiting to restart" in line]
-    assert stall, log[-3000:]
-    assert never in stall[0], stall[0]
-    assert "none fetched" in stall[0], stall[0]
-    time.sleep(Worker.RESTART_DELAY)  # a supervisor waits out the group session timeout
-    second = start(config, app_id, T, "w2")
-    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
-    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
-    _values(seen, expected, T)
-    assert second.stop() == 0, second.log_tail()
+    assert never in line, line
+    assert "none fetched" in line, line
+    _a_replacement_publishes_the_replay(broker, start, scenario, config, app_id, T, expected)
