@@ -43,6 +43,7 @@ from streamdp.engine.results import (
     OutputRecord,
     RawRecord,
 )
+from streamdp.engine.scanned_orders import scanned_sources
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
 from streamdp.noise.sampler import NoiseSampler
@@ -61,6 +62,9 @@ class Engine(RecordIntake, EnginePersistence):
     :meth:`take_changes` as well as returning it (the daemon's mode: its checkpoint stores them
     in the outbox); off, :meth:`take_changes` has no outputs (a replay publishes what each call
     returns and would otherwise hold every release in memory).
+    ``native_scan``: offer records of :meth:`consume` to the native order scanner first, when
+    it is built (:mod:`streamdp.engine.scanned_orders`); off, every record takes the Python
+    path. The results are the same either way; only the speed differs.
     """
 
     def __init__(
@@ -72,6 +76,7 @@ class Engine(RecordIntake, EnginePersistence):
         batch: bool = False,
         pace: int | None = None,
         record_outputs: bool = False,
+        native_scan: bool = True,
     ) -> None:
         self.spec = spec
         self._fingerprint = spec.fingerprint()  # a hash of the whole spec: once, not per snapshot
@@ -97,6 +102,11 @@ class Engine(RecordIntake, EnginePersistence):
             self._topics[source.topic] = source
             self._topics[source.name] = source
         self._single_source = next(iter(spec.sources.values())) if len(spec.sources) == 1 else None
+        # input topics whose records the native scanner reads first (none when it is not built
+        # or native_scan is off; the results are the same either way)
+        self._scanned = (
+            scanned_sources(list(spec.sources.values()), self._by_source) if native_scan else {}
+        )
         # the public clock's latest reading: records ingested now arrived at this instant
         self.now: float = NEVER
         self._offsets: dict[tuple[str, int], int] = {}

@@ -24,6 +24,7 @@ from streamdp.engine.results import (
     RawRecord,
     Rejection,
 )
+from streamdp.engine.scanned_orders import ScannedSource
 from streamdp.engine.spec import EngineSpec, SourceSpec
 from streamdp.engine.stream import StreamRuntime
 from streamdp.errors import InputGapError
@@ -41,6 +42,7 @@ class RecordIntake:
     _single_source: SourceSpec | None
     _recording: bool
     _changes: ChangeTracker
+    _scanned: dict[str, ScannedSource]
 
     def ingest(
         self,
@@ -80,10 +82,18 @@ class RecordIntake:
         Appends the dead letters to ``out`` and returns :data:`SKIPPED` (already applied),
         :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused). State and
         outputs are exactly those of :meth:`ingest` (a property test checks); an event every
-        stream accepts costs no result object.
+        stream accepts costs no result object. Records of a source with a native scanner are
+        first offered to it (:mod:`streamdp.engine.scanned_orders`): what it counts, it counts
+        exactly as the Python path below would; everything else goes on below.
         """
         if not self._take_position(source_topic, partition, offset, strict):
             return SKIPPED
+        scanned = self._scanned.get(source_topic)
+        if scanned is not None:
+            read = scanned.scan(record)
+            if read is not None and scanned.count(*read):
+                self.stats.events_accepted += 1
+                return ACCEPTED
         source = self._topics.get(source_topic)
         try:
             event: dict[str, Any] | None = decode(record)

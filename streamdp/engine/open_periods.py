@@ -68,6 +68,21 @@ class OpenPeriods:
         event id is a different record and counts on its own (it can never displace another).
         """
         contribution: Contribution = self.extractor.contribution(event)
+        self.count(self._place(ts, content_key), content_key, contribution)
+
+    def admits(self, ts: float, content_key: str) -> int | None:
+        """The period an event with event time ``ts`` and this content key would count in, or
+        None when :meth:`ingest` would refuse it for its time or as a duplicate (changes
+        nothing; the native fast path asks this before counting, see
+        :mod:`streamdp.engine.scanned_orders`)."""
+        try:
+            return self._place(ts, content_key)
+        except RejectedError:
+            return None
+
+    def _place(self, ts: float, content_key: str) -> int:
+        """The period of event time ``ts``, or :class:`RejectedError` when the acceptance
+        window refuses it or its content was already counted there."""
         lo, hi, j = self._cache
         if not lo <= ts < hi:
             j = self.clock.index_of(ts)
@@ -95,16 +110,21 @@ class OpenPeriods:
                 "after the period of the record's arrival on the public clock",
             )
         ids = self.seen.get(j)
+        if ids is not None and content_key in ids:
+            raise RejectedError(
+                "duplicate_event",
+                "a record with exactly this content was already counted in this period",
+            )
+        return j
+
+    def count(self, j: int, content_key: str, contribution: Contribution) -> None:
+        """Count an event placed in period ``j`` by :meth:`admits` (or :meth:`ingest`)."""
+        ids = self.seen.get(j)
         if ids is None:
             ids = self.seen[j] = set()
             order = self.seen_order[j] = []
             row = self.counts[j] = [0] * self.width
         else:
-            if content_key in ids:
-                raise RejectedError(
-                    "duplicate_event",
-                    "a record with exactly this content was already counted in this period",
-                )
             order = self.seen_order[j]
             row = self.counts[j]
         ids.add(content_key)
