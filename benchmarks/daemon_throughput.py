@@ -194,13 +194,16 @@ def bare_consumer_orjson() -> Callable[[str, str, int], Awaitable[float]]:
 
 
 # ---------------------------------------------------------------------------------- in-process
-def service_only(values: list[bytes], max_batch: int, repeats: int = 3) -> tuple[float, float]:
+def service_only(
+    values: list[bytes], max_batch: int, repeats: int = 3
+) -> tuple[float, float, float]:
     """events/s of the release service alone (engine + checkpoint records, no Kafka, no Faust)
     over the same records in batches of ``max_batch`` (one run each, as one partition's fetch
-    reaches the worker), and of the bare engine (``Engine.consume``).
+    reaches the worker), of the bare engine (``Engine.consume``), and of the bare engine on its
+    Python path only (``native_scan=False``: what a worker installed without a C compiler runs).
     Medians of ``repeats``: where the daemon's time goes, in the same run."""
     spec = parse_spec(SPEC, origin="bench")
-    service_times, engine_times = [], []
+    service_times, engine_times, python_times = [], [], []
     for _ in range(repeats):
         service = ReleaseService(
             spec, sampler=InsecureSeededSampler(1), state={}, clock=lambda: 1704067200.0
@@ -218,8 +221,17 @@ def service_only(values: list[bytes], max_batch: int, repeats: int = 3) -> tuple
         for offset, value in enumerate(values):
             engine.consume(value, TOPIC, 0, offset, out, True)
         engine_times.append(time.perf_counter() - t0)
+        engine = Engine(spec, sampler=InsecureSeededSampler(1), native_scan=False)
+        t0 = time.perf_counter()
+        for offset, value in enumerate(values):
+            engine.consume(value, TOPIC, 0, offset, out, True)
+        python_times.append(time.perf_counter() - t0)
     n = len(values)
-    return n / statistics.median(service_times), n / statistics.median(engine_times)
+    return (
+        n / statistics.median(service_times),
+        n / statistics.median(engine_times),
+        n / statistics.median(python_times),
+    )
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -641,7 +653,13 @@ def main() -> int:
             if key in raw.get("args", {}):
                 setattr(args, key, raw["args"][key])
         report = summarise(
-            stored, raw["events"], raw["baseline"], args, raw["service_eps"], raw["engine_eps"]
+            stored,
+            raw["events"],
+            raw["baseline"],
+            args,
+            raw["service_eps"],
+            raw["engine_eps"],
+            raw.get("engine_python_eps"),
         )
         (RESULTS / f"{stem}.md").write_text(report)
         plot(stored, RESULTS / f"{stem}.png")
@@ -692,8 +710,11 @@ def main() -> int:
                     f"(in worker {r.inside_mean * 1000:.0f} ms)",
                     flush=True,
                 )
-    service_eps, engine_eps = service_only(values, 5000)
-    print(f"in-process: release service {service_eps:,.0f}/s, engine {engine_eps:,.0f}/s")
+    service_eps, engine_eps, engine_python_eps = service_only(values, 5000)
+    print(
+        f"in-process: release service {service_eps:,.0f}/s, engine {engine_eps:,.0f}/s, "
+        f"engine on its Python path {engine_python_eps:,.0f}/s"
+    )
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
         raw = {
@@ -701,6 +722,7 @@ def main() -> int:
             "baseline": baseline_name,
             "service_eps": service_eps,
             "engine_eps": engine_eps,
+            "engine_python_eps": engine_python_eps,
             "args": {
                 "runs": args.runs,
                 "periods": args.periods,
@@ -710,7 +732,9 @@ def main() -> int:
             "runs": [vars(r) for r in results],
         }
         (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
-    report = summarise(results, len(values), baseline_name, args, service_eps, engine_eps)
+    report = summarise(
+        results, len(values), baseline_name, args, service_eps, engine_eps, engine_python_eps
+    )
     print(report)
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
@@ -731,6 +755,7 @@ def summarise(
     args: argparse.Namespace,
     service_eps: float,
     engine_eps: float,
+    engine_python_eps: float | None = None,
 ) -> str:
     command = "`.venv/bin/python benchmarks/daemon_throughput.py"
     engine = getattr(args, "engine", "tansu")
@@ -815,6 +840,16 @@ def summarise(
         "| stage | events/s | CPU us per event |",
         "|---|---:|---:|",
         (f"| engine alone (`Engine.consume`) | {engine_eps:,.0f} | {1e6 / engine_eps:.1f} |"),
+        *(
+            [
+                (
+                    "| engine alone, Python path only (no native scanner) | "
+                    f"{engine_python_eps:,.0f} | {1e6 / engine_python_eps:.1f} |"
+                )
+            ]
+            if engine_python_eps
+            else []
+        ),
         (
             "| release service (engine + checkpoint records), batches of 5000 | "
             f"{service_eps:,.0f} | {1e6 / service_eps:.1f} |"

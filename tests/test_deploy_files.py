@@ -179,7 +179,10 @@ def test_workers_run_the_contract_command_and_are_scraped() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["streamdp"]' in dockerfile
     assert "EXPOSE 6066" in dockerfile
-    assert re.search(r"^RUN pip install \.", dockerfile, flags=re.M)
+    assert re.search(r"^(RUN|    &&) pip install \.", dockerfile, flags=re.M)
+    # the image is built with the native order scanner, and the build fails without it
+    assert 'python -c "import streamdp.engine._order_scanner"' in dockerfile
+    assert re.search(r"^COPY .*\bsetup\.py\b", dockerfile, flags=re.M)
     for setting in ("STREAMDP_WEB_HOST=0.0.0.0", "APP_WEB_TABLES_ENABLED=false"):
         assert setting in dockerfile, setting
     assert f"CMD {str(WORKER_COMMAND).replace(chr(39), chr(34))}" in dockerfile
