@@ -210,3 +210,14 @@ def test_a_commit_that_follows_the_work_or_a_blocked_worker_is_never_a_stuck_com
     # a moving commit restarts the clock; a stuck one after it exits a full period later
     moving_then_stuck = [(900, 100 + s, False) for s in range(5)] + [(900, 104, False)] * 30
     assert first_commit_exit(CommitStallWatch(STALL), moving_then_stuck) == 4 + STALL
+
+
+def test_a_stuck_commit_read_in_turn_from_the_broker_and_from_the_record_still_exits() -> None:
+    # the broker's answer (950) below faust-streaming's record (953), read in turn when the
+    # broker answers only every other check: the same stuck commit, not a moving one
+    alternating = [(60_265, 953 if s % 2 else 950, False) for s in range(40)]
+    assert first_commit_exit(CommitStallWatch(STALL), alternating) == 1 + STALL
+    # a commit that really moves, seen lower now and then, restarts the clock each time it
+    # passes its highest value
+    moving = [(60_265, 1000 + 10 * s - (5 if s % 3 == 0 else 0), False) for s in range(40)]
+    assert first_commit_exit(CommitStallWatch(STALL), moving) is None

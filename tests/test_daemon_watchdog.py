@@ -237,9 +237,12 @@ def test_a_commit_the_broker_never_took_exits_75_though_faust_records_it(
             for d in dump
         ), dump
     else:
-        assert (
-            "admissions[0]: caught up, none fetched past it, leader 0 (connected), "
-            "the broker's committed offset behind faust-streaming's record" in dump
+        assert any(
+            d.startswith(
+                "admissions[0]: caught up, none fetched past it, leader 0 (connected), "
+                "the broker's committed offset behind faust-streaming's record; commit clock "
+            )
+            for d in dump
         ), dump
         for number in ("400", "999", "1000"):
             assert number not in warnings[0], warnings
@@ -271,14 +274,36 @@ def test_the_dump_shows_the_view_the_check_decides_from(monkeypatch: pytest.Monk
     assert any(
         line.startswith("orders[1]: processed to 0, committed 40, end None") for line in lines
     )
-    assert lines[-1] == "stall clocks run"
+    assert lines[-1] == "stall clocks run; no check yet"
 
     async def blocked() -> list[str]:
         await world.watchdog.check()  # no batch became durable after this check
         async with world.runtime.lock:
             return world.watchdog.describe()
 
-    assert asyncio.run(blocked())[-1] == "stall clocks paused: a checkpoint under way"
+    last = asyncio.run(blocked())[-1]
+    assert last.startswith("stall clocks paused: a checkpoint under way; 1 checks, the last "), last
+    assert last.endswith(" s ago (the broker answered)"), last
+
+
+def test_the_dump_shows_which_stall_clocks_run_and_how_the_last_check_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a dump taken while a worker sits stuck says whether the checks run and whose clock is
+    # counting towards the exit (what a stalled test's report needs)
+    world = World(monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(500, 0)})
+    world.feed(999)
+    world.consumer._committed_offset[FED] = 400  # commits stopped at 400
+    asyncio.run(world.watchdog.check())
+    lines = world.watchdog.describe()
+    fed = next(line for line in lines if line.startswith("admissions[0]:"))
+    assert "; commit clock 0." in fed, fed
+    starved = next(line for line in lines if line.startswith("orders[1]:"))
+    assert "; input clock 0." in starved, starved
+    assert lines[-1].startswith("stall clocks run; 1 checks, the last "), lines
+    world.consumer.commit_answer_delay = 3600
+    asyncio.run(world.watchdog.check())
+    assert world.watchdog.describe()[-1].endswith("(no answer of the broker)")
 
 
 def test_without_the_input_volume_opt_in_no_line_shows_an_offset(
@@ -301,3 +326,23 @@ def test_without_the_input_volume_opt_in_no_line_shows_an_offset(
     assert "orders[1] has records past the last durable one but none arrived" in line, line
     for number in ("499", "500", "40", "999", "1000"):
         assert number not in line.split("]", 1)[1].split(" for ")[0], line
+
+
+def test_a_new_group_generation_restarts_the_commit_clocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # within one assignment a lower committed offset is the same stuck commit; a new
+    # assignment (another generation) may legitimately start lower, so it starts afresh
+    world = World(monkeypatch, {FED: reachable(1000, 1000), STARVED: reachable(500, 500)})
+    world.feed(999)
+    world.consumer._committed_offset[FED] = 400
+    world.app.consumer_generation_id = 1
+    assert run_checks(world, 0.8 * STALL) is None  # the clock ran 0.8 STALL
+
+    async def new_generation() -> None:
+        world.app.consumer_generation_id = 2
+        world.consumer._committed_offset[FED] = 300
+        await world.watchdog.check()
+
+    asyncio.run(new_generation())
+    fed = next(line for line in world.watchdog.describe() if line.startswith("admissions[0]:"))
+    assert "; commit clock 0.0 s" in fed, fed  # restarted, not continued from 0.8 STALL
+    assert run_checks(world, 2 * STALL) == EXIT_INPUT_GAP  # and it still exits when stuck

@@ -174,6 +174,11 @@ class InputStallWatch:
         for key in [k for k in self._since if k not in keys]:
             del self._since[key]
 
+    def running_for(self, key: tuple[str, int], now: float) -> float | None:
+        """Seconds the clock of partition ``key`` has run, or None when it does not run."""
+        since = self._since.get(key)
+        return None if since is None else now - since
+
     def check(
         self, key: tuple[str, int], view: FetchView | None, done: int, *, blocked: bool, now: float
     ) -> float | None:
@@ -204,7 +209,11 @@ class CommitStallWatch:
     that commits behind its work, as it always does by up to a commit interval.
 
     A partition's commit is *stuck* when, for ``stall_seconds`` without a break, the worker had
-    made records durable past the consumer's committed offset and that offset did not move.
+    made records durable past the consumer's committed offset and that offset did not move
+    past the highest value seen in that time. Within one assignment a committed offset only
+    moves forward, so a lower value read meanwhile (the broker's answer below faust-streaming's
+    record, the two read in turn when the broker does not always answer) is the same stuck
+    commit, not progress; the watchdog forgets every clock when the group's generation changes.
     faust-streaming commits the longest run of acknowledged offsets after the committed one; a
     record fetched and dropped below it (its fetch drop around a seek) is never acknowledged,
     so nothing after it is ever committed, while the worker, which skips records it already
@@ -222,6 +231,11 @@ class CommitStallWatch:
         for key in [k for k in self._since if k not in keys]:
             del self._since[key]
 
+    def running_for(self, key: tuple[str, int], now: float) -> float | None:
+        """Seconds the clock of partition ``key`` has run, or None when it does not run."""
+        since = self._since.get(key)
+        return None if since is None else now - since[0]
+
     def check(
         self, key: tuple[str, int], processed: int, committed: int, *, blocked: bool, now: float
     ) -> float | None:
@@ -232,8 +246,8 @@ class CommitStallWatch:
             self._since.pop(key, None)
             return None
         since = self._since.get(key)
-        if since is None or since[1] != committed:
-            self._since[key] = (now, committed)  # behind, or moved since: a fresh period
+        if since is None or committed > since[1]:
+            self._since[key] = (now, committed)  # behind, or moved on since: a fresh period
             return None
         waited = now - since[0]
         return waited if waited >= self.stall_seconds else None

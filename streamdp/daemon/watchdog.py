@@ -183,6 +183,10 @@ class StallWatchdog:
         )
         self._on_broker: dict[tuple[str, int], int] = {}  # its last answers, for the dump
         self._diverged: set[tuple[str, int]] = set()  # record ahead of the broker, logged
+        # for the dump: how many checks ran, when the last one did and what it could see
+        self._checks = 0
+        self._generation: object = None  # the group generation of the last check
+        self._last_check: tuple[float, str] | None = None
 
     def _blocked(self) -> str | None:
         """Why the worker cannot take records now for a reason that is not a stall (stopping,
@@ -242,10 +246,33 @@ class StallWatchdog:
         diagnostic dump, ``streamdp.daemon.diagnostics``)."""
         blocked = self._blocked()
         offsets = self._shows_offsets()
+        now = time.monotonic()
         lines = [
-            f"{p.topic}[{p.partition}]: {p.summary(offsets=offsets)}" for p in self._partitions()
+            f"{p.topic}[{p.partition}]: {p.summary(offsets=offsets)}{self._clocks(p, now)}"
+            for p in self._partitions()
         ]
-        return [*lines, f"stall clocks paused: {blocked}" if blocked else "stall clocks run"]
+        if self._last_check is None:
+            checks = "no check yet"
+        else:
+            at, outcome = self._last_check
+            checks = f"{self._checks} checks, the last {now - at:.1f} s ago ({outcome})"
+        state = f"stall clocks paused: {blocked}" if blocked else "stall clocks run"
+        return [*lines, f"{state}; {checks}"]
+
+    def _clocks(self, partition: _PartitionView, now: float) -> str:
+        """The partition's stall clocks that run, for :meth:`describe` (seconds only)."""
+        key = (partition.topic, partition.partition)
+        running = [
+            (name, watch.running_for(key, now))
+            for name, watch in (
+                ("input", self._progress.stall_watch),
+                ("commit", self._commit_watch),
+            )
+        ]
+        shown = [
+            f"{name} clock {seconds:.1f} s" for name, seconds in running if seconds is not None
+        ]
+        return f"; {', '.join(shown)}" if shown else ""
 
     async def check(self) -> None:
         """Exit with ``EXIT_INPUT_GAP`` if a partition stalled; return otherwise."""
@@ -260,14 +287,30 @@ class StallWatchdog:
         partitions = list(self._partitions())
         assigned = {(p.topic, p.partition) for p in partitions}
         stall_watch.keep_only(assigned)
+        generation = getattr(self._app, "consumer_generation_id", None)
+        if generation != self._generation:  # a new assignment: committed offsets start afresh
+            self._generation = generation
+            self._commit_watch.keep_only(())
         self._commit_watch.keep_only(assigned)
         partitions = [replace(p, on_broker=None) for p in partitions]  # this check's answer
         self._on_broker = {k: v for k, v in self._on_broker.items() if k in assigned}
         self._diverged &= assigned
+        self._checks += 1
+        outcome = f"blocked: {self._blocked()}" if blocked else "no input partition"
         if not blocked and partitions:
             partitions = await self._with_broker_answers(partitions)
+            answered = any(p.on_broker is not None for p in partitions)
             # the worker may have begun to stop or to rebalance while the broker answered
-            blocked = self._blocked() is not None
+            reason = self._blocked()
+            blocked = reason is not None
+            outcome = (
+                f"blocked after asking the broker: {reason}"
+                if blocked
+                else "the broker answered"
+                if answered
+                else "no answer of the broker"
+            )
+        self._last_check = (now, outcome)
         # from here, "blocked by a checkpoint" means the same one as now (see _blocked)
         self._batches_at_last_check = self._runtime.batches
         for partition in partitions:
