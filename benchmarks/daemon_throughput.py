@@ -926,75 +926,47 @@ FINDINGS_KAFKA = """
 
 Measured on the public-clock daemon (the method is the Tansu file's, `daemon.md`: frozen public
 clock, throughput from the worker's count of durable input records, latency from an operator
-close record to all five releases read back), on a shared 2-core machine. This run's machine was
-slower than the previous measurement's (the engine alone: 8.9 us per event here, 7.5 then):
-compare ratios.
+close record to all five releases read back), on a shared 2-core machine: compare ratios.
 
-**Close latency: target met.** p99 41 ms against the target of 50 ms (p50 20, p95 29 over the 60
-closes of the three runs above; 37 ms in the previous measurement, and p50 15 / p95 27 / p99
-37 ms over 200 closes of a longer run, `--runs 1 --latency-days 200 --config "" --no-write`).
-The worker's own share (receipt of the batch holding the close to the broker's acknowledgement
-of the releases, `streamdp_period_close_latency_seconds`) is 12 ms mean (34 ms at commit
-db2c901, p99 100 ms then). The close path takes two produce round trips (the checkpoint,
-acknowledged, then the releases, acknowledged), and both are needed: noise is stored before any
-release uses it, and a release never leaves before the checkpoint that holds it in its outbox.
+**Throughput: target met with the native order scanner.** The worker reads **0.975 of the bare
+consumer** (0.834-1.045 per run) against the target of 0.8; an earlier run of the same command
+the same day (`--no-write`) gave 0.871 (0.795-0.906 per run). Against the stricter baseline,
+the bare consumer decoding with orjson, it reads 0.504. Before the scanner (commit ffe3944) the
+worker read 0.634 (0.609-0.648), 0.592 in a run on the same day as this one.
 
-**Throughput: target not met.** The worker reads **0.634 of the bare consumer** (0.609-0.648
-per run; 0.659 in the previous measurement, 0.450 at db2c901) against the target of 0.8, and
-0.346 of the bare consumer that decodes with orjson as the worker does. Its CPU per event fell
-from 18.5 us (db2c901) to 12.6-13.4 us: the decoder reads with orjson first (the stdlib reader
-deciding every record orjson would read differently), the per-record path builds nothing for an
-accepted event, the ledger and the checkpoint no longer walk the history.
+What changed: the engine's per-record path was half of the worker's CPU, and half of that was
+the calls into orjson, hashlib, `datetime` and the combo lookup that no Python-level tuning could
+remove (the previous findings: inlining, fewer call layers and mypyc made no measurable
+difference). `streamdp/engine/_order_scanner.c` reads an order in its everyday shape in one pass
+(ASCII, no escapes, exactly the order's fields, a canonical RFC 3339 time, known items with
+integer quantities) and answers its event time, content key (BLAKE2b, its own implementation)
+and quantities; the engine counts it through the same acceptance-window and duplicate code as
+the Python path when every stream of the source accepts it. Anything else the scanner declines
+and the Python path decides, rejections included, so the scanner changes speed and nothing
+else (tests hold its answers equal to the Python reader's and an engine with it equal to one
+without it). In process, the engine takes 2.5 us per restaurant record with the scanner and 6.3
+us on its Python path alone (the table above, same run); the worker's CPU per event fell from
+13.4 us (ffe3944, a slower day) to 5.7 us, below the `json.loads` bare consumer's 6.9 us.
 
-**Where the worker's time goes, and why tuning does not reach 0.8.**
+The scanner is a C extension compiled when streamdp is installed (`setup.py`, optional): the
+quick start's machines have a C compiler (`./run`, `.ci/run`) and the image installs gcc for the
+build. A worker installed without one logs a warning at start and reads every record on the
+Python path: the previous figures (about 0.6 of the bare consumer) apply to it.
 
-- *It is never idle.* In the throughput window the worker's threads are on a CPU or waiting for
-  one 100% of the time (run-queue delay from /proc/<pid>/task/*/schedstat, the table above):
-  about 88% running, 12% waiting for a core (shared with the broker and the benchmark). The
-  pipelining already in place (a batch's checkpoint travels while the next batch is processed)
-  hides the broker's round trips; yielding to the event loop after handing a checkpoint over, so
-  that it reaches the socket before the next batch is processed, changed nothing measurable (3
-  runs each way).
-- *Its CPU.* A sampling profile (py-spy at 250 Hz, attached to one benchmark worker; a tool, not
-  a dependency): of the worker's busy samples after start-up about 56% are the engine's
-  per-record path, 21% aiokafka's fetcher (unpacking record batches into `ConsumerRecord`
-  objects, fetch requests), 15% the producer and socket reads, 6% Faust's buffers, the commit
-  protocol, routing and the checkpoint writer, 2% the web server answering the benchmark's
-  `/metrics` polls.
-- *The engine's floor.* A loop doing only the per-record steps that call into C (orjson decode,
-  the BLAKE2b content digest, `fromisoformat` and `timestamp`, the duplicate set, the counter
-  row), with none of the checks that make one hostile record harmless, costs 3.7 us per record
-  against the engine's 6.6-7.6 us on a quiet machine (4.8 against 9.4 with the other core busy).
-  Hand-inlining the digest, removing a call layer and checking combo quantities by a set of
-  types made no difference measurable in A/B runs (7.2 / 6.6 / 7.6 us before, 7.8 / 7.4 / 7.1 us
-  after); neither did compiling the hot modules (`engine.events`, `periods`, `raw_records`,
-  `open_periods`, `kinds`) with mypyc (6.7-7.9 us interpreted, 7.5-8.9 us compiled, alternating
-  runs): the time is already in C, and what is left is the interpreter's dispatch between calls
-  on untyped JSON values, which mypyc keeps.
-- *Co-location is not the cause.* With the broker pinned to one core and the worker and the
-  bare consumer to the other (`os.sched_setaffinity`, an experiment, not the benchmark's method),
-  the bare consumer gained more than the worker: ratio 0.54.
+**Close latency: target met.** p99 27 ms against the target of 50 ms (p50 16, p95 24 over the
+60 closes of the three runs above; 41 ms before the scanner). The worker's own share (receipt of
+the batch holding the close to the broker's acknowledgement of the releases,
+`streamdp_period_close_latency_seconds`) is 11 ms mean. The close path takes two produce round
+trips (the checkpoint, acknowledged, then the releases, acknowledged), and both are needed:
+noise is stored before any release uses it, and a release never leaves before the checkpoint
+that holds it in its outbox.
 
-The arithmetic, in this run's figures: the bare consumer reads 99k events/s (10.1 us per event),
-so 0.8 allows the worker 12.6 us of wall clock per event, of which it runs 88%: 11.1 us of CPU.
-Outside the engine it spends 4.5 us (13.4 in all, 8.9 in the engine): the engine would have to
-fit in 6.6 us, a quarter less than now, while about 4.5 us of its 8.9 is the floor above, so
-every check that makes one hostile record harmless would have to cost half of what it costs now,
-with no single step above a few hundred nanoseconds left to cut. Against the orjson bare
-consumer (185k events/s, 5.4 us per event) 0.8 leaves the engine 1.4 us, below that floor.
-Reaching the target needs a native per-record path (decode, checks, digest and counts in one
-pass, the Python path kept as the reference and property-tested equal to it, deciding every
-record the native path does not fully accept). A throwaway prototype of its happy path (Cython,
-outside the repository: the digit-run scan, orjson, a parser of the canonical `...Z` timestamp,
-the source, id and combo checks, the BLAKE2b digest, the duplicate set and the counter row; one
-stream, none of the fallback bookkeeping) took 5.4-5.7 us per record against the engine's
-8.9-11.4 us in the same process, alternating, with the other core busy: 36-50% less, because the
-calls into orjson, hashlib and the dict and set operations stay. By the arithmetic above that
-would bring the ratio to roughly 0.8-0.9 once the rest of the per-record work (offsets,
-statistics, several streams, the fallback's checks) is added, with little margin; it needs a C
-compiler at install or published wheels, and puts native code on the privacy-critical path: a
-decision about how streamdp is built and installed, not a tuning step. The figures are reported
-against both baselines so that a faster decoder cannot pass for a faster worker.
+**Where the time goes now.** The worker is still CPU-bound (on a CPU or waiting for one all of
+the throughput window, a quarter of it waiting for a core it shares with the broker and the
+benchmark). With the engine at 2.5 us per record, what remains is mostly aiokafka's fetcher
+(unpacking record batches into `ConsumerRecord` objects), the producer and socket reads of the
+checkpoint and outputs, and Faust's loop; the bare consumer pays the fetcher too. The figures
+are reported against both baselines so that a faster decoder cannot pass for a faster worker.
 """
 
 
