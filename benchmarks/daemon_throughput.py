@@ -909,16 +909,14 @@ BLAKE2b) so that only true duplicates are dropped. So the method changed:
   whose orders are consumed to all five of its releases read back. A period closed by the wall
   clock waits in addition for the worker's next tick (`--tick`, 0.5 s by default).
 
-The previous measurement of the watermark daemon (commit 0bebfd5: 115,424 events/s, 0.572 of
-the bare consumer, close latency p50 28 ms) was taken when this machine's bare consumer read
-~195k events/s; compare ratios, not absolute rates. The content digest costs about 1.2 us per
-record. These figures are measured with the orjson decoder (the stdlib reader deciding every
-record orjson would read differently): the defaults reach 0.701 of the `json.loads` bare
-consumer (0.613-0.781 per run; 0.469 before the orjson decoder, commit 5546222's table) and
-0.364 of the orjson one. On Tansu the worker waits less for a CPU than on Apache Kafka (4% of
-the window against 12%; the Kafka broker used 5 us of CPU per event), part of why its ratio is
-higher here (the bare consumers differ too); where the worker's CPU goes, and why 0.8 is out of
-reach of tuning, is in `daemon_kafka.md`, Findings.
+These figures are measured with the native order scanner (`streamdp/engine/_order_scanner.c`,
+`daemon_kafka.md`, Findings): the defaults read 1.096 of the `json.loads` bare consumer and
+0.623 of the orjson one; the engine alone takes 3.7 us per record with the scanner and 10.3 us
+on its Python path in the same run (a busier machine than the Kafka run's). Before the scanner
+the defaults read 0.701 of the `json.loads` bare consumer (0.613-0.781 per run; 0.469 before the
+orjson decoder, 0.572 for the watermark daemon of commit 0bebfd5) and 0.364 of the orjson one.
+Tansu's close latency (p99 66 ms here) is above Kafka's: Tansu answers no fetch early, so a
+record waits for the consumer's 0.1 s long-poll.
 """
 
 FINDINGS_KAFKA = """
