@@ -488,6 +488,12 @@ def test_records_fetched_and_never_delivered_end_the_worker_with_75(space: Names
     worker.wait_ready()
     space.close_first_part()
     produce(cluster, space.part(1))
-    space.check_outcome(worker)
-    assert worker.restarts == 0, worker.log_tail()
+    space.check_outcome(worker)  # exact outputs, at most one restart
+    if worker.restarts:
+        # the replacement may meet a fetch drop of its own: faust-streaming's happens on
+        # Kafka too, at a start with no rebalance (seen once in four runs of this file,
+        # docs/dev-broker-notes.md); a restart for any other reason fails here
+        log = worker.log_tail(400)
+        assert worker.restarts == 1, log
+        assert "fetched and never delivered: faust-streaming dropped a fetch" in log, log
     assert worker.stop() == 0, worker.log_tail()
