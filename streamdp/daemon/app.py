@@ -69,7 +69,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         log.warning(
             "the native order scanner is not built (no C compiler when streamdp was installed): "
             "every order is read on the Python path, the same results at about 2.5 times the "
-            "CPU per order (README: Performance)"
+            "CPU per order (README, Daemon)"
         )
     metrics.bind_ledger(runtime.budget_view)
     for name, stream_spec in spec.streams.items():

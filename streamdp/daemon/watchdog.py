@@ -34,14 +34,15 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from faust.types import TP
 
-from streamdp.daemon.batch_input import CommitStallWatch, FetchView
+from streamdp.daemon.batch_input import CommitStallWatch
 from streamdp.daemon.fatal import worker_stopping
 from streamdp.daemon.observation import InputProgress
+from streamdp.daemon.partition_view import PartitionView, with_broker_commit, with_end
 from streamdp.daemon.runtime import WorkerRuntime
 from streamdp.errors import EXIT_INPUT_GAP
 from streamdp.faust_internals import broker_committed_offsets, committed_offset, fetch_view
@@ -82,79 +83,6 @@ class _BrokerQuestion(Generic[Answer]):
 def watchdog_interval(stall_seconds: float) -> float:
     """Seconds between two checks: a quarter of the stall limit, within 0.5-5 s."""
     return max(0.5, min(5.0, stall_seconds / 4))
-
-
-@dataclass(frozen=True)
-class _PartitionView:
-    """One assigned input partition as the watchdog sees it."""
-
-    topic: str
-    partition: int
-    view: FetchView | None  # what the client knows (None: no client now)
-    processed: int  # the next offset whose effects are durable, as the worker saw it
-    committed: int  # the consumer's committed offset, by faust-streaming's record
-    waits_for_changelog: bool  # a table recovery waits for an unreachable changelog leader
-    on_broker: int | None = None  # the committed offset the broker answered (None: no answer)
-    diverged: bool = False  # the broker's committed offset was behind the record, last asked
-
-    @property
-    def resumes_from(self) -> int:
-        """The committed offset a next owner would resume from: the broker's, if it answered."""
-        return self.committed if self.on_broker is None else self.on_broker
-
-    @property
-    def done(self) -> int:
-        return max(self.processed, self.committed)
-
-    def summary(self, *, offsets: bool) -> str:
-        """What the watchdog sees of this partition; its offsets only when ``offsets`` (they
-        count the partition's records: input volume, see ``StallWatchdog._shows_offsets``)."""
-        view = self.view
-        leader = (
-            ""
-            if view is None
-            else f"leader {view.leader} "
-            f"({'connected' if view.leader_reachable else 'not connected'})"
-        )
-        waits = ", recovery waits for its changelog leader" if self.waits_for_changelog else ""
-        if view is None:
-            client = "no client view"
-        elif offsets:
-            client = f"end {view.end}, fetch position {view.fetched}, {leader}"
-        else:
-            end = view.end
-            behind = (
-                "end unknown to the client"
-                if end is None
-                else "records past the durable position"
-                if end > self.done
-                else "caught up"
-            )
-            fetched = view.fetched is not None and view.fetched > self.done
-            client = f"{behind}, {'fetched' if fetched else 'none fetched'} past it, {leader}"
-        if not offsets:
-            behind = (
-                ", the broker's committed offset behind faust-streaming's record"
-                if self.diverged
-                else ""
-            )
-            return f"{client}{waits}{behind}"
-        broker = "" if self.on_broker is None else f" (on the broker {self.on_broker})"
-        return f"processed to {self.processed}, committed {self.committed}{broker}, {client}{waits}"
-
-
-def _with_broker_commit(partition: _PartitionView, offsets: dict[Any, int]) -> _PartitionView:
-    """``partition`` with the committed offset the broker answered, if it answered for it."""
-    on_broker = offsets.get(TP(partition.topic, partition.partition))
-    return partition if on_broker is None else replace(partition, on_broker=int(on_broker))
-
-
-def _with_end(partition: _PartitionView, end: int | None) -> _PartitionView:
-    """``partition`` with the probed ``end`` where its client knew none."""
-    view = partition.view
-    if view is None or view.end is not None or end is None:
-        return partition
-    return replace(partition, view=replace(view, end=int(end)))
 
 
 class StallWatchdog:
@@ -215,7 +143,7 @@ class StallWatchdog:
     def _recovering(self) -> bool:
         return bool(getattr(self._app, "in_recovery", False))
 
-    def _partitions(self) -> Iterator[_PartitionView]:
+    def _partitions(self) -> Iterator[PartitionView]:
         """Each assigned input partition as the watchdog sees it now."""
         consumer = self._app.consumer
         next_offset = self._progress.next_offset
@@ -228,7 +156,7 @@ class StallWatchdog:
                 if recovering
                 else None
             )
-            yield _PartitionView(
+            yield PartitionView(
                 tp.topic,
                 tp.partition,
                 fetch_view(consumer, tp),
@@ -259,7 +187,7 @@ class StallWatchdog:
         state = f"stall clocks paused: {blocked}" if blocked else "stall clocks run"
         return [*lines, f"{state}; {checks}"]
 
-    def _clocks(self, partition: _PartitionView, now: float) -> str:
+    def _clocks(self, partition: PartitionView, now: float) -> str:
         """The partition's stall clocks that run, for :meth:`describe` (seconds only)."""
         key = (partition.topic, partition.partition)
         running = [
@@ -283,7 +211,8 @@ class StallWatchdog:
         # up still counts: a restart clears faust-streaming's stuck recoveries
         stall_watch = self._progress.stall_watch
         now = time.monotonic()
-        blocked = self._blocked() is not None
+        reason = self._blocked()
+        blocked = reason is not None
         partitions = list(self._partitions())
         assigned = {(p.topic, p.partition) for p in partitions}
         stall_watch.keep_only(assigned)
@@ -296,7 +225,7 @@ class StallWatchdog:
         self._on_broker = {k: v for k, v in self._on_broker.items() if k in assigned}
         self._diverged &= assigned
         self._checks += 1
-        outcome = f"blocked: {self._blocked()}" if blocked else "no input partition"
+        outcome = f"blocked: {reason}" if blocked else "no input partition"
         if not blocked and partitions:
             partitions = await self._with_broker_answers(partitions)
             answered = any(p.on_broker is not None for p in partitions)
@@ -352,7 +281,7 @@ class StallWatchdog:
                     else "on the broker; faust-streaming's record of its commits is further",
                 )  # fmt: skip
 
-    def _note_divergence(self, partition: _PartitionView) -> None:
+    def _note_divergence(self, partition: PartitionView) -> None:
         """Log once (until it resolves) a partition whose committed offset on the broker is
         behind faust-streaming's record of its commits: the record took a commit the broker
         did not (the watchdog's commit check reads the broker's, so it still exits 75)."""
@@ -375,7 +304,7 @@ class StallWatchdog:
             key[0], key[1], offsets,
         )  # fmt: skip
 
-    async def _with_broker_answers(self, partitions: list[_PartitionView]) -> list[_PartitionView]:
+    async def _with_broker_answers(self, partitions: list[PartitionView]) -> list[PartitionView]:
         """``partitions`` with what the broker answered this check: each one's committed offset,
         and the end of each one the client knows none of (no fetch of it answered: a partition
         the consumer never fetches)."""
@@ -383,7 +312,7 @@ class StallWatchdog:
         tps = [TP(p.topic, p.partition) for p in partitions]
         committed = await self._commit_question.ask(lambda: broker_committed_offsets(consumer, tps))
         if committed is not None:
-            partitions = [_with_broker_commit(p, committed) for p in partitions]
+            partitions = [with_broker_commit(p, committed) for p in partitions]
             self._on_broker = {
                 (p.topic, p.partition): p.on_broker for p in partitions if p.on_broker is not None
             }
@@ -391,7 +320,7 @@ class StallWatchdog:
         if unknown:
             ends = await self._end_question.ask(lambda: consumer.highwaters(*unknown))
             if ends is not None:
-                partitions = [_with_end(p, ends.get(TP(p.topic, p.partition))) for p in partitions]
+                partitions = [with_end(p, ends.get(TP(p.topic, p.partition))) for p in partitions]
         return partitions
 
     async def _exit_to_restart(self, message: str, *args: object) -> None:
