@@ -45,7 +45,12 @@ from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.scanned_orders import NATIVE_SCANNER_BUILT
 from streamdp.engine.stream import check_releasable
-from streamdp.faust_internals import batching_consumer, honest_commits, tuned_fetching
+from streamdp.faust_internals import (
+    acknowledged_commits,
+    batching_consumer,
+    honest_commits,
+    tuned_fetching,
+)
 from streamdp.metrics import StreamdpMetrics
 
 log = logging.getLogger("streamdp.daemon")
@@ -93,6 +98,8 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     if settings.input_path == "batch":
         queue = BatchQueue(input_names, settings.max_batch)
         consumer_class = batching_consumer(consumer_class, queue)
+    else:
+        consumer_class = acknowledged_commits(consumer_class)
     app.transport.Consumer = consumer_class  # type: ignore[misc]
     topics = declare_topics(app, settings, input_names)
     state = topics.state

@@ -84,7 +84,9 @@ class BatchDriver:
             except Exception as error:  # an agent would be restarted: the error would repeat
                 self._end_worker(error)
                 raise
-            self._observe_input(last_offsets(runs))
+            # take_events acknowledges the events after this; the input topics take no
+            # per-record acknowledgements (faust_setup), their commits take these offsets
+            self._acknowledge(last_offsets(runs))
 
     def _process(self, runs: Sequence[Run]) -> BatchOutcome:
         """The release service's outcome for a batch (call under ``runtime.lock``)."""
@@ -120,14 +122,15 @@ class BatchDriver:
         runtime.batches += 1
         ends = last_offsets(runs)
         runtime.records += sum(count for _, count in ends.values())
-        consumer: Any = self._app.consumer  # the BatchingConsumer (faust_internals)
-        for (topic, partition), (last, count) in ends.items():
-            # only now may Faust commit these offsets
-            consumer.acknowledge_through(TP(topic, partition), last + 1, count)
-        self._observe_input(ends)
+        self._acknowledge(ends)
 
-    def _observe_input(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
-        self._progress.observe(ends, self._app.consumer.highwater)
+    def _acknowledge(self, ends: dict[tuple[str, int], tuple[int, int]]) -> None:
+        """The batch whose last offsets and record counts are ``ends`` is durable and
+        published: only now may Faust commit its offsets."""
+        consumer: Any = self._app.consumer  # faust_internals.acknowledged_commits
+        for (topic, partition), (last, count) in ends.items():
+            consumer.acknowledge_through(TP(topic, partition), last + 1, count)
+        self._progress.observe(ends, consumer.highwater)
 
     async def ingest_queue(self, batches: BatchQueue) -> None:
         """The batch task's body (the default input path): batches from ``batches``, the queue
