@@ -207,17 +207,32 @@ def test_a_commit_that_follows_the_work_or_a_blocked_worker_is_never_a_stuck_com
     # blocked (a checkpoint, a rebalance) restarts the clock
     blocked_every_fourth = [(900, 100, s % 4 == 3) for s in range(40)]
     assert first_commit_exit(CommitStallWatch(STALL), blocked_every_fourth) is None
-    # a moving commit restarts the clock; a stuck one after it exits a full period later
-    moving_then_stuck = [(900, 100 + s, False) for s in range(5)] + [(900, 104, False)] * 30
+    # a commit that catches up with the work, then stops: exits a full period after the
+    # catch-up
+    moving_then_stuck = [(900 + 100 * s, 900 + 100 * (s - 1), False) for s in range(5)] + [
+        (1400, 1200, False)
+    ] * 30
     assert first_commit_exit(CommitStallWatch(STALL), moving_then_stuck) == 4 + STALL
+
+
+def test_a_commit_that_crawls_far_behind_the_work_is_a_stuck_commit() -> None:
+    # faust-streaming counting delivered offsets twice after a seek (faust_internals): each
+    # commit advances one offset while the work is 60,000 records ahead
+    crawling = [(60_265, 340 + s, False) for s in range(40)]
+    assert first_commit_exit(CommitStallWatch(STALL), crawling) == STALL
+    # the same work committed a second late but in full each time: never stuck
+    following = [(1000 * (s + 2), 1000 * (s + 1), False) for s in range(40)]
+    assert first_commit_exit(CommitStallWatch(STALL), following) is None
 
 
 def test_a_stuck_commit_read_in_turn_from_the_broker_and_from_the_record_still_exits() -> None:
     # the broker's answer (950) below faust-streaming's record (953), read in turn when the
     # broker answers only every other check: the same stuck commit, not a moving one
     alternating = [(60_265, 953 if s % 2 else 950, False) for s in range(40)]
-    assert first_commit_exit(CommitStallWatch(STALL), alternating) == 1 + STALL
-    # a commit that really moves, seen lower now and then, restarts the clock each time it
-    # passes its highest value
-    moving = [(60_265, 1000 + 10 * s - (5 if s % 3 == 0 else 0), False) for s in range(40)]
-    assert first_commit_exit(CommitStallWatch(STALL), moving) is None
+    assert first_commit_exit(CommitStallWatch(STALL), alternating) == STALL
+    # a commit that follows the work, seen lower now and then, restarts the clock each time it
+    # reaches the offset that was durable when its clock started
+    following = [
+        (1000 * (s + 2), 1000 * (s + 1) - (5 if s % 3 == 0 else 0), False) for s in range(40)
+    ]
+    assert first_commit_exit(CommitStallWatch(STALL), following) is None

@@ -205,25 +205,26 @@ class InputStallWatch:
 
 
 class CommitStallWatch:
-    """Tells a consumer whose commits stopped (exit and restart from the checkpoint) from one
-    that commits behind its work, as it always does by up to a commit interval.
+    """Tells a consumer whose commits stopped or crawl (exit and restart from the checkpoint)
+    from one that commits behind its work, as it always does by up to a commit interval.
 
-    A partition's commit is *stuck* when, for ``stall_seconds`` without a break, the worker had
-    made records durable past the consumer's committed offset and that offset did not move
-    past the highest value seen in that time. Within one assignment a committed offset only
-    moves forward, so a lower value read meanwhile (the broker's answer below faust-streaming's
-    record, the two read in turn when the broker does not always answer) is the same stuck
-    commit, not progress; the watchdog forgets every clock when the group's generation changes.
-    faust-streaming commits the longest run of acknowledged offsets after the committed one; a
-    record fetched and dropped below it (its fetch drop around a seek) is never acknowledged,
-    so nothing after it is ever committed, while the worker, which skips records it already
-    applied, goes on. A restart re-reads from the committed offset, which the checkpoint's
-    applied offsets make exact. The clock does not run while the worker is ``blocked`` and
-    restarts whenever the committed offset moves.
+    A partition's commit is *stuck* when, for ``stall_seconds`` without a break, the committed
+    offset did not reach the offset the worker had made durable when that time began. A
+    healthy consumer commits what is durable within a commit interval, so its clock keeps
+    restarting; one whose committed offset does not move, or moves a few offsets at a time
+    while the work runs far ahead (faust-streaming's commit of its longest run of acknowledged
+    offsets, ended early at a record it never acknowledged or at offsets it counts twice; see
+    ``streamdp.faust_internals``), is stuck. Within one assignment a committed offset only
+    moves forward, and a lower value read meanwhile (the broker's answer below faust-streaming's
+    record, the two read in turn when the broker does not always answer) changes nothing; the
+    watchdog forgets every clock when the group's generation changes. A restart re-reads from
+    the committed offset, which the checkpoint's applied offsets make exact. The clock does not
+    run while the worker is ``blocked``.
     """
 
     def __init__(self, stall_seconds: float) -> None:
         self.stall_seconds = stall_seconds
+        # per partition: when the clock started, and the durable offset the commit must reach
         self._since: dict[tuple[str, int], tuple[float, int]] = {}
 
     def keep_only(self, keys: Collection[tuple[str, int]]) -> None:
@@ -242,12 +243,12 @@ class CommitStallWatch:
         """Seconds the commit of partition ``key`` has been stuck once that reaches
         ``stall_seconds``, else None. ``processed``: the next offset whose effects are durable;
         ``committed``: the consumer's committed offset."""
-        if blocked or processed <= committed:
-            self._since.pop(key, None)
-            return None
         since = self._since.get(key)
-        if since is None or committed > since[1]:
-            self._since[key] = (now, committed)  # behind, or moved on since: a fresh period
+        if blocked or processed <= committed or (since is not None and committed >= since[1]):
+            self._since.pop(key, None)  # caught up with the work as it stood: a fresh period
+            return None
+        if since is None:
+            self._since[key] = (now, processed)
             return None
         waited = now - since[0]
         return waited if waited >= self.stall_seconds else None
