@@ -212,14 +212,13 @@ class CommitStallWatch:
     offset did not reach the offset the worker had made durable when that time began. A
     healthy consumer commits what is durable within a commit interval, so its clock keeps
     restarting; one whose committed offset does not move, or moves a few offsets at a time
-    while the work runs far ahead (faust-streaming's commit of its longest run of acknowledged
-    offsets, ended early at a record it never acknowledged or at offsets it counts twice; see
-    ``streamdp.faust_internals``), is stuck. Within one assignment a committed offset only
-    moves forward, and a lower value read meanwhile (the broker's answer below faust-streaming's
-    record, the two read in turn when the broker does not always answer) changes nothing; the
-    watchdog forgets every clock when the group's generation changes. A restart re-reads from
-    the committed offset, which the checkpoint's applied offsets make exact. The clock does not
-    run while the worker is ``blocked``.
+    while the work runs far ahead (as faust-streaming's own commit step did on the stream path,
+    ``streamdp.faust_internals``, "Acknowledged commits"), is stuck. Within one assignment a
+    committed offset only moves forward, and a lower value read meanwhile (the broker's answer
+    below faust-streaming's record, the two read in turn when the broker does not always answer)
+    changes nothing; the watchdog forgets every clock when the group's generation changes. A
+    restart re-reads from the committed offset, which the checkpoint's applied offsets make
+    exact. The clock does not run while the worker is ``blocked``.
     """
 
     def __init__(self, stall_seconds: float) -> None:

@@ -276,7 +276,7 @@ class StallWatchdog:
                 await self._exit_to_restart(
                     "input %s[%d]: %s for %.0f s (%s)",
                     key[0], key[1], where, stuck,
-                    "faust-streaming never acknowledged a record after it"
+                    "the consumer's commits stopped or fell behind"
                     if partition.on_broker is None or partition.committed <= partition.on_broker
                     else "on the broker; faust-streaming's record of its commits is further",
                 )  # fmt: skip
