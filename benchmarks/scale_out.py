@@ -7,11 +7,11 @@ One run, repeated ``--runs`` times, each on a fresh single-node Apache Kafka 4.4
    Kafka's default partitioner spreads their records (keyed by source) evenly over the
    partitions (the source's home partition, ``streamdp.daemon.service.home_partition``);
 2. the same backlog is pre-produced to every source: ``--periods`` days x ``--rate`` orders;
-3. *one worker*: a ``streamdp worker`` (app id ``one``) reads the whole backlog; throughput =
+3. *one worker*: a ``streamdp worker`` (app id ``one-1``) reads the whole backlog; throughput =
    records made durable per second, timed from its first poll of ``/metrics`` showing input
    progress to the poll showing all of it (startup and group join excluded), and its CPU
    seconds over the same window (/proc);
-4. *two workers*: two ``streamdp worker`` processes in one consumer group (app id ``two``,
+4. *two workers*: two ``streamdp worker`` processes in one consumer group (app id ``two-1``,
    started together) read the same topics from the beginning; timed from the first poll at
    which both show input progress (both own partitions) to the poll at which their sum reaches
    the backlog; CPU is the sum of both workers' over that window; each worker's share of the
@@ -19,9 +19,14 @@ One run, repeated ``--runs`` times, each on a fresh single-node Apache Kafka 4.4
    same partition numbers of every topic, so each gets the sources whose home is there).
 
 Reported: events/s (total) and events per worker CPU-second, one worker against two, medians of
-the runs, and the broker's CPU seconds in each window. On this 2-core machine (shared with the
-broker and other engineers' jobs) two workers cannot run twice as fast: the figure that says
-whether the work splits without overhead is events per worker CPU-second.
+the runs, and the broker's CPU seconds in each window. A worker that exits inside a window (exit
+75 is how a worker asks its supervisor for a restart, e.g. after faust-streaming dropped a fetch
+in a rebalance) ends that attempt: it is reported as discarded with the worker's reason, and the
+configuration is run again from the beginning under a fresh consumer group (at most
+``MAX_ATTEMPTS`` times); its figures would mix a restart's recovery into the rate. On this
+2-core machine (shared with the broker and other engineers' jobs) two workers cannot run twice
+as fast: the figure that says whether the work splits without overhead is events per worker
+CPU-second.
 
     .venv/bin/python benchmarks/scale_out.py [--runs 3] [--sources 8 --partitions 4]
 
@@ -61,6 +66,36 @@ from streamdp.synth import generate
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TEMPLATE_SOURCE = "restaurant-orders"
+MAX_ATTEMPTS = 3  # per configuration and run
+
+
+class WorkerExitError(RuntimeError):
+    """A worker exited inside the timed window."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"a worker exited early ({code}): {reason}")
+        self.code = code
+        self.reason = reason
+
+
+@dataclass
+class Discarded:
+    """An attempt ended by a worker's exit."""
+
+    run: int
+    workers: int
+    code: int
+    reason: str
+
+
+def exit_reason(log: Path) -> str:
+    """The worker's last CRITICAL log line (the one a worker logs when it ends itself; its last
+    line otherwise)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "CRITICAL" in line:
+            return line[-300:]
+    return lines[-1][-300:] if lines else "(empty log)"
 
 
 def balanced_sources(count: int, partitions: int) -> list[str]:
@@ -129,8 +164,7 @@ def timed_window(
         now = time.perf_counter()
         for worker, log in zip(workers, logs, strict=True):
             if worker.poll() is not None:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"a worker exited early ({worker.returncode}):\n{tail}")
+                raise WorkerExitError(worker.returncode, exit_reason(log))
         known = [c for c in counts if c is not None]
         done = sum(known)
         if start is None and len(known) == len(ports) and all(c > 0 for c in known):
@@ -153,7 +187,11 @@ def timed_window(
     raise RuntimeError("the workers did not consume the backlog within 900 s")
 
 
-def run_once(args: argparse.Namespace, work: Path) -> list[Window]:
+def run_once(
+    args: argparse.Namespace, work: Path, number: int, discarded: list[Discarded]
+) -> list[Window]:
+    """Run ``number``'s two windows (one worker, then two); attempts a worker's exit ended are
+    appended to ``discarded``."""
     sources = balanced_sources(args.sources, args.partitions)
     text = spec_text(sources)
     spec_path = work / "scale.toml"
@@ -169,41 +207,48 @@ def run_once(args: argparse.Namespace, work: Path) -> list[Window]:
     total = len(values) * len(sources)
     windows = []
     with KafkaBroker(log_path=work / "kafka.log", start_timeout=180) as broker:
-        for app_id in ("one", "two"):
-            settings = DaemonSettings(
-                config=spec_path, bootstrap=broker.bootstrap, partitions=args.partitions,
-                app_id=app_id,
-            )  # fmt: skip
-            broker.create_topics(required_topics(spec, settings), exist_ok=True)
         for name in sources:
             own = [v.replace(marker, f'"source": "{name}"'.encode()) for v in values]
             asyncio.run(produce(broker.bootstrap, own, topic=name, key=name.encode()))
-        for app_id, count in (("one", 1), ("two", 2)):
-            ports = [free_loopback_port() for _ in range(count)]
-            workers = [
-                start_worker(
-                    spec_path,
-                    broker.bootstrap,
-                    port,
-                    work,
-                    frozen,
-                    args.partitions,
-                    [],
+        for group, count in (("one", 1), ("two", 2)):
+            for attempt in range(1, MAX_ATTEMPTS + 1):
+                app_id = f"{group}-{attempt}"  # a fresh group reads from the beginning
+                settings = DaemonSettings(
+                    config=spec_path, bootstrap=broker.bootstrap, partitions=args.partitions,
                     app_id=app_id,
-                    log_name=f"worker-{app_id}-{i}.log",
-                )
-                for i, port in enumerate(ports)
-            ]
-            try:
+                )  # fmt: skip
+                broker.create_topics(required_topics(spec, settings), exist_ok=True)
+                ports = [free_loopback_port() for _ in range(count)]
                 logs = [work / f"worker-{app_id}-{i}.log" for i in range(count)]
-                windows.append(timed_window(workers, ports, total, broker.node_pid(0), logs))
-            finally:
-                for worker in workers:
-                    stop_worker(worker)
+                workers = [
+                    start_worker(
+                        spec_path,
+                        broker.bootstrap,
+                        port,
+                        work,
+                        frozen,
+                        args.partitions,
+                        [],
+                        app_id=app_id,
+                        log_name=log.name,
+                    )
+                    for port, log in zip(ports, logs, strict=True)
+                ]
+                try:
+                    windows.append(timed_window(workers, ports, total, broker.node_pid(0), logs))
+                    break
+                except WorkerExitError as exited:
+                    discarded.append(Discarded(number, count, exited.code, exited.reason))
+                    print(f"run {number}: {count} worker(s): {exited}; again", flush=True)
+                finally:
+                    for worker in workers:
+                        stop_worker(worker)
+            else:
+                raise RuntimeError(f"{count} worker(s): a worker exited in every attempt")
     return windows
 
 
-def report(runs: list[list[Window]], args: argparse.Namespace) -> str:
+def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[Discarded]) -> str:
     command = "`.venv/bin/python benchmarks/scale_out.py"
     if (args.runs, args.sources, args.partitions, args.periods, args.rate) != (3, 8, 4, 25, 2000):
         command += (
@@ -261,6 +306,13 @@ def report(runs: list[list[Window]], args: argparse.Namespace) -> str:
             "events."
         ),
     ]
+    if discarded:
+        out += ["", "Attempts discarded because a worker exited inside the window:", ""]
+        out += [
+            f"- run {d.run}, {d.workers} worker(s): exit {d.code}: `{d.reason}`" for d in discarded
+        ]
+    else:
+        out += ["", "No worker exited in any attempt."]
     out += [
         "",
         "Per run:",
@@ -299,15 +351,17 @@ def main() -> int:
             if key not in ("from_json", "no_write"):
                 setattr(args, key, value)
         stored = [[Window(**w) for w in run] for run in raw["runs"]]
-        (RESULTS / "scale_out.md").write_text(report(stored, args))
-        print(report(stored, args))
+        gone = [Discarded(**d) for d in raw.get("discarded", [])]
+        (RESULTS / "scale_out.md").write_text(report(stored, args, gone))
+        print(report(stored, args, gone))
         return 0
     if args.partitions < 4 or args.sources < args.partitions:
         parser.error("scale-out needs --partitions >= 4 and at least one source per partition")
     runs = []
+    discarded: list[Discarded] = []
     with tempfile.TemporaryDirectory(prefix="streamdp-scale-") as tmp:
         for number in range(args.runs):
-            windows = run_once(args, Path(tmp))
+            windows = run_once(args, Path(tmp), number + 1, discarded)
             runs.append(windows)
             for w in windows:
                 print(
@@ -316,12 +370,16 @@ def main() -> int:
                     f"{[round(s, 2) for s in w.shares]}",
                     flush=True,
                 )
-    text = report(runs, args)
+    text = report(runs, args, discarded)
     print(text)
     if not args.no_write:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / "scale_out.md").write_text(text)
-        raw = {"args": vars(args), "runs": [[vars(w) for w in run] for run in runs]}
+        raw = {
+            "args": vars(args),
+            "runs": [[vars(w) for w in run] for run in runs],
+            "discarded": [vars(d) for d in discarded],
+        }
         (RESULTS / "scale_out.json").write_text(json.dumps(raw, indent=1))
     return 0
 
