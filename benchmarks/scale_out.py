@@ -207,17 +207,22 @@ def run_once(
     total = len(values) * len(sources)
     windows = []
     with KafkaBroker(log_path=work / "kafka.log", start_timeout=180) as broker:
+
+        def create_topics(app_id: str) -> None:
+            settings = DaemonSettings(
+                config=spec_path, bootstrap=broker.bootstrap, partitions=args.partitions,
+                app_id=app_id,
+            )  # fmt: skip
+            broker.create_topics(required_topics(spec, settings), exist_ok=True)
+
+        create_topics("one-1")  # the input topics with the first group's own
         for name in sources:
             own = [v.replace(marker, f'"source": "{name}"'.encode()) for v in values]
             asyncio.run(produce(broker.bootstrap, own, topic=name, key=name.encode()))
         for group, count in (("one", 1), ("two", 2)):
             for attempt in range(1, MAX_ATTEMPTS + 1):
                 app_id = f"{group}-{attempt}"  # a fresh group reads from the beginning
-                settings = DaemonSettings(
-                    config=spec_path, bootstrap=broker.bootstrap, partitions=args.partitions,
-                    app_id=app_id,
-                )  # fmt: skip
-                broker.create_topics(required_topics(spec, settings), exist_ok=True)
+                create_topics(app_id)
                 ports = [free_loopback_port() for _ in range(count)]
                 logs = [work / f"worker-{app_id}-{i}.log" for i in range(count)]
                 workers = [
