@@ -23,9 +23,9 @@ the runs, and the broker's CPU seconds in each window. A worker that exits insid
 75 is how a worker asks its supervisor for a restart, e.g. after faust-streaming dropped a fetch
 in a rebalance) ends that attempt: it is reported as discarded with the worker's reason, and the
 configuration is run again from the beginning under a fresh consumer group (at most
-``MAX_ATTEMPTS`` times); its figures would mix a restart's recovery into the rate. On this
-2-core machine (shared with the broker and other engineers' jobs) two workers cannot run twice
-as fast: the figure that says whether the work splits without overhead is events per worker
+``MAX_ATTEMPTS`` times); its figures would mix a restart's recovery into the rate. On a 2-core
+machine shared with the broker, the total rate of two workers is bounded by the cores left to
+them; the figure that says whether the work splits without overhead is events per worker
 CPU-second.
 
     .venv/bin/python benchmarks/scale_out.py [--runs 3] [--sources 8 --partitions 4]
@@ -255,7 +255,7 @@ def run_once(
 
 def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[Discarded]) -> str:
     command = "`.venv/bin/python benchmarks/scale_out.py"
-    if (args.runs, args.sources, args.partitions, args.periods, args.rate) != (3, 8, 4, 25, 2000):
+    if (args.runs, args.sources, args.partitions, args.periods, args.rate) != (3, 8, 4, 100, 2000):
         command += (
             f" --runs {args.runs} --sources {args.sources} --partitions {args.partitions}"
             f" --periods {args.periods} --rate {args.rate:g}"
@@ -273,9 +273,9 @@ def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[D
             "orders pre-produced to every source; one `streamdp worker`, then two in one consumer "
             "group, read all of it from the beginning (frozen public clock, insecure seeded "
             f"sampler). Median of {args.runs} runs, each on a fresh broker. Shared 2-core machine "
-            "(the broker and other engineers' jobs run on the same cores): two workers cannot "
-            "run twice as fast here; events per worker CPU-second says whether the work splits "
-            "without overhead."
+            "(the broker and other engineers' jobs run on the same cores), so the total rate of "
+            "two workers is bounded by the cores left to them; events per worker CPU-second "
+            "says whether the work splits without overhead."
         ),
         "",
         (
@@ -295,18 +295,24 @@ def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[D
         )
     per_run = [run[1].events_per_cpu_second / run[0].events_per_cpu_second for run in runs]
     speed = [run[1].events_per_second / run[0].events_per_second for run in runs]
+    cpu_ratio, speed_ratio = statistics.median(per_run), statistics.median(speed)
+    if cpu_ratio >= 0.9:
+        split = (
+            "each worker's CPU per event stays within 10% of a single worker's or better: "
+            "no per-worker overhead from the group"
+        )
+    else:
+        split = f"each worker spends {1 / cpu_ratio:.2f} times a single worker's CPU per event"
     out += [
         "",
         (
             "Two workers against one, per run (same broker, same topics): events per worker "
             f"CPU-second x{', x'.join(f'{r:.2f}' for r in per_run)} (median "
-            f"x{statistics.median(per_run):.2f}); total events/s "
-            f"x{', x'.join(f'{r:.2f}' for r in speed)}. The group splits the sources between "
-            "the workers by partition (shares above) and each one's CPU per event stays "
-            "that of a single worker: no per-worker overhead from the group. Whether the total "
-            "rate then grows with a core per worker (and the broker elsewhere) could not be "
-            "measured here: on these 2 cores, shared with the broker, two workers read no "
-            "faster than one. The two workers' window starts once both show progress (the "
+            f"x{cpu_ratio:.2f}); total events/s x{', x'.join(f'{r:.2f}' for r in speed)} "
+            f"(median x{speed_ratio:.2f}). The group splits the sources between the workers by "
+            f"partition (shares above) and {split}. On these 2 cores, shared with the broker "
+            f"(its CPU seconds in the window above), two workers read x{speed_ratio:.2f} as "
+            "fast as one in total. The two workers' window starts once both show progress (the "
             "first one to join reads alone until the group rebalances), so it holds fewer "
             "events."
         ),
@@ -343,7 +349,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--sources", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--periods", type=int, default=25, help="days per source")
+    parser.add_argument("--periods", type=int, default=100, help="days per source")
     parser.add_argument("--rate", type=float, default=2000.0, help="orders per day")
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
