@@ -192,8 +192,7 @@ def acknowledged_commits(base: type) -> type:
 
 def batching_consumer(base: type, queue: BatchQueue) -> type:
     """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
-    records to ``queue`` one fetch at a time, and whose commits are
-    :func:`acknowledged_commits`'."""
+    records to ``queue`` one fetch at a time; its commits are :func:`acknowledged_commits`'s."""
 
     class BatchingConsumer(acknowledged_commits(base)):  # type: ignore[misc]
         async def _drain_messages(self, fetcher: Any) -> None:

@@ -66,6 +66,8 @@ async def _drain_with_a_seek_mid_fetch(
     consumer and the offsets delivered, in order. ``acking``: Faust's per-record
     acknowledgements are on for the topic (its default)."""
     fetcher = _Fetcher()
+    fetches = [FIRST_FETCH, SECOND_FETCH]
+    sought = False
     delivered: list[int] = []
 
     class TwoFetches(consumer_base):  # type: ignore[misc,valid-type]
@@ -76,15 +78,15 @@ async def _drain_with_a_seek_mid_fetch(
             return {ORDERS: COMMITTED}  # the broker's committed offset, read by the seek
 
         async def getmany(self, timeout: float) -> AsyncIterator[tuple[TP, Message]]:
-            fetches = self._fetches
+            nonlocal sought
             if not fetches:
                 fetcher._stopped.set()
                 return
             for offset in fetches.pop(0):
-                if offset == SEEK_AT and not self._sought:
+                if offset == SEEK_AT and not sought:
                     # the recovery's seek (another task) returns at one of the drain loop's
                     # yields between two records: its sleep(0) every 100 records, or here
-                    self._sought = True
+                    sought = True
                     await self.perform_seek()
                 yield ORDERS, _message(offset)
 
@@ -103,8 +105,6 @@ async def _drain_with_a_seek_mid_fetch(
         on_partitions_assigned=_no_callback,
         loop=loop,
     )
-    consumer._fetches = [FIRST_FETCH, SECOND_FETCH]
-    consumer._sought = False
     consumer._committed_offset[ORDERS] = COMMITTED
     try:
         await consumer._drain_messages(fetcher)
