@@ -107,15 +107,26 @@ def _run(spec: Any, lines: list[bytes], days: int, seed: int) -> list[Any]:
 
 
 def _exact_stds(
-    mechanism: str, horizon: int, sensitivity: int, branching: int | None = None
+    mechanism: str,
+    horizon: int,
+    sensitivity: int,
+    branching: int | None = None,
+    projected_width: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Per period ``(count std, total std)`` from the strategy's exact variances."""
+    """Per period ``(count std, total std)`` declared for the strategy: its exact variances'
+    sds plus the fixed-point rounding bound (epoch 0, no projection)."""
     strategy = build_any_strategy(mechanism, "total", horizon, branching)
     scales = np.asarray(level_scales(strategy, 1.0, sensitivity))[strategy.node_levels]
     node_var = np.array([discrete_laplace_variance(b) for b in scales])
+    # the declared stds add the public bound on the fixed-point rounding of the GLS decoder
+    # (zero for the integer negative digits), to the exact sd times a 2^-40 float slack
+    rounding = strategy.rounding_bound()
+    if projected_width is not None:  # before sqrt(P_jj): |(P r)_j| <= sqrt(P_jj width) max|r|
+        rounding *= np.sqrt(projected_width)
+    slack = 1.0 + 2.0**-40 if rounding else 1.0
     return (
-        np.sqrt(strategy.count_variances(node_var)),
-        np.sqrt(strategy.total_variances(node_var)),
+        np.sqrt(strategy.count_variances(node_var)) * slack + 2 * rounding,
+        np.sqrt(strategy.total_variances(node_var)) * slack + rounding,
     )
 
 
@@ -249,7 +260,7 @@ def test_simulation_confirms_the_projected_stds_of_a_kary_stream_with_combos() -
     d_count, d_total, std_count, std_total = _deviations(spec, lines, exact, range(400))
     shrink = np.clip(np.diag(project_nodes(stream, np.eye(3))), 0, 1)
     assert shrink.max() < 1.0  # the projection removes noise
-    count_std, total_std = _exact_stds("kary_gls", 12, 3, branching=3)
+    count_std, total_std = _exact_stds("kary_gls", 12, 3, branching=3, projected_width=3)
     np.testing.assert_allclose(std_count, np.sqrt(np.outer(count_std**2, shrink)), rtol=1e-9)
     np.testing.assert_allclose(std_total, np.sqrt(np.outer(total_std**2, shrink)), rtol=1e-9)
     # every run's deviations lie in the combo span (exact counts already do)
@@ -324,7 +335,7 @@ def test_unenforced_combos_are_projected_in_revisions_not_at_publication() -> No
 def test_census_kary_releases_satisfy_the_hierarchy_when_published() -> None:
     """The census stream (355 counters) with kary_gls: every period's released totals obey
     total = each marginal's sum = the cells' sum, with per-counter stds sqrt(P_jj) x the
-    strategy's; the projection runs once per epoch, not per release."""
+    strategy's (each including the projected fixed-point rounding bound)."""
     from streamdp.synth import generate
 
     spec = _example("census", "kary_gls")
@@ -340,7 +351,7 @@ def test_census_kary_releases_satisfy_the_hierarchy_when_published() -> None:
     names = list(stream.counters.names)
     assert len(releases) == 4 * len(names) == 4 * 355
     shrink = np.clip(np.diag(project_nodes(stream, np.eye(len(names)))), 0, 1)
-    count_std, total_std = _exact_stds("kary_gls", 120, 5)
+    count_std, total_std = _exact_stds("kary_gls", 120, 5, projected_width=len(names))
     for t in range(1, 5):
         by_name = {r.counter: r for r in releases if r.period == t}
         row = np.array([[by_name[n].noisy_total for n in names]])

@@ -143,9 +143,17 @@ class ContinualCounter:
             period=t,
             noisy_count=count,
             noisy_total=total + self.carry,
-            count_std=math.sqrt(self.count_variance(t)),
-            total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
+            count_std=self.count_std(t),
+            total_std=self.total_std(t),
         )
+
+    def count_std(self, t: int) -> float:
+        """Declared standard deviation of period ``t``'s released count (exact: integers)."""
+        return math.sqrt(self.count_variance(t))
+
+    def total_std(self, t: int) -> float:
+        """Declared standard deviation of running total ``t``, carry included (exact)."""
+        return math.sqrt(self.total_variance(t) + self.carry_variance)
 
     def _draw(self, t: int) -> Int64Array:
         """Fresh noise for node ``t`` (labelled by stream, epoch and node when labelled)."""

@@ -9,17 +9,22 @@ Same interface as :class:`streamdp.continual.counter.ContinualCounter` (``close_
   (:meth:`epoch_noise`); it must be stored before any release that used it is published.
   :meth:`FactoredCounter.from_state` reuses it and never draws it again; noise stored by a
   step a crash lost is given back with :meth:`adopt_noise` before it would be drawn.
-- Release ``t`` is ``s_t + n_t`` with ``s_t`` the exact running total and ``n = M z`` the
-  strategy's decoded noise, projected onto the stream's public constraints when a projection
-  is given (:attr:`FactoredCounter.variance_factors`). ``kary_digits`` releases integers;
-  ``kary_gls`` releases real numbers (float64): rounding them would change the exact variances
-  the releases declare.
+- Release ``t`` is ``D(y)_t``, the strategy's fixed-point decoding of the noisy nodes
+  ``y = R a + z`` (:mod:`streamdp.continual.fixed_point`), computed exactly as the int64 sum
+  ``s_t + D(z)_t`` (shift-equivariance makes the two equal) and only then turned into float64:
+  every release is a deterministic function of the noisy nodes alone, whatever the split of
+  ``y`` into count and noise (DESIGN §2). With a projection ``P``
+  (:attr:`FactoredCounter.variance_factors`) the float totals are projected next, in a fixed
+  order (:func:`~streamdp.continual.factored_noise.project_rows`). ``kary_digits`` releases
+  integers; ``kary_gls`` releases multiples of ``2^-32`` (as float64) within
+  :meth:`~streamdp.continual.kary.KaryStrategy.rounding_bound` of the exact GLS estimate, a
+  bound the declared standard deviations include (:meth:`FactoredCounter.total_std`).
 - ``noisy_nodes()`` returns the finalised blocks (every block whose last period has closed):
   their exact sum plus their stored noise, the vector every release is post-processing of,
   in the order they were finalised (the state names them ``noisy_nodes`` like the Fenwick
   counter's, so the daemon stores each one once under its own key).
 
-The epoch's noise (level scales, the draw, decoding and projection) is in
+The epoch's noise (level scales, the draw, decoding) is in
 :mod:`streamdp.continual.factored_noise`, which blocks a close finalises in
 :mod:`streamdp.continual.factored_blocks`, the state and its restore (and the state's size) in
 :mod:`streamdp.continual.factored_state`.
@@ -35,7 +40,7 @@ import numpy.typing as npt
 
 from streamdp.continual.counter_checks import check_bank, int_vector
 from streamdp.continual.factored_blocks import blocks_ending
-from streamdp.continual.factored_noise import EpochNoise
+from streamdp.continual.factored_noise import EpochNoise, project_rows
 from streamdp.continual.factored_state import factored_state, restore_factored
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.privacy import check_privacy
@@ -83,6 +88,10 @@ class FactoredCounter:
             self.adopt_noise(node_noise)
         self._total_var = strategy.total_variances(self._noise.node_var)
         self._count_var = strategy.count_variances(self._noise.node_var)
+        # public bound on one running total's fixed-point rounding; a projection mixes the
+        # counters' roundings: |(P r)_j| <= sqrt(P_jj) ||r||_2 <= sqrt(P_jj width) max|r|
+        bound = strategy.rounding_bound()
+        self._rounding = bound * (math.sqrt(self.width) if projection is not None else 1.0)
         self._closed = 0
         self._exact_total: Int64Array = np.zeros(self.width, dtype=np.int64)  # raw s_t
         # raw running total at the start of each level's open block
@@ -138,6 +147,20 @@ class FactoredCounter:
         """Exact ``Var(s~_t - s~_{t-1})``."""
         return float(self._count_var[t - 1])
 
+    def count_std(self, t: int) -> float:
+        """Declared standard deviation of the released count of period ``t``: the exact one
+        plus the fixed-point rounding of the two totals it is the difference of (see
+        :meth:`total_std`)."""
+        return _declared_std(self.count_variance(t), 2.0 * self._rounding)
+
+    def total_std(self, t: int) -> float:
+        """Declared standard deviation of the released running total ``t`` (carry included):
+        ``sqrt(Var) + rho``, an upper bound on its root mean squared error, ``rho`` bounding
+        the fixed-point rounding of this epoch's total and of each carried one (for
+        ``kary_gls``; zero for integer releases). Before a projection's ``sqrt(P_jj)``."""
+        variance = self.total_variance(t) + self.carry_variance
+        return _declared_std(variance, (self.epoch + 1) * self._rounding)
+
     def range_variance(self, first: int, last: int) -> float:
         """Exact variance of the released sum over periods ``first..last`` of this epoch."""
         return self.strategy.range_variance(first, last, self._noise.node_var)
@@ -179,18 +202,25 @@ class FactoredCounter:
             self._block_start[level] = total
         self._exact_total = total
         self._closed = t
-        noisy_total = total + self._noise.decoded[t - 1]
-        before = (
-            self._exact_total - a + self._noise.decoded[t - 2] if t > 1 else np.zeros(self.width)
-        )
+        totals = self._released_totals(np.stack([total - a, total]), np.array([t - 1, t]))
         return FactoredRelease(
             epoch=self.epoch,
             period=t,
-            noisy_count=noisy_total - before,
-            noisy_total=noisy_total + self.carry,
-            count_std=math.sqrt(self.count_variance(t)),
-            total_std=math.sqrt(self.total_variance(t) + self.carry_variance),
+            noisy_count=totals[1] - totals[0],
+            noisy_total=totals[1] + self.carry,
+            count_std=self.count_std(t),
+            total_std=self.total_std(t),
         )
+
+    def _released_totals(self, exact: Int64Array, periods: Int64Array) -> FloatArray:
+        """This epoch's released running totals (carry excluded) at the 1-based ``periods``
+        (period 0: zeros) with exact totals ``exact`` (``(n, width)``): the noisy totals as
+        floats (a function of the noisy nodes alone), then projected when the stream is."""
+        self.draw_noise()
+        values = self._noise.noisy_totals(exact, periods)
+        if self._noise.projection is not None:
+            values = project_rows(values, self._noise.projection)
+        return values
 
     def released(self, first: int) -> tuple[FloatArray, FloatArray]:
         """The releases of periods ``first..periods_closed`` of this epoch, recomputed from
@@ -211,11 +241,8 @@ class FactoredCounter:
         # s_t for t = first-1..closed: the current total minus the later counts
         later = np.cumsum(counts[::-1], axis=0)[::-1]
         exact = np.vstack([self._exact_total - later, self._exact_total[None, :]])
-        noise = self._noise.decoded[max(first - 2, 0) : closed]
-        if first == 1:
-            noise = np.vstack([np.zeros((1, self.width)), noise])
-        totals: FloatArray = exact + noise
-        return np.diff(totals, axis=0), totals[1:] + self.carry
+        totals = self._released_totals(exact, np.arange(first - 1, closed + 1))
+        return totals[1:] - totals[:-1], totals[1:] + self.carry
 
     @property
     def node_count(self) -> int:
@@ -247,11 +274,7 @@ class FactoredCounter:
     def next_epoch(self) -> FactoredCounter:
         """A fresh epoch (its noise drawn at its first close) whose totals carry this epoch's
         noisy total."""
-        last = (
-            self._exact_total + self._noise.decoded[self._closed - 1]
-            if self._closed
-            else np.zeros(self.width)
-        )
+        last = self._released_totals(self._exact_total[None, :], np.array([self._closed]))[0]
         return FactoredCounter(
             self.strategy,
             self.epsilon,
@@ -264,6 +287,12 @@ class FactoredCounter:
             noise_label=self.noise_label,
             projection=self._noise.projection,
         )
+
+    @property
+    def rounding_bound(self) -> float:
+        """Public bound on the fixed-point rounding of one of this epoch's running totals
+        (counts; zero for integer releases), after the projection."""
+        return self._rounding
 
     # ------------------------------------------------------------------ persistence
     def state(self, *, with_noise: bool = True, with_nodes: bool = True) -> dict[str, Any]:
@@ -291,3 +320,16 @@ class FactoredCounter:
         """Restore without drawing; :class:`StateError` if malformed, of another sampler kind,
         or if noise that was drawn is missing (it is never drawn again)."""
         return restore_factored(cls, state, sampler, projection)
+
+
+_FLOAT_PRODUCT_SLACK = 1.0 + 2.0**-40
+"""Relative slack for the float products inside the fixed-point decoder (each correctly
+rounded, a relative ``2^-53`` of a noise quantity; see :mod:`streamdp.continual.fixed_point`)."""
+
+
+def _declared_std(variance: float, rounding: float) -> float:
+    """``sqrt(variance) + rounding`` (Minkowski: an upper bound on the RMS error of a value
+    whose error is the exact estimator's plus at most ``rounding``)."""
+    if rounding == 0.0:
+        return math.sqrt(variance)
+    return math.sqrt(variance) * _FLOAT_PRODUCT_SLACK + rounding

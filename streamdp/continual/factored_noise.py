@@ -1,18 +1,18 @@
-"""The node noise of one epoch of a k-ary counter: drawn once, decoded, optionally projected
-(DESIGN §3 "Beyond FDA").
+"""The node noise of one epoch of a k-ary counter: drawn once, then decoded in exact fixed
+point (DESIGN §3 "Beyond FDA", §2 "Publish from noisy values only").
 
 Level ``l`` gets discrete Laplace noise of scale ``Delta / (epsilon * budget_l)`` rounded up
 (:func:`level_scales`); :func:`draw_epoch_noise` draws every node of the epoch at once, one
 sampler call per level (``size = blocks x width``, label ``<label>|e<epoch>|L<l>``).
 :class:`EpochNoise` holds that draw (or the stored draw it adopted instead) and its decoding
-``n = M z`` (:meth:`streamdp.continual.kary.KaryStrategy.decode_noise`), computed once per
-epoch in O(nodes) and read in O(1) per release.
+``D(z)`` (:meth:`streamdp.continual.kary.KaryStrategy.decode_noise_fixed`), exact integers in
+units of ``2^-FRACTION_BITS``, computed once per epoch in O(nodes) and read in O(1) per
+release. It is kept split as ``whole + fraction * 2^-FRACTION_BITS`` so a release
+``s_t + D(z)_t`` is an exact int64 sum (:meth:`EpochNoise.noisy_totals`).
 
-``projection`` (a symmetric idempotent ``width x width`` matrix ``P``, optional): the decoded
-noise of every period is ``P n_t``. When the exact counts always satisfy the public constraints
-``P`` projects onto (``P s = s``), release ``t = s_t + P n_t = P (s_t + n_t)`` is consistent at
-publication, still post-processing of the noisy nodes, and counter ``j``'s variance is ``P_jj``
-times the unprojected one.
+``projection`` (a symmetric idempotent ``width x width`` matrix ``P``, optional) is held for
+the counter, which applies it to the noisy totals (never to the noise alone: a float
+``s + P n`` would depend on how ``s + n`` splits into count and noise).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.fixed_point import fixed_to_float, split_fixed
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import exact_scale
 from streamdp.continual.privacy import (
@@ -85,10 +86,25 @@ def draw_epoch_noise(  # noqa: PLR0917 - the counter's noise parameters, in its 
     return np.concatenate(parts)
 
 
+def project_rows(values: FloatArray, projection: FloatArray) -> FloatArray:
+    """Every row ``x`` of ``values`` (shape ``(n, width)``) mapped to ``P x`` (``P`` symmetric).
+
+    Summed in one fixed order (counter by counter, elementwise numpy operations only), so each
+    output row is the same float64 function of its input row however many rows are projected
+    together: a release projected at its close and recomputed later in a batch agree bit for
+    bit (a BLAS product may pick another kernel, and another summation order, by shape).
+    """
+    out = np.zeros_like(values, dtype=np.float64)
+    for i in range(projection.shape[0]):
+        out += values[:, i : i + 1] * projection[i]
+    return out
+
+
 class EpochNoise:
     """Every node's noise of one epoch (``nodes``, shape ``(nodes, width)``, None until drawn
     or adopted), each node's noise variance (``node_var``, ``(nodes,)``) and the decoded
-    noise of every period's running total (``decoded``, ``(horizon, width)``, projected)."""
+    noise of every period's running total in exact fixed point, split as ``whole`` and
+    ``fraction`` (each ``(horizon, width)`` int64; never projected)."""
 
     def __init__(
         self,
@@ -112,7 +128,9 @@ class EpochNoise:
                 )
             self.projection = matrix
         self.nodes: Int64Array | None = None
-        self.decoded: FloatArray = np.zeros((0, self.width))
+        # D(z) = whole + fraction * 2^-FRACTION_BITS per release t (rows t - 1), exact
+        self.whole: Int64Array = np.zeros((0, self.width), dtype=np.int64)
+        self.fraction: Int64Array = np.zeros((0, self.width), dtype=np.int64)
 
     def adopt(self, node_noise: npt.ArrayLike, owner: str) -> None:
         """Use stored node noise instead of drawing it; :class:`StateError` (naming ``owner``)
@@ -143,7 +161,22 @@ class EpochNoise:
         return self.nodes
 
     def _set(self, z: Int64Array) -> None:
-        noise = self.strategy.decode_noise(z.astype(np.float64), self.node_var)
-        if self.projection is not None:
-            noise = noise @ self.projection  # P symmetric: each row n_t becomes P n_t
-        self.nodes, self.decoded = z, noise
+        decoded = self.strategy.decode_noise_fixed(z, self.node_var)
+        self.whole, self.fraction = split_fixed(decoded)
+        self.nodes = z
+
+    def noisy_totals(self, exact_totals: Int64Array, periods: Int64Array) -> FloatArray:
+        """Unprojected released running totals ``s_t + D(z)_t`` as float64, shape
+        ``(n, width)``, for the 1-based ``periods`` (shape ``(n,)``; period 0 gives zeros) with
+        exact running totals ``exact_totals`` (shape ``(n, width)``).
+
+        The sum is exact (int64: whole parts add, the fraction is the noise's), and equals the
+        fixed-point decoding of the noisy nodes ``D(y)_t`` (shift-equivariance), so the float
+        returned is a deterministic function of the noisy nodes alone.
+        """
+        rows = np.asarray(periods, dtype=np.int64) - 1
+        started = rows >= 0
+        safe = np.maximum(rows, 0)
+        whole = np.where(started[:, None], exact_totals + self.whole[safe], 0)
+        fraction = np.where(started[:, None], self.fraction[safe], 0)
+        return fixed_to_float(whole, fraction)

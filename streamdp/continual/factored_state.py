@@ -9,9 +9,10 @@ before :func:`restore_factored`).
 State size per counter: ``nodes`` noise integers, about ``N k / (k - 1)`` (``N = 4095, k = 11``:
 4,506), plus as many finalised noisy node values by the end of the epoch, plus ``L`` raw block
 starts. At 8 bytes per value that is about ``16 N k / (k - 1)`` bytes per counter: 72 KB at
-``N = 4095``, 18 MB at ``N = 10^6`` (plus ``8 N`` bytes of decoded noise in memory). It stops
-being sensible around ``N = 10^6`` per counter for a JSON snapshot (tens of MB per counter):
-use a daily horizon of years, not seconds, or Fenwick FDA, whose state grows one node per period.
+``N = 4095``, 18 MB at ``N = 10^6`` (plus ``16 N`` bytes of fixed-point decoded noise in
+memory). It stops being sensible around ``N = 10^6`` per counter for a JSON snapshot (tens of
+MB per counter): use a daily horizon of years, not seconds, or Fenwick FDA, whose state grows
+one node per period.
 """
 
 from __future__ import annotations

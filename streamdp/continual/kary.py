@@ -24,6 +24,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.fixed_point import (
+    IntLike,
+    digits_fixed,
+    gls_fixed_estimate,
+    gls_rounding_bound,
+    running_totals,
+)
 from streamdp.continual.kary_config import (
     FloatArray,
     IntArray,
@@ -40,6 +47,7 @@ from streamdp.continual.kary_digits import (
     digits_count_variances,
     digits_covariance,
     digits_decode,
+    digits_decode_integers,
     exclusive_cumsum,
 )
 from streamdp.continual.kary_gls import (
@@ -112,6 +120,20 @@ class KaryStrategy:
         given the nodes' actual noise variances ``node_var`` (``(nodes,)``)."""
         raise NotImplementedError
 
+    def decode_noise_fixed(
+        self, z: npt.NDArray[np.int64], node_var: npt.NDArray[np.float64]
+    ) -> IntLike:
+        """:meth:`decode_noise` in exact fixed point (units ``2^-FRACTION_BITS``, shape
+        ``(N, ...)``), shift-equivariant: ``D(z + R e) = D(z) + A e`` exactly for integer
+        ``e`` (:mod:`streamdp.continual.fixed_point`), so ``s_t + D(z)_t = D(R a + z)_t`` is a
+        function of the noisy nodes alone. What releases are published from."""
+        raise NotImplementedError
+
+    def rounding_bound(self) -> float:
+        """Public bound on ``|D(z)_t - n_t|`` for every ``t`` (counts): fixed-point decoding's
+        distance from :meth:`decode_noise`'s exact arithmetic."""
+        raise NotImplementedError
+
     def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
         """``Var(s~_t)``, ``t = 1..N``, for independent node noise of variances ``node_var``."""
         raise NotImplementedError
@@ -177,7 +199,7 @@ class KaryStrategy:
             last.append(np.minimum((j + 1) * size, self.horizon))
         return np.concatenate(first), np.concatenate(last)
 
-    def split(self, per_node: npt.NDArray[np.float64]) -> list[FloatArray]:
+    def split(self, per_node: npt.NDArray[Any]) -> list[npt.NDArray[Any]]:
         """Split a node-indexed array (shape ``(nodes, ...)``) into per-level arrays."""
         values = np.asarray(per_node)
         if values.shape[0] != self.node_count:
@@ -218,6 +240,16 @@ class DigitsStrategy(KaryStrategy):
         node_var: npt.NDArray[np.float64],  # noqa: ARG002 - the decoding is fixed
     ) -> FloatArray:
         return digits_decode(self.split(np.asarray(z, dtype=np.float64)), self._all_paths)
+
+    def decode_noise_fixed(
+        self,
+        z: npt.NDArray[np.int64],
+        node_var: npt.NDArray[np.float64],  # noqa: ARG002 - the decoding is fixed
+    ) -> IntLike:
+        return digits_fixed(digits_decode_integers(self.split(z), self._all_paths))
+
+    def rounding_bound(self) -> float:
+        return 0.0  # integer sums of node noise: exact
 
     def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
         p = self._all_paths
@@ -269,6 +301,15 @@ class GlsStrategy(KaryStrategy):
         estimate = gls_estimate(parts, self.split(node_var), self.branching)
         out: FloatArray = np.cumsum(estimate, axis=0)
         return out
+
+    def decode_noise_fixed(
+        self, z: npt.NDArray[np.int64], node_var: npt.NDArray[np.float64]
+    ) -> IntLike:
+        parts = self.split(np.asarray(z, dtype=np.int64))
+        return running_totals(gls_fixed_estimate(parts, self.split(node_var), self.branching))
+
+    def rounding_bound(self) -> float:
+        return gls_rounding_bound(self.branching, self.blocks)
 
     def total_variances(self, node_var: npt.NDArray[np.float64]) -> FloatArray:
         parts = self.split(np.asarray(node_var, dtype=np.float64))

@@ -106,6 +106,23 @@ def digits_decode(z: list[FloatArray], paths: DigitPaths) -> FloatArray:
     return out
 
 
+def digits_decode_integers(
+    z: list[npt.NDArray[np.int64]], paths: DigitPaths
+) -> npt.NDArray[np.int64]:
+    """:func:`digits_decode` in exact int64 arithmetic (integer node noise; what releases are
+    published from: ``M R = A`` holds exactly in integers)."""
+    out: npt.NDArray[np.int64] | None = None
+    for level, zl in enumerate(z):
+        values = np.asarray(zl, dtype=np.int64)
+        zero = np.zeros((1, *values.shape[1:]), dtype=np.int64)
+        c = np.concatenate([zero, np.cumsum(values, axis=0, dtype=np.int64)])
+        part = c[paths.hi[level]] - c[paths.lo[level]]
+        sign = paths.sign[level].reshape((-1,) + (1,) * (part.ndim - 1))
+        out = sign * part if out is None else out + sign * part
+    assert out is not None
+    return out
+
+
 def digits_covariance(
     first: DigitPaths, second: DigitPaths, node_var: list[FloatArray]
 ) -> FloatArray:

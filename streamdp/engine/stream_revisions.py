@@ -10,7 +10,6 @@ period is published by one revision only: its consistent values never change onc
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 
@@ -120,8 +119,8 @@ class StreamRevisions:
             for p in range(max(offset, first_new), offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
                 if self._noise_ahead:  # the release's own stds, computed as it computed them
-                    count_std = math.sqrt(counter.count_variance(p + 1))
-                    total_std = math.sqrt(counter.total_variance(p + 1) + counter.carry_variance)
+                    count_std = counter.count_std(p + 1)
+                    total_std = counter.total_std(p + 1)
                     count_stds = scaled_stds(count_std, scale, self.width)
                     total_stds = scaled_stds(total_std, scale, self.width)
                 else:
