@@ -1,0 +1,166 @@
+"""The coupling through the engine, on both paths (issue 25, Break 1).
+
+``D`` with the seeded noise ``z`` and ``D + r`` (one more valid record, counted) with the noise
+``z - R e`` (``e`` the record's contribution to each stream of its source, ``R`` the nodes
+covering its period: :class:`tests.coupling.CoupledSampler`) have the same noisy nodes, so
+every published record (releases, consistent revisions) must be byte-identical. Run for every
+mechanism x kind the example specs give (combos, census hierarchy with the projection at
+publication, flags, a source with two streams) through the file replay and the daemon's release
+service. Without the coupling the same record does move the output (the power check).
+The counter-level version with 1,000 draws per case is ``test_float_coupling.py``;
+``benchmarks/privacy_audit.py --coupling`` runs this engine-level check over many draws.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from streamdp.daemon.routing import InputRecord
+from streamdp.daemon.service import ReleaseService
+from streamdp.engine import EngineSpec
+from streamdp.engine.periods import PeriodClock, parse_instant
+from streamdp.engine.replay import read_jsonl, replay
+from streamdp.engine.stream import stream_strategy
+from streamdp.kinds import stream_kind
+from streamdp.synth import example_spec, generate, release_instant
+from tests.coupling import CoupledSampler, Footprint
+
+WINDOW = 6 * 3600.0
+# scenario: (example, mechanism or "" for the example's own, periods, events per period)
+SCENARIOS = {
+    "restaurant": ("restaurant", "", 6, 6.0),
+    "restaurant+kary_gls": ("restaurant", "kary_gls", 6, 6.0),
+    "census+kary_gls": ("census", "kary_gls", 3, 8.0),
+    "census+kary_digits": ("census", "kary_digits", 3, 8.0),
+    "hiv": ("hiv", "", 4, 10.0),
+    "hiv+kary_gls": ("hiv", "kary_gls", 4, 10.0),
+    "hospital+kary_gls": ("hospital", "kary_gls", 5, 5.0),
+    "hospital+kary_digits": ("hospital", "kary_digits", 5, 5.0),
+}
+DRAWS = 20
+
+
+def _spec(scenario: str) -> EngineSpec:
+    base, mechanism, _, _ = SCENARIOS[scenario]
+    spec = example_spec(base)
+    if not mechanism:
+        return spec
+    streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}
+    return replace(spec, streams=streams)
+
+
+def _records(scenario: str, spec: EngineSpec) -> list[tuple[str, float]]:
+    base, _, periods, rate = SCENARIOS[scenario]
+    out = []
+    for line in generate(base, periods, rate, seed=11, spec=spec):
+        ts = parse_instant(json.loads(line.text)["event_time"])
+        assert ts is not None
+        out.append((line.text, ts + 60.0))
+    return out
+
+
+def _with_extra(
+    spec: EngineSpec, records: list[tuple[str, float]], pick: int
+) -> tuple[list[tuple[str, float]], list[Footprint]] | None:
+    """D + a copy of record ``pick`` under a new id (counted like it), and its footprints;
+    None when that record counts in no stream."""
+    text, arrival = records[pick]
+    event = dict(json.loads(text), event_id=f"extra-{pick}")
+    footprints = []
+    for name, stream in spec.streams.items():
+        vector = np.zeros(stream.counters.width, dtype=np.int64)
+        for index, amount in stream_kind(stream.counters.kind).extractor(stream).contribution(
+            event
+        ):
+            vector[index] += amount
+        instant = parse_instant(event["event_time"])
+        assert instant is not None
+        j = PeriodClock(stream.period).index_of(instant)
+        epoch, index = divmod(j, stream.horizon)
+        footprints.append(Footprint(name, epoch, index + 1, vector))
+    if not any(f.vector.any() for f in footprints):
+        return None  # counted nowhere (a negative flag): the caller picks another
+    out = list(records)
+    out.insert(pick + 1, (json.dumps(event), arrival))
+    return out, footprints
+
+
+def _via_replay(
+    spec: EngineSpec, records: list[tuple[str, float]], periods: int, sampler: Any, tmp: Path
+) -> list[str]:
+    tmp.mkdir(parents=True)
+    path = tmp / "events.jsonl"
+    path.write_text("".join(text + "\n" for text, _ in records), encoding="utf-8")
+    replay(spec, path, tmp / "out", as_of=release_instant(spec, periods), sampler=sampler)
+    out = tmp / "out"
+    lines = read_jsonl(out / "releases.jsonl") + read_jsonl(out / "consistent.jsonl")
+    return [json.dumps(line, sort_keys=True) for line in lines]
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _via_daemon(
+    spec: EngineSpec, records: list[tuple[str, float]], periods: int, sampler: Any
+) -> list[str]:
+    source = next(iter(spec.sources.values()))
+    now = [0.0]
+    service = ReleaseService(spec, sampler=sampler, state={}, clock=lambda: now[0])
+    windows: dict[int, list[InputRecord]] = {}
+    for offset, (text, arrival) in enumerate(records):
+        windows.setdefault(int(arrival // WINDOW), []).append(
+            InputRecord(source.topic, 0, offset, source.name.encode(), text.encode())
+        )
+    published: list[str] = []
+    for window in sorted(windows):
+        now[0] = (window + 1) * WINDOW
+        # the public clock's timer, then the window's records
+        published += [_text(p.value) for p in service.tick().publications]
+        published += [_text(p.value) for p in service.process(windows[window]).publications]
+    now[0] = release_instant(spec, periods)
+    while True:
+        published += [_text(p.value) for p in service.tick().publications]
+        if not service.due():
+            break
+    return [p for p in published if '"dead_letter"' not in p]
+
+
+@pytest.mark.parametrize("path", ["replay", "daemon"])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_a_counted_record_under_the_coupling_changes_no_published_byte(
+    scenario: str, path: str, tmp_path: Path
+) -> None:
+    spec = _spec(scenario)
+    periods = SCENARIOS[scenario][2]
+    records = _records(scenario, spec)
+    strategies = {name: stream_strategy(stream) for name, stream in spec.streams.items()}
+    rng = np.random.default_rng(zlib.crc32(f"{scenario}|{path}".encode()))
+    for draw in range(DRAWS):
+        seed = int(rng.integers(2**31))
+        extra = None
+        while extra is None:
+            extra = _with_extra(spec, records, int(rng.integers(len(records))))
+        neighbour, footprints = extra
+
+        def run(
+            data: list[tuple[str, float]], sampler: Any, label: str, draw: int = draw
+        ) -> list[str]:
+            if path == "replay":
+                return _via_replay(spec, data, periods, sampler, tmp_path / f"{draw}-{label}")
+            return _via_daemon(spec, data, periods, sampler)
+
+        base = run(records, CoupledSampler(seed, strategies), "d")
+        coupled = run(neighbour, CoupledSampler(seed, strategies, footprints), "coupled")
+        assert base, "nothing was published"
+        assert base == coupled, f"draw {draw}: a counted record changed published bytes"
+        if draw == 0:  # power: without the coupling the record moves the output
+            uncoupled = run(neighbour, CoupledSampler(seed, strategies), "plain")
+            assert base != uncoupled
