@@ -18,6 +18,10 @@ bound eps_low = ln(p'_low / p_up), the largest epsilon the trials prove; privacy
 eps_low <= epsilon for every variant. A broken engine (for instance the old event-time
 watermark, where the forged record pushed out whole periods) gives an eps_low far above epsilon.
 
+It also runs the floating-point attack of issue 25 (``float_attack.py``: a one-flag kary_gls
+stream whose released floats an attacker searches bit for bit) with ``--float-trials`` runs per
+side, and reports its lower bound beside the others.
+
 Writes benchmarks/results/privacy_audit.md (with the command that produced it).
 """
 
@@ -139,6 +143,10 @@ def main() -> None:
         "--epsilon", type=float, default=1.0, help="the stream's epsilon (default 1)"
     )
     parser.add_argument("--quick", action="store_true", help="2,000 trials (a smoke run)")
+    parser.add_argument(
+        "--float-trials", type=int, default=3000,
+        help="runs per side of the floating-point attack (default 3000; 0 skips it)",
+    )
     args = parser.parse_args()
     trials = 2_000 if args.quick else args.trials
     spec = parse_spec(SPEC.format(epsilon=args.epsilon))
@@ -151,7 +159,22 @@ def main() -> None:
             f"eps point {result['eps_point']:.3f}  eps_low {result['eps_low']:.3f}  "
             f"({result['seconds']:.0f} s)"
         )
+    float_rows = []
+    if args.float_trials:
+        import float_attack  # benchmarks/ is on sys.path when a benchmark runs
+
+        outcome = float_attack.attack(
+            float_attack.Attacker.build(25.0), args.float_trials, production_sampler()
+        )["today"]
+        bound = outcome.epsilon_lower_bound()
+        float_rows.append(
+            f"| float attack on kary_gls releases (issue 25; {args.float_trials:,} runs per "
+            f"side) | presence proved {outcome.proved['D']} / {outcome.proved[float_attack.PRIME]}"
+            f" | | | {bound:.3f} | {'yes' if bound <= 1.0 else '**NO**'} |"
+        )
+        print(float_rows[-1])
     command = "./run bench privacy_audit" + (" --quick" if args.quick else f" --trials {trials}")
+    command += f" --float-trials {args.float_trials}"
     lines = [
         "# Empirical privacy audit",
         "",
@@ -180,6 +203,7 @@ def main() -> None:
             f"| {name} | {r['p_D']:.4f} | {r['p_D1']:.4f} | {r['eps_point']:.3f} | "
             f"{r['eps_low']:.3f} | {ok} |"
         )
+    lines += float_rows
     lines += [
         "",
         (
