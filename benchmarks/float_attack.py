@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import beta
+from privacy_audit import clopper_pearson  # benchmarks/ is on sys.path when one runs
 
 from streamdp.continual.factored_noise import EpochNoise
 from streamdp.continual.fixed_point import fixed_to_float, split_fixed
@@ -151,12 +151,6 @@ def previous_release(
     node_var = attacker.node_var
     decoded = attacker.strategy.decode_noise(noise.astype(np.float64)[:, None], node_var)[:, 0]
     return float(totals[0] + decoded[0]), float(totals[1] + decoded[1])
-
-
-def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
-    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
-    return low, high
 
 
 @dataclass

@@ -26,6 +26,7 @@ TRIALS = 300
 
 
 def _load(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    monkeypatch.syspath_prepend(str(BENCHMARK.parent))  # benchmarks import each other by name
     spec = importlib.util.spec_from_file_location("benchmark_float_attack", BENCHMARK)
     assert spec is not None
     assert spec.loader is not None
