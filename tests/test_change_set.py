@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from service_steps import batch_then_tick, process_and_tick
 from test_daemon_service import (
     START,
     TOPICS,
@@ -112,7 +113,7 @@ def test_revision_statistics_travel_with_the_revisions_to_the_metrics() -> None:
     assert outcome.revision_stats == {stream: stats}
     assert outcome.periods_closed == {stream: 10}
     metrics = StreamdpMetrics()
-    OutcomeObserver(metrics, spec)(outcome, None)
+    OutcomeObserver(metrics, spec)(outcome)
     values = {
         (sample.name, sample.labels.get("stream")): sample.value
         for family in text_string_to_metric_families(metrics.exposition().decode("utf-8"))
@@ -160,7 +161,7 @@ def test_every_checkpoint_keeps_the_protocols_order_and_writes_each_node_once(
     outcomes = []
     for first in range(0, len(records), 13):
         clock.value = arrivals[first]
-        outcomes.append(svc.process(records[first : first + 13]))
+        outcomes += batch_then_tick(svc, records[first : first + 13])
     clock.value = release_instant(spec, 20)
     while True:
         outcomes.append(svc.tick())
@@ -203,7 +204,7 @@ def test_every_checkpoint_keeps_the_protocols_order_and_writes_each_node_once(
         if first == half:
             svc2 = _service(spec, state2, clock2)  # restart: everything stored, all acked
         clock2.value = arrivals[first]
-        outcome = svc2.process(records[first : first + 13])
+        outcome = process_and_tick(svc2, records[first : first + 13])
         _apply(state2, outcome.writes)
         _published(outcome, again)
         _apply(state2, outcome.cleanup)
@@ -227,7 +228,7 @@ def test_a_misplaced_record_is_an_output_of_its_sources_checkpoint() -> None:
     good, other = records[0], records[1]
     wrong = InputRecord(other.topic, 0, other.offset, b"someone-else", other.value)
     svc = _service(spec, {}, StepClock())
-    outcome = svc.process([good, wrong])
+    outcome = process_and_tick(svc, [good, wrong])
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
     assert [w.key for w in outcome.writes if "|out|" in w.key] == [
         "restaurant-orders|out|000000000000"
@@ -254,7 +255,7 @@ def test_epoch_noise_of_a_hot_state_that_held_it_is_stored_as_chunks_at_the_next
             spec, sampler=CountingSampler(4, drawn), state=state, topics=TOPICS, clock=clock
         )
 
-    outcome = fresh().process(records[:-1])
+    outcome = process_and_tick(fresh(), records[:-1])
     _apply(state, outcome.writes)
     _apply(state, outcome.cleanup)
     noise_keys = sorted(k for k in state if "|noise|" in k)
@@ -265,14 +266,14 @@ def test_epoch_noise_of_a_hot_state_that_held_it_is_stored_as_chunks_at_the_next
     counter["node_noise"] = [row for key in noise_keys for row in state.pop(key)]
     hot["daemon"]["noise_chunks"] = []
     before = len(drawn)
-    outcome = fresh().process([records[-1]])
+    outcome = process_and_tick(fresh(), [records[-1]])
     assert sorted(w.key for w in outcome.writes if "|noise|" in w.key) == noise_keys
     _apply(state, outcome.writes)
     _apply(state, outcome.cleanup)
     stored = state["restaurant-orders"]["streams"]["restaurant-items"]["counter"]
     assert stored["node_noise"] is None
     # a restart from the new layout loads the noise from its chunks (a StateError if missing)
-    assert fresh().process([records[-1]]).skipped == 1
+    assert process_and_tick(fresh(), [records[-1]]).skipped == 1
     assert len(drawn) == before, "stored noise was drawn again"
 
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Generator
+from dataclasses import replace
 from typing import Any
 
+import numpy as np
 import pytest
 
-from streamdp.daemon.commit import CheckpointCommit
+from streamdp.daemon.commit import CheckpointCommit, kafka_seconds
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 
 RELEASES = "streamdp.releases"
@@ -84,25 +86,29 @@ class FakeTopic:
     def __init__(self, journal: list[Event], refuse: frozenset[str] = frozenset()) -> None:
         self._journal = journal
         self._refuse = refuse
+        self.timestamps: dict[str, float | None] = {}
 
-    async def send(self, *, key: Any = None, value: Any = None) -> Ack:
+    async def send(
+        self, *, key: Any = None, value: Any = None, timestamp: float | None = None
+    ) -> Ack:
         assert isinstance(key, bytes)
         assert isinstance(value, bytes)
         text = key.decode()
         self._journal.append(("publish", text))
+        self.timestamps[text] = timestamp
         return Ack(self._journal, text, refused=text in self._refuse)
 
 
 class Observer:
-    """Journals that the batch was observed, and keeps the latency it was given."""
+    """Journals that the batch was observed, and keeps the outcomes it was given."""
 
     def __init__(self, journal: list[Event]) -> None:
         self._journal = journal
-        self.latencies: list[float | None] = []
+        self.observed: list[BatchOutcome] = []
 
-    def __call__(self, outcome: BatchOutcome, latency: float | None) -> None:
+    def __call__(self, outcome: BatchOutcome) -> None:
         self._journal.append(("observed", ""))
-        self.latencies.append(latency)
+        self.observed.append(outcome)
 
 
 def outcome() -> BatchOutcome:
@@ -136,8 +142,8 @@ class Run:
         self.observer = Observer(self.journal)
         self.protocol = CheckpointCommit(self.table, self.topics, self.observer)
 
-    def commit(self, received: float | None = None) -> None:
-        asyncio.run(self.protocol.commit(outcome(), received=received))
+    def commit(self, made: BatchOutcome | None = None) -> None:
+        asyncio.run(self.protocol.commit(outcome() if made is None else made))
 
     def first(self, event: Event) -> int:
         assert event in self.journal, f"{event} never happened: {self.journal}"
@@ -186,7 +192,7 @@ def test_a_refused_checkpoint_write_publishes_nothing() -> None:
         run.commit()
     assert ("refused", HOT) in run.journal
     assert run.kinds("publish") == []
-    assert run.observer.latencies == []
+    assert run.observer.observed == []
 
 
 def test_a_refused_publication_leaves_the_outbox_in_place() -> None:
@@ -199,15 +205,25 @@ def test_a_refused_publication_leaves_the_outbox_in_place() -> None:
     for key in OUTBOX:
         assert key in run.table.data
         assert key in run.table.changelog
-    assert run.observer.latencies == []
+    assert run.observer.observed == []
 
 
-def test_the_observer_gets_the_latency_from_receipt_only_for_an_input_batch() -> None:
-    timer_run = Run()
-    timer_run.commit()
-    input_run = Run()
-    input_run.commit(received=0.0)  # time.perf_counter() is never below its first reading
-    assert timer_run.observer.latencies == [None]
-    (latency,) = input_run.observer.latencies
-    assert latency is not None
-    assert latency > 0
+def test_a_ticks_releases_carry_its_instant_to_the_millisecond_and_dead_letters_none() -> None:
+    """Issue 25: a release's Kafka timestamp is the tick's public instant, never the send
+    time; Faust sends int(seconds * 1000), so the seconds handed to it must survive that."""
+    instants = [1_700_000_000.123, 1_706_745_600.0, 0.001, 1_234_567_890.999, 1e9 + 0.5]
+    rng = np.random.default_rng(25)
+    instants += list(np.round(rng.uniform(1e9, 2e9, 2000), 3))
+    for instant in instants:
+        seconds = kafka_seconds(float(instant))
+        assert seconds is not None
+        assert int(seconds * 1000.0) == round(float(instant) * 1000.0), instant
+    assert kafka_seconds(None) is None
+    run = Run()
+    made = outcome()
+    stamped = [replace(p, timestamp=1_706_745_600.25) for p in made.publications]
+    run.commit(replace(made, publications=[*stamped, Publication(RELEASES, "d0", "{}")]))
+    sent = run.topics[RELEASES].timestamps | run.topics[CONSISTENT].timestamps
+    assert sent == {"r0": 1_706_745_600.25, "c0": 1_706_745_600.25, "d0": None}
+    assert run.observer.observed
+    assert run.observer.observed[0].publications[0].key == "r0"

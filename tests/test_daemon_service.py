@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from service_steps import batch_then_tick, process_and_tick
 from test_engine_support import arrivals_following, drive
 
 from streamdp.daemon.checkpoint import join_snapshot
@@ -168,7 +169,7 @@ def _run(
     while acked < len(records):
         chunk = records[acked : acked + batch]
         clock.value = arrivals[acked]
-        outcome = svc.process(chunk)
+        outcome = process_and_tick(svc, chunk)
         where = crash_plan.get(batch_no)
         batch_no += 1
         if where == "before-writes":
@@ -257,11 +258,11 @@ def test_records_not_keyed_by_their_source_are_dead_lettered_untouched() -> None
     svc = _service(spec, {}, topic_partitions={"restaurant-orders": 4})
     good = _on(_events_only("restaurant", 2, 3)[0], home)
     wrong = _on(good, home, key=b"someone-else")
-    outcome = svc.process([wrong])
+    outcome = process_and_tick(svc, [wrong])
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
     assert outcome.accepted == 0
     # the engine never saw it: the same record correctly keyed is accepted afterwards
-    assert svc.process([_on(good, home, offset=1)]).accepted == 1
+    assert process_and_tick(svc, [_on(good, home, offset=1)]).accepted == 1
 
 
 def test_a_wrongly_keyed_record_leaves_no_hole_in_the_applied_offsets() -> None:
@@ -278,16 +279,16 @@ def test_a_wrongly_keyed_record_leaves_no_hole_in_the_applied_offsets() -> None:
         return _service(spec, state, topic_partitions={"restaurant-orders": 4})
 
     svc = service()
-    outcome = svc.process([first, wrong])
+    outcome = process_and_tick(svc, [first, wrong])
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
     _apply(state, outcome.writes)
     # a restart right after the refused record: the next offset follows on
     svc = service()
-    again = svc.process([wrong, third])  # the refused record re-delivered, then a new one
+    again = process_and_tick(svc, [wrong, third])  # the refused record re-delivered, then a new one
     assert (again.skipped, again.accepted, again.dead_letters) == (1, 1, [])
     wrong_again = _on(fourth, home, offset=3, key=b"someone-else")
     following = _on(fourth, home, offset=4)
-    outcome = svc.process([wrong_again, following])
+    outcome = process_and_tick(svc, [wrong_again, following])
     assert outcome.accepted == 1
     assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
 
@@ -300,7 +301,7 @@ def test_control_records_of_several_sources_share_the_control_topic() -> None:
     clock = StepClock()
     svc = _service(spec, {}, clock)
     orders = _events_only("restaurant", 3, 4)
-    assert svc.process(orders).accepted == len(orders)
+    assert process_and_tick(svc, orders).accepted == len(orders)
 
     def close(offset: int, stream: str, through: str) -> InputRecord:
         source = spec.streams[stream].source
@@ -309,12 +310,13 @@ def test_control_records_of_several_sources_share_the_control_topic() -> None:
 
     # Jan 4, 00:30: day 3 ended 30 min ago and waits for its hour of lateness; day 2 is due
     clock.value = START + 3 * 86400 + 1800
-    outcome = svc.process(
+    outcome = process_and_tick(
+        svc,
         [
             close(0, "restaurant-items", "2024-01-04T00:00:00Z"),
             close(1, "hiv-admissions", "2024-01-04T00:00:00Z"),  # January has not ended
             close(2, "restaurant-items", "2024-01-04T00:10:00Z"),
-        ]
+        ],
     )
     assert outcome.dead_letters == []
     assert [(r.stream, r.period) for r in outcome.releases if r.counter == "cola"] == [
@@ -355,16 +357,18 @@ def test_a_control_record_is_read_once_and_a_strictly_malformed_one_still_reache
     stream = next(iter(spec.streams))
     clock = StepClock()
     svc = _service(spec, {}, clock)
-    svc.process(_events_only("restaurant", 2, 3))
+    process_and_tick(svc, _events_only("restaurant", 2, 3))
     clock.value = START + 86400 + 1800
     calls.clear()
     close = {"type": "control", "action": "close", "stream": stream, "through": START + 86400}
     key = next(iter(spec.sources)).encode()
-    outcome = svc.process([InputRecord(TOPICS.control, 0, 0, key, json.dumps(close).encode())])
+    outcome = process_and_tick(
+        svc, [InputRecord(TOPICS.control, 0, 0, key, json.dumps(close).encode())]
+    )
     assert outcome.dead_letters == []
     assert len(calls) == 1
     bad = json.dumps({**close, "through": float("nan")}).encode()  # NaN: not JSON
-    outcome = svc.process([InputRecord(TOPICS.control, 0, 1, key, bad)])
+    outcome = process_and_tick(svc, [InputRecord(TOPICS.control, 0, 1, key, bad)])
     # "malformed" is the engine's refusal (an unrouted control record is "bad_control")
     assert [(d.reason, d.stream is None) for d in outcome.dead_letters] == [("malformed", True)]
 
@@ -376,13 +380,15 @@ def test_a_control_record_on_an_input_topic_is_refused_for_any_source() -> None:
     clock = StepClock(START + 40 * 86400)
     svc = _service(spec, {}, clock)
     first = _events_only("restaurant", 2, 6)[0]
-    svc.process([_on(first, 0, offset=0)])  # late by now, but it starts the source's state
+    process_and_tick(
+        svc, [_on(first, 0, offset=0)]
+    )  # late by now, but it starts the source's state
     while svc.due():  # the clock's own releases (paced), before the control records
         svc.tick()
     for offset, stream in enumerate(("hiv-admissions", "restaurant-items"), start=1):
         close = {"type": "control", "action": "close", "stream": stream, "through": START + 1e6}
         misplaced = InputRecord(first.topic, 0, offset, first.key, json.dumps(close).encode())
-        outcome = svc.process([misplaced])
+        outcome = process_and_tick(svc, [misplaced])
         assert [d.reason for d in outcome.dead_letters] == ["control_on_input"]
         assert outcome.releases == []
 
@@ -436,11 +442,13 @@ def test_records_of_a_source_on_another_partition_than_its_home_are_refused() ->
     other = (home + 1) % 4
     svc = _service(spec, {}, topic_partitions={"restaurant-orders": 4})
     first, second = _events_only("restaurant", 2, 3)[:2]
-    moved = svc.process([_on(first, other, offset=0)])  # first, but not on the home partition
+    moved = process_and_tick(
+        svc, [_on(first, other, offset=0)]
+    )  # first, but not on the home partition
     assert [d.reason for d in moved.dead_letters] == ["wrong_partition_key"]
     assert "restaurant-orders" not in svc.slots
-    assert svc.process([_on(second, home, offset=0)]).accepted == 1
-    again = svc.process([_on(first, other, offset=1)])
+    assert process_and_tick(svc, [_on(second, home, offset=0)]).accepted == 1
+    again = process_and_tick(svc, [_on(first, other, offset=1)])
     assert [d.reason for d in again.dead_letters] == ["wrong_partition_key"]
     assert again.accepted == 0
 
@@ -486,14 +494,14 @@ def test_editing_another_sources_configuration_keeps_this_sources_state_restorab
     state: dict[str, Any] = {}
     svc = _service(parse_spec(text), state)
     record = _events_only("restaurant", 2, 3)[0]
-    _apply(state, svc.process([record]).writes)
+    _apply(state, process_and_tick(svc, [record]).writes)
     edited = text.replace(
         "epsilon_cap = 1.0\n\n[streams.admissions-census]",
         "epsilon_cap = 1.5\n\n[streams.admissions-census]",
     )
     assert edited != text
     again = _service(parse_spec(edited), state)
-    again.process([record])  # restores the restaurant source without a StateError
+    process_and_tick(again, [record])  # restores the restaurant source without a StateError
     assert again.slots["restaurant-orders"].engine.stats.skipped == 1
 
 
@@ -516,16 +524,16 @@ def test_a_hole_in_input_offsets_stops_the_batch_unless_holes_are_allowed() -> N
     records = _events_only("restaurant", 3, 4)[:4]
     after_hole = InputRecord(records[2].topic, 0, 7, records[2].key, records[2].value)
     strict = _service(spec, {})
-    strict.process(records[:2])
+    process_and_tick(strict, records[:2])
     with pytest.raises(InputGapError, match="jumped past records below the reader") as gap:
-        strict.process([after_hole])
+        process_and_tick(strict, [after_hole])
     # where the gap is counts the partition's records (input volume): a detail, not the message
     assert gap.value.offsets == "from offset 1 to 7"
     assert "offset 1" not in str(gap.value)
     assert "7" not in str(gap.value).split("]", 1)[1]
     lenient = _service(spec, {}, allow_gaps=True)
-    lenient.process(records[:2])
-    assert lenient.process([after_hole]).accepted == 1
+    process_and_tick(lenient, records[:2])
+    assert process_and_tick(lenient, [after_hole]).accepted == 1
 
 
 @pytest.mark.parametrize("scenario", ["restaurant", "census"])
@@ -556,7 +564,7 @@ def test_event_ids_are_stored_per_checkpoint_and_forgotten_with_their_period() -
     sizes = []
 
     def run(service: ReleaseService, batch: list[InputRecord]) -> Any:
-        outcome = service.process(batch)
+        outcome = process_and_tick(service, batch)
         _apply(state, outcome.writes)
         _apply(state, outcome.cleanup)
         sizes.append(len(json.dumps(state["restaurant-orders"])))
@@ -612,7 +620,7 @@ def test_event_ids_of_a_hot_state_that_held_them_are_stored_as_chunks_at_the_nex
     ]
     clock = StepClock()
     first = _service(spec, state, clock)
-    outcome = first.process(records[:-1])
+    outcome = process_and_tick(first, records[:-1])
     _apply(state, outcome.writes)
     # rewrite the stored state in the old layout: the ids inside the hot state, no chunks
     hot = state["restaurant-orders"]
@@ -623,7 +631,7 @@ def test_event_ids_of_a_hot_state_that_held_them_are_stored_as_chunks_at_the_nex
     for key in [k for k in state if "|seen|" in k]:
         del state[key]
     second = _service(spec, state, clock)
-    outcome = second.process([records[-1]])
+    outcome = process_and_tick(second, [records[-1]])
     _apply(state, outcome.writes)
     stored = [i for k in state if "|seen|" in k for i in state[k]]
     now_counted = second.engines()["restaurant-orders"].streams["restaurant-items"].seen_ids()
@@ -634,7 +642,7 @@ def test_event_ids_of_a_hot_state_that_held_them_are_stored_as_chunks_at_the_nex
     again = InputRecord(
         "restaurant-orders", 0, len(records), b"restaurant-orders", records[0].value
     )
-    assert [d.reason for d in third.process([again]).dead_letters] == ["duplicate_event"]
+    assert [d.reason for d in process_and_tick(third, [again]).dead_letters] == ["duplicate_event"]
 
 
 def test_state_chunks_stay_bounded_whatever_the_event_ids_look_like() -> None:
@@ -652,7 +660,7 @@ def test_state_chunks_stay_bounded_whatever_the_event_ids_look_like() -> None:
         records.append(
             InputRecord("restaurant-orders", 0, k, b"restaurant-orders", json.dumps(value).encode())
         )
-    outcome = _service(spec, {}).process(records)
+    outcome = process_and_tick(_service(spec, {}), records)
     assert outcome.accepted == 40_000
     chunks = [w for w in outcome.writes if "|seen|" in w.key]
     assert len(chunks) == 3  # 40,000 keys in chunks of at most 16,384
@@ -685,7 +693,7 @@ def test_the_hot_state_does_not_grow_with_epochs() -> None:
     for k in range(EPOCHS):
         clock.value = START + 60 * k + 30
         value = {"event_id": f"e{k}", "event_time": clock.value - 10, "attributes": {"f": True}}
-        outcome = svc.process([InputRecord("s", 0, k, b"s", json.dumps(value).encode())])
+        outcome = process_and_tick(svc, [InputRecord("s", 0, k, b"s", json.dumps(value).encode())])
         _apply(state, outcome.writes)
         _apply(state, outcome.cleanup)
         if k in (100, EPOCHS - 1):
@@ -695,7 +703,9 @@ def test_the_hot_state_does_not_grow_with_epochs() -> None:
     again = _service(spec, state, clock)
     clock.value += 60
     value = {"event_id": "last", "event_time": clock.value - 10, "attributes": {"f": True}}
-    outcome = again.process([InputRecord("s", 0, EPOCHS, b"s", json.dumps(value).encode())])
+    outcome = process_and_tick(
+        again, [InputRecord("s", 0, EPOCHS, b"s", json.dumps(value).encode())]
+    )
     assert outcome.accepted == 1
     assert [r.epoch for r in outcome.releases] == [EPOCHS - 1]
     assert again.engines()["s"].ledger.sequential_spent("s") == EPOCHS
@@ -744,20 +754,20 @@ def test_epoch_noise_is_written_in_bounded_chunks_before_any_output_and_never_ag
     written: list[str] = []
     for first in range(0, len(records), 9):
         clock.value = arrivals[first]
-        outcome = svc.process(records[first : first + 9])
-        keys = [w.key for w in outcome.writes]
-        noise = [k for k in keys if "|noise|" in k]
-        if noise:  # before every outbox record and the hot state of its checkpoint
-            assert max(keys.index(k) for k in noise) < min(
-                i for i, k in enumerate(keys) if "|out|" in k or k == "restaurant-orders"
-            )
-        for w in outcome.writes:
-            if "|noise|" in w.key:
-                assert len(w.value) * 5 <= 15
-                assert len(json.dumps(w.value).encode()) < 1_000_000
-        written += noise
-        _apply(state, outcome.writes)
-        _apply(state, outcome.cleanup)
+        for outcome in batch_then_tick(svc, records[first : first + 9]):
+            keys = [w.key for w in outcome.writes]
+            noise = [k for k in keys if "|noise|" in k]
+            if noise:  # before every outbox record and the hot state of its checkpoint
+                assert max(keys.index(k) for k in noise) < min(
+                    i for i, k in enumerate(keys) if "|out|" in k or k == "restaurant-orders"
+                )
+            for w in outcome.writes:
+                if "|noise|" in w.key:
+                    assert len(w.value) * 5 <= 15
+                    assert len(json.dumps(w.value).encode()) < 1_000_000
+            written += noise
+            _apply(state, outcome.writes)
+            _apply(state, outcome.cleanup)
     assert len(written) == len(set(written)), "a noise chunk was written twice"
     assert {k.split("|")[3] for k in written} == {"0", "1", "2"}  # one set per epoch drawn
     # the hot state does not hold the noise (nor grow with it)
@@ -767,13 +777,13 @@ def test_epoch_noise_is_written_in_bounded_chunks_before_any_output_and_never_ag
     # a restart reuses it, drawing nothing; a missing chunk is refused, never redrawn
     before = len(drawn)
     again = _service(spec, dict(state), clock, sampler=CountingSampler(4, drawn))
-    assert again.process([records[-1]]).skipped == 1  # loads the source; offset applied
+    assert process_and_tick(again, [records[-1]]).skipped == 1  # loads the source; offset applied
     assert len(drawn) == before
     epoch = hot["streams"]["restaurant-items"]["counter"]["epoch"]
     broken = dict(state)
     del broken[noise_key("restaurant-orders", "restaurant-items", epoch, 1)]
     with pytest.raises(StateError, match=r"noise .* is missing"):
-        _service(spec, broken, clock).process([records[-1]])
+        process_and_tick(_service(spec, broken, clock), [records[-1]])
     assert NOISE_CHUNK_VALUES * 15 < 1_000_000  # the production bound, for any width
 
 
@@ -801,7 +811,7 @@ def test_noise_adopted_after_a_crash_survives_a_second_restart_before_its_epoch_
     rolled = None
     for b, first in enumerate(batches):
         clock.value = arrivals[first]
-        outcome = svc.process(records[first : first + 9])
+        outcome = process_and_tick(svc, records[first : first + 9])
         if rolled is None and any("|noise|restaurant-items|1|" in w.key for w in outcome.writes):
             rolled = b
         _apply(clean_state, outcome.writes)
@@ -816,18 +826,18 @@ def test_noise_adopted_after_a_crash_survives_a_second_restart_before_its_epoch_
     svc = fresh(state, clock, drawn)
     for first in batches[:rolled]:
         clock.value = arrivals[first]
-        outcome = svc.process(records[first : first + 9])
+        outcome = process_and_tick(svc, records[first : first + 9])
         _apply(state, outcome.writes)
         publish(outcome, published)
         _apply(state, outcome.cleanup)
     first = batches[rolled]
     clock.value = arrivals[first]
-    outcome = svc.process(records[first : first + 9])
+    outcome = process_and_tick(svc, records[first : first + 9])
     _apply(state, outcome.writes[:-1])  # crash: everything but the hot state
     # restart 1: the clock of the batch before, a re-delivered record: a checkpoint, no roll
     clock.value = arrivals[batches[rolled - 1]]
     again = fresh(state, clock, drawn)
-    outcome = again.process([records[first - 1]])
+    outcome = process_and_tick(again, [records[first - 1]])
     assert outcome.skipped == 1
     _apply(state, outcome.writes)
     publish(outcome, published)  # the outbox the crash left, made with epoch 1's noise
@@ -837,7 +847,7 @@ def test_noise_adopted_after_a_crash_survives_a_second_restart_before_its_epoch_
     svc = fresh(state, clock, drawn)
     for first in batches[rolled:]:
         clock.value = arrivals[first]
-        outcome = svc.process(records[first : first + 9])
+        outcome = process_and_tick(svc, records[first : first + 9])
         _apply(state, outcome.writes)
         publish(outcome, published)
         _apply(state, outcome.cleanup)

@@ -160,11 +160,16 @@ def test_a_control_record_on_an_input_topic_is_refused_and_never_obeyed() -> Non
     refused = engine.control(json.dumps(close))
     assert [r.reason for r in refused.rejections] == ["bad_control"]
     assert "after the worker's clock" in refused.rejections[0].message
-    # day 40 (Feb 9) has ended but waits for its hour of allowed lateness: released now
+    # day 40 (Feb 9) has ended but waits for its hour of allowed lateness: the close makes
+    # it due now, and the clock's next step (the daemon's tick), not the record, releases it
     through = {**close, "through": "2024-02-10T00:00:00Z"}
     applied = engine.control(json.dumps(through))
     assert applied.ok
-    assert [r.period for r in applied.outputs if r.counter == "cola"] == [40]
+    assert applied.outputs == ()
+    assert engine.streams["restaurant-items"].closed == 39
+    assert engine.due()
+    released = engine.close_due()
+    assert [r.period for r in released if getattr(r, "counter", None) == "cola"] == [40]
     assert engine.streams["restaurant-items"].closed == 40
     assert engine.streams["hiv-admissions"].closed == closed["hiv-admissions"]
     watermark = engine.control(json.dumps({"type": "control", "action": "watermark", "time": 1}))

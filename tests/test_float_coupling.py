@@ -73,12 +73,18 @@ def _strategy(mechanism: str, horizon: int) -> object:
     if mechanism == "kary_gls":  # k = 3 over 12 periods: three levels, a short last block
         levels = 3
         return KaryStrategy(
-            mechanism=mechanism, objective="total", horizon=horizon, branching=3,
+            mechanism=mechanism,
+            objective="total",
+            horizon=horizon,
+            branching=3,
             budgets=(0.5, 0.3, 0.2)[:levels],
         )
     if mechanism == "kary_digits":
         return KaryStrategy(
-            mechanism=mechanism, objective="total", horizon=horizon, branching=4,
+            mechanism=mechanism,
+            objective="total",
+            horizon=horizon,
+            branching=4,
             budgets=(0.4, 0.3, 0.3),
         )
     return build_any_strategy(mechanism, "total", horizon)
@@ -182,14 +188,15 @@ def test_the_fixed_point_decoder_is_exactly_shift_equivariant_and_close_to_exact
     for horizon, k in [(2, 2), (20, 3), (60, 17), (366, 12), (4095, 10)]:
         levels = KaryStrategy.kind("kary_gls").levels_for(horizon, k)
         strategy = KaryStrategy(
-            mechanism="kary_gls", objective="total", horizon=horizon, branching=k,
+            mechanism="kary_gls",
+            objective="total",
+            horizon=horizon,
+            branching=k,
             budgets=tuple([1.0 / levels] * levels),
         )
         node_var = 2.0 / np.asarray(strategy.weights) ** 2
         z = rng.integers(-40, 40, size=(strategy.node_count, 3))
-        decoded = running_totals(
-            gls_fixed_estimate(strategy.split(z), strategy.split(node_var), k)
-        )
+        decoded = running_totals(gls_fixed_estimate(strategy.split(z), strategy.split(node_var), k))
         reference = strategy.decode_noise(z.astype(np.float64), node_var)
         bound = gls_rounding_bound(k, strategy.blocks)
         assert np.max(np.abs(decoded / FIXED_ONE - reference)) <= bound
@@ -213,11 +220,14 @@ def test_int64_and_exact_integer_paths_give_the_same_integers() -> None:
 
     rng = np.random.default_rng(9)
     strategy = KaryStrategy(
-        mechanism="kary_gls", objective="total", horizon=40, branching=3,
+        mechanism="kary_gls",
+        objective="total",
+        horizon=40,
+        branching=3,
         budgets=(0.25, 0.25, 0.25, 0.25),
     )
     node_var = 2.0 / np.asarray(strategy.weights) ** 2
-    z = rng.integers(-10**4, 10**4, size=(strategy.node_count, 2))
+    z = rng.integers(-(10**4), 10**4, size=(strategy.node_count, 2))
     parts, variances = strategy.split(z), strategy.split(node_var)
     assert fixed_point._uses_int64(parts, 3)
     fast = gls_fixed_estimate(parts, variances, 3)
@@ -254,7 +264,11 @@ def test_declared_stds_include_the_rounding_and_hold_in_simulation() -> None:
     errors = np.zeros((draws, horizon))
     for draw in range(draws):
         bank = open_bank(
-            strategy, EPSILON, 1.0, width, CoupledSampler(draw, {"s": strategy}),  # type: ignore[arg-type]
+            strategy,
+            EPSILON,
+            1.0,
+            width,
+            CoupledSampler(draw, {"s": strategy}),  # type: ignore[arg-type]
             noise_label="s",
         )
         for t in range(horizon):

@@ -76,8 +76,8 @@ def _with_extra(
     footprints = []
     for name, stream in spec.streams.items():
         vector = np.zeros(stream.counters.width, dtype=np.int64)
-        for index, amount in stream_kind(stream.counters.kind).extractor(stream).contribution(
-            event
+        for index, amount in (
+            stream_kind(stream.counters.kind).extractor(stream).contribution(event)
         ):
             vector[index] += amount
         instant = parse_instant(event["event_time"])

@@ -164,15 +164,11 @@ def split_fixed(fixed: IntLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.i
     return np.asarray(whole, dtype=np.int64), np.asarray(fraction, dtype=np.int64)
 
 
-def fixed_to_float(
-    whole: npt.NDArray[np.int64], fraction: npt.NDArray[np.int64]
-) -> FloatArray:
+def fixed_to_float(whole: npt.NDArray[np.int64], fraction: npt.NDArray[np.int64]) -> FloatArray:
     """The float64 of ``whole + fraction * 2^-FRACTION_BITS``: a deterministic function of the
     exact value (both parts are; the conversion of ``whole`` and the one addition are
     correctly rounded)."""
-    out: FloatArray = whole.astype(np.float64) + fraction.astype(np.float64) * (
-        1.0 / FIXED_ONE
-    )
+    out: FloatArray = whole.astype(np.float64) + fraction.astype(np.float64) * (1.0 / FIXED_ONE)
     return out
 
 

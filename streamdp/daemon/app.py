@@ -166,9 +166,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         async def exit_when_input_stalls() -> None:
             await watchdog.check()
 
-    @app.timer(interval=settings.tick_seconds)  # type: ignore[untyped-decorator]
+    @app.task  # type: ignore[untyped-decorator]
     async def follow_public_clock() -> None:
-        await driver.follow_public_clock()
+        await driver.follow_public_clock(public_clock)
 
     serve_pages(app, runtime)
     return app, runtime

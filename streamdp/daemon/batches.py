@@ -3,7 +3,9 @@
 Three kinds of work hold ``runtime.lock`` in turn, each going through the service and then the
 protocol (:class:`~streamdp.daemon.commit.CheckpointCommit`): input batches (from the batch
 queue, the default, or from the Faust agent on ``--input-path stream``), the public clock's
-tick, and the rebalance and shutdown hooks, which first wait for the batch in flight.
+tick (the only step that closes periods, at instants set by the clock alone:
+:mod:`streamdp.daemon.tick_schedule`), and the rebalance and shutdown hooks, which first wait
+for the batch in flight.
 
 On the batch path the next batch is processed while the previous one goes through the protocol
 (``runtime.in_flight``); its own checkpoint starts only when the previous batch is done, so
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
@@ -31,6 +34,8 @@ from streamdp.daemon.outcome import BatchOutcome
 from streamdp.daemon.routing import Run, runs_of
 from streamdp.daemon.runtime import WorkerRuntime
 from streamdp.daemon.service import ReleaseService
+from streamdp.daemon.tick_schedule import ScheduledTick, first_tick, next_tick
+from streamdp.engine.clock import PublicClock
 from streamdp.errors import BudgetError, ConfigError, InputGapError, StateError
 
 log = logging.getLogger("streamdp.daemon")
@@ -101,10 +106,9 @@ class BatchDriver:
     async def _process_and_commit(self, runs: Sequence[Run]) -> None:
         """The checkpoint protocol on one batch, start to end (the stream input path)."""
         runtime = self._runtime
-        received = time.perf_counter()
         async with runtime.lock:
             await self.settle()
-            await self._commit(self._process(runs), received=received)
+            await self._commit(self._process(runs))
             runtime.batches += 1
             runtime.records += sum(len(run) for run in runs)
 
@@ -115,10 +119,10 @@ class BatchDriver:
         if in_flight is not None:
             await in_flight
 
-    async def _complete(self, outcome: BatchOutcome, runs: Sequence[Run], received: float) -> None:
+    async def _complete(self, outcome: BatchOutcome, runs: Sequence[Run]) -> None:
         """The checkpoint protocol for a processed batch, then its acknowledgement."""
         runtime = self._runtime
-        await self._commit(outcome, received=received)
+        await self._commit(outcome)
         runtime.batches += 1
         ends = last_offsets(runs)
         runtime.records += sum(count for _, count in ends.values())
@@ -148,7 +152,6 @@ class BatchDriver:
                 if runtime.in_flight is not None and runtime.in_flight.done():
                     await self.settle()  # surfaces its error, if any
                 continue
-            received = time.perf_counter()
             generation = batches.generation
             try:
                 async with runtime.lock:
@@ -164,9 +167,7 @@ class BatchDriver:
                     # previous one is acknowledged, so checkpoints stay in order
                     outcome = self._process(runs)
                     await self.settle()
-                    runtime.in_flight = asyncio.ensure_future(
-                        self._complete(outcome, runs, received)
-                    )
+                    runtime.in_flight = asyncio.ensure_future(self._complete(outcome, runs))
             except (NotReady, ProducerSendError):
                 if not worker_stopping(app):
                     raise
@@ -201,15 +202,43 @@ class BatchDriver:
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
 
-    async def follow_public_clock(self) -> None:
-        """Every owned source follows the public clock: periods close on schedule whether or
-        not records arrive. Sources whose home partition was assigned are started here, once
-        the state table is restored (never from a partly restored table)."""
+    async def follow_public_clock(self, clock: PublicClock) -> None:
+        """The tick task's body: ticks at the instants :mod:`streamdp.daemon.tick_schedule`
+        sets from the public ``clock`` alone (each close instant, a heartbeat every ``--tick``
+        seconds, a fixed catch-up pace after downtime), never at an input batch's."""
+        app = self._app
+        step = self._runtime.settings.tick_seconds
+        tick = first_tick(clock, step, time.time())
+        while not worker_stopping(app):
+            delay = tick.wall - time.time()
+            if delay > 0:
+                await asyncio.sleep(min(delay, step))
+                continue  # (re-read the wall clock: a sleep may end early)
+            try:
+                await self.tick(tick)
+            except (NotReady, ProducerSendError):
+                if not worker_stopping(app):
+                    raise
+                return  # the producer is closing: the next owner closes what is due
+            service = self._runtime.service
+            tick = next_tick(
+                clock,
+                step,
+                tick,
+                behind=service is not None and service.due(tick.reading),
+                next_close=math.inf if service is None else service.next_close(),
+            )
+
+    async def tick(self, tick: ScheduledTick) -> None:
+        """One tick: every owned source follows the public clock to ``tick.reading`` (periods
+        close on schedule whether or not records arrive), its releases stamped ``tick.wall``.
+        Sources whose home partition was assigned are started here, once the state table is
+        restored (never from a partly restored table)."""
         app = self._app
         runtime = self._runtime
         service = runtime.service
         if service is None or not runtime.ready or getattr(app, "rebalancing", False):
-            return
+            return  # what falls due meanwhile closes at a later tick (the schedule catches up)
         async with runtime.lock:
             if runtime.shutting_down:
                 return
@@ -220,8 +249,8 @@ class BatchDriver:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
-            # one paced step per tick (32 periods per stream at most): after downtime the
-            # backlog of due periods is worked off over several ticks, between input batches
-            outcome = service.tick()
+            # one paced step (32 periods per stream at most): after downtime the backlog of
+            # due periods is worked off over the following ticks, one per --tick seconds
+            outcome = service.tick(tick.reading, stamp=tick.wall)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)

@@ -22,7 +22,7 @@ from streamdp.daemon.checkpoint import (
 )
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 from streamdp.daemon.routing import OutputTopics
-from streamdp.engine import Engine
+from streamdp.engine import DeadLetterRecord, Engine
 from streamdp.engine.changes import ChangeSet
 
 DAEMON_STATE_KEY = "daemon"
@@ -76,21 +76,23 @@ def write_checkpoint(
         slot.stored_noise[(stream, epoch)] = len(chunks)
     for (stream, epoch, t), values in changes.new_nodes.items():
         outcome.writes.append(StateWrite(slot.home, node_key(source, stream, epoch, t), values))
+    # a tick's releases and revisions carry its public instant (dead letters: none)
+    stamp = outcome.released_at
     for record in changes.outputs:
-        publication = Publication(topics.for_record(record), record.key, record.to_json())
+        timestamp = None if isinstance(record, DeadLetterRecord) else stamp
+        publication = Publication(
+            topics.for_record(record), record.key, record.to_json(), timestamp
+        )
         key = outbox_key(source, slot.next_outbox)
         slot.next_outbox += 1
-        outcome.writes.append(
-            StateWrite(
-                slot.home,
-                key,
-                {
-                    "topic": publication.topic,
-                    "key": publication.key,
-                    "value": publication.value,
-                },
-            )
-        )
+        pending: dict[str, Any] = {
+            "topic": publication.topic,
+            "key": publication.key,
+            "value": publication.value,
+        }
+        if timestamp is not None:
+            pending["timestamp"] = timestamp  # re-published after a crash with the same one
+        outcome.writes.append(StateWrite(slot.home, key, pending))
         outcome.publications.append(publication)
         outcome.cleanup.append(StateWrite(slot.home, key, None))
     outcome.releases += changes.releases

@@ -23,13 +23,26 @@ The table and the topics are reached through two narrow protocols (:class:`Chang
 from __future__ import annotations
 
 import asyncio
-import time
+import math
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
 from streamdp.daemon.outcome import BatchOutcome
 
-__all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic"]
+__all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic", "kafka_seconds"]
+
+
+def kafka_seconds(stamp: float | None) -> float | None:
+    """``stamp`` (Unix seconds) as the seconds to hand Faust so that the record's timestamp is
+    ``stamp`` to the millisecond: Faust sends ``int(seconds * 1000.0)``, and a float
+    product can fall just below the whole millisecond (then the next float up is used)."""
+    if stamp is None:
+        return None
+    millis = round(stamp * 1000.0)
+    seconds = millis / 1000.0
+    while int(seconds * 1000.0) < millis:
+        seconds = math.nextafter(seconds, math.inf)
+    return seconds
 
 
 class ChangelogTable(Protocol):
@@ -56,8 +69,11 @@ class ChangelogTable(Protocol):
 class OutputTopic(Protocol):
     """The part of a Faust topic the protocol uses: sending one record."""
 
-    async def send(self, *, key: Any = None, value: Any = None) -> Awaitable[Any]:
-        """Queue one record; the returned awaitable completes on the broker's acknowledgement."""
+    async def send(
+        self, *, key: Any = None, value: Any = None, timestamp: float | None = None
+    ) -> Awaitable[Any]:
+        """Queue one record (``timestamp``: its Kafka timestamp in Unix seconds, None: now);
+        the returned awaitable completes on the broker's acknowledgement."""
         ...
 
 
@@ -72,15 +88,14 @@ class CheckpointCommit:
         self,
         table: ChangelogTable,
         outputs: Mapping[str, OutputTopic],
-        observe: Callable[[BatchOutcome, float | None], None],
+        observe: Callable[[BatchOutcome], None],
     ) -> None:
         self._table = table
         self._outputs = outputs
         self._observe = observe
 
-    async def commit(self, outcome: BatchOutcome, *, received: float | None = None) -> None:
-        """Checkpoint, publish, clear the outbox, observe; ``received`` is the
-        ``time.perf_counter()`` reading at which the batch's records were taken, if any."""
+    async def commit(self, outcome: BatchOutcome) -> None:
+        """Checkpoint, publish, clear the outbox, observe."""
         table = self._table
         # 1. checkpoint durable before anything derived from it leaves the process
         pending = []
@@ -95,9 +110,11 @@ class CheckpointCommit:
                 pending.append(table.send_changelog(write.partition, write.key, write.value))
         if pending:
             await asyncio.gather(*pending)
-        # 2. publish
+        # 2. publish (a tick's releases with its public instant as their timestamp)
         sent = [
-            await self._outputs[p.topic].send(key=p.key.encode(), value=p.value.encode())
+            await self._outputs[p.topic].send(
+                key=p.key.encode(), value=p.value.encode(), timestamp=kafka_seconds(p.timestamp)
+            )
             for p in outcome.publications
         ]
         if sent:
@@ -106,5 +123,4 @@ class CheckpointCommit:
         for write in outcome.cleanup:
             table.data.pop(write.key, None)
             table.send_changelog(write.partition, write.key, None, value_serializer="raw")
-        latency = None if received is None else time.perf_counter() - received
-        self._observe(outcome, latency)
+        self._observe(outcome)

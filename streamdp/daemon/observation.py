@@ -34,9 +34,9 @@ class OutcomeObserver:
         self._metrics = metrics
         self._spec = spec
 
-    def __call__(self, outcome: BatchOutcome, latency: float | None) -> None:
-        """Observe ``outcome``; ``latency`` is the seconds from receipt of its input batch to
-        the broker's acknowledgement of its publications (None for a timer's outcome)."""
+    def __call__(self, outcome: BatchOutcome) -> None:
+        """Observe ``outcome`` once its publications are acknowledged (a tick's releases: their
+        close latency runs from the tick's public instant to now)."""
         metrics = self._metrics
         spec = self._spec
         now = time.time()
@@ -58,10 +58,13 @@ class OutcomeObserver:
                 period_seconds=end - start,
                 stddev=release.total_std,
                 noisy_running_totals=totals,
-                published_at=now,
-                # from receipt of the batch whose records closed the period to the broker's
-                # acknowledgement of the release
-                close_latency_seconds=latency,
+                # the tick's public instant, never the moment it ran (which a batch in front
+                # of it could delay)
+                published_at=now if outcome.released_at is None else outcome.released_at,
+                # from that instant to the broker's acknowledgement of the release
+                close_latency_seconds=(
+                    None if outcome.released_at is None else max(0.0, now - outcome.released_at)
+                ),
             )
         latest_revision: dict[str, Any] = {}
         for revision in outcome.revisions:

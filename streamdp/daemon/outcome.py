@@ -35,11 +35,14 @@ class StateWrite:
 
 @dataclass(frozen=True)
 class Publication:
-    """One output record to send: ``topic``, ``key`` and JSON ``value`` (UTF-8 text)."""
+    """One output record to send: ``topic``, ``key`` and JSON ``value`` (UTF-8 text);
+    ``timestamp``: its Kafka timestamp (Unix seconds), the public instant of a tick's release
+    or revision (None: the producer's send time; dead letters)."""
 
     topic: str
     key: str
     value: str
+    timestamp: float | None = None
 
 
 @dataclass
@@ -58,3 +61,6 @@ class BatchOutcome:
     revision_stats: dict[str, RevisionStats] = field(default_factory=dict)
     skipped: int = 0
     accepted: int = 0
+    # a tick's outcome: the wall-clock instant (Unix seconds) its releases are published as,
+    # set by the clock alone (None: an input batch's outcome, which never releases)
+    released_at: float | None = None

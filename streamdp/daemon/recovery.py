@@ -76,14 +76,20 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
         engine.restore(snapshot)  # what it restores counts as stored (never taken)
         engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise)
         counted = counted_nodes(hot)
-        # re-publish whatever a crash left in the outbox (same key, same value)
+        # re-publish whatever a crash left in the outbox (same key, value and timestamp)
         prefix = outbox_prefix(source)
         for key in sorted(k for k in keys if k.startswith(prefix)):
             pending = table.get(key)
             if pending is None:
                 continue
+            stamp = pending.get("timestamp")
             outcome.publications.append(
-                Publication(pending["topic"], pending["key"], pending["value"])
+                Publication(
+                    pending["topic"],
+                    pending["key"],
+                    pending["value"],
+                    None if stamp is None else float(stamp),
+                )
             )
             outcome.cleanup.append(StateWrite(slot.home, key, None))
     # noisy nodes a crash left stored but unreferenced (it came after the node writes,

@@ -13,10 +13,15 @@ after a restart (:mod:`streamdp.daemon.recovery`), the checkpoint made of the en
 set (:mod:`streamdp.daemon.checkpoint_writer`, keys in :mod:`streamdp.daemon.checkpoint`) and
 this driver.
 
-Time is the public clock the service is given (the worker's wall clock in production): every
-batch first advances each source it touches to the clock's reading, and :meth:`tick` does so
-for every source this worker owns, so periods close on schedule whether or not records arrive.
-Records of a batch arrived at that reading. Control records come only from the control topic.
+Time is the public clock the service is given (the worker's wall clock in production). A batch
+only reads it: its records arrived at that reading, which judges them (a record arriving after
+its period's close instant is late, closed or not), and nothing closes. Only :meth:`tick`
+closes periods, at the public instant the caller's timer scheduled it for (each close instant,
+and a fixed catch-up step after downtime: :mod:`streamdp.daemon.tick_schedule`), and its
+releases carry that instant as their timestamp: when a period is published, and what the
+record timestamps and metrics say about it, depend on the clock alone, never on whether or
+when records arrive. Control records come only from the control topic; a close they ask for
+is made by the next tick too.
 """
 
 from __future__ import annotations
@@ -53,7 +58,8 @@ from streamdp.engine.spec import SourceSpec
 from streamdp.errors import InputGapError
 from streamdp.noise.sampler import NoiseSampler
 
-#: Most periods one stream closes per batch or tick (a clock jump is worked off in steps).
+#: Most periods one stream closes per tick (after downtime the backlog is worked off in steps
+#: of this many periods, one step per catch-up tick: a pace set by the clock alone).
 CLOSE_PACE = 32
 
 
@@ -230,11 +236,12 @@ class ReleaseService:
 
     @staticmethod
     def _touch(name: str, slot: SourceSlot, touched: dict[str, SourceSlot], now: float) -> None:
-        """The first time source ``name`` is touched in a batch, its clock is advanced to
-        ``now`` (records of the batch arrived then); it is checkpointed after the batch."""
+        """The first time source ``name`` is touched in a batch, its clock reading moves to
+        ``now`` (records of the batch arrived then; nothing closes); it is checkpointed after
+        the batch."""
         if name not in touched:
             touched[name] = slot
-            slot.engine.advance_clock(now)  # what it closes is in the engine's change set
+            slot.engine.observe_clock(now)
 
     def _from_other_topic(
         self, record: InputLike, outcome: BatchOutcome, touched: dict[str, SourceSlot], now: float
@@ -286,19 +293,34 @@ class ReleaseService:
                     write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)
         return outcome
 
-    def tick(self) -> BatchOutcome:
-        """Advance every loaded source to the public clock's reading: closes (and releases)
-        every due period, ``pace`` per stream at most; checkpoints what changed."""
+    def tick(self, at: float | None = None, *, stamp: float | None = None) -> BatchOutcome:
+        """Close, in every loaded source, the periods due at public instant ``at`` (default:
+        the clock's reading now), ``pace`` per stream at most, and checkpoint what changed.
+
+        ``at`` is the instant the caller's timer scheduled this tick for, not the moment it
+        ran: what closes depends on the clock alone, even when the tick runs late behind a
+        batch. ``stamp``: the wall-clock instant (Unix seconds) the releases are published
+        as (their Kafka timestamp and ``streamdp_last_release_timestamp_seconds``); default
+        ``at`` (the wall clock is the public clock)."""
         outcome = BatchOutcome()
-        now = self.clock()
+        reading = self.clock() if at is None else at
+        outcome.released_at = reading if stamp is None else stamp
         for name, slot in self.slots.items():
-            if slot.engine.advance_clock(now):
-                write_checkpoint(name, slot, slot.engine.take_changes(), self.topics, outcome)
+            engine = slot.engine
+            engine.observe_clock(reading)
+            if engine.due(reading) and engine.close_due(reading):
+                write_checkpoint(name, slot, engine.take_changes(), self.topics, outcome)
         return outcome
 
-    def due(self) -> bool:
-        """True when a loaded source has a period to close at the clock's last reading."""
-        return any(slot.engine.due() for slot in self.slots.values())
+    def due(self, at: float | None = None) -> bool:
+        """True when a loaded source has a period to close at public instant ``at`` (default:
+        each engine's last clock reading)."""
+        return any(slot.engine.due(at) for slot in self.slots.values())
+
+    def next_close(self) -> float:
+        """The earliest public instant at which a loaded source has a period to close (-inf: an
+        operator's close is waiting; inf: nothing will ever close)."""
+        return min((slot.engine.next_close() for slot in self.slots.values()), default=float("inf"))
 
     # ------------------------------------------------------------------ routing helpers
     def _emit_unrouted(self, letter: DeadLetterRecord, outcome: BatchOutcome) -> None:

@@ -40,7 +40,20 @@ class PublicClock:
 
     def now(self) -> float:
         """The clock's reading (seconds since the Unix epoch)."""
-        return self.origin + self.rate * (self.wall() - self.anchor)
+        return self.at(self.wall())
+
+    def at(self, wall: float) -> float:
+        """The clock's reading at wall-clock instant ``wall`` (Unix seconds)."""
+        return self.origin + self.rate * (wall - self.anchor)
+
+    def wall_at(self, reading: float) -> float:
+        """The wall-clock instant at which the clock reads ``reading`` (inf: never, a frozen
+        clock past it or a reading of inf; -inf: a reading of -inf)."""
+        if math.isinf(reading):
+            return reading
+        if self.rate == 0.0:
+            return -math.inf if reading <= self.origin else math.inf
+        return self.anchor + (reading - self.origin) / self.rate
 
     def describe(self) -> str:
         """The clock in the text form :func:`parse_clock` reads."""

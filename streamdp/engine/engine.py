@@ -3,6 +3,8 @@ tests all drive the same way (DESIGN §2, §5).
 
     engine = Engine(spec, sampler=production_sampler(), ledger_backend=JsonLinesLedgerBackend(p))
     publish(engine.advance_clock(now))          # the public clock: closes due periods
+    engine.observe_clock(now)                   # (the daemon: a batch's arrival reading only;
+    publish(engine.close_due(at))               #  its tick closes what is due at instant at)
     result = engine.ingest(raw_bytes, source_topic="orders", partition=0, offset=42)
     publish(result.dead_letters)
     publish(engine.control(raw_control_bytes))  # operator actions (the control topic only)
@@ -139,11 +141,13 @@ class Engine(RecordIntake, EnginePersistence):
         """An operator's control record (from the control topic; never from input).
 
         The one action is ``close``: ``{"type": "control", "action": "close", "stream": S,
-        "through": T}`` releases every period of ``S`` ending at or before ``T`` without
+        "through": T}`` makes every period of ``S`` ending at or before ``T`` due without
         waiting for its allowed lateness. ``T`` may not be after the clock's reading (the
-        future cannot be released), so a close is bounded by the clock; the periods it makes
-        due close ``pace`` at a time. Operators must never derive ``T`` from the data (e.g.
-        "close when the orders stop"): that would make the schedule depend on events.
+        future cannot be released), so a close is bounded by the clock. Nothing closes here:
+        the periods it makes due close at the next :meth:`close_due` (the daemon's tick),
+        ``pace`` at a time, so no record on any topic sets the moment of a release. Operators
+        must never derive ``T`` from the data (e.g. "close when the orders stop"): that would
+        make the schedule depend on events.
         Refused records come back as dead letters (``bad_control``, ``unknown_stream``).
         ``decoded``: ``record`` as :func:`~streamdp.engine.events.decode` already read it (a
         caller that routed it), so it is not parsed twice.
@@ -164,25 +168,45 @@ class Engine(RecordIntake, EnginePersistence):
 
     def _close_action(self, event: Mapping[str, Any]) -> list[OutputRecord]:
         stream, through = close_request(event, self.streams, self.now)
-        return self._count(self.streams[stream].close_through(through, self.now, self.pace))
+        self.streams[stream].request_close(through)
+        return []
 
     # ------------------------------------------------------------------ time
-    def advance_clock(self, now: float) -> list[OutputRecord]:
-        """Move the public clock to ``now`` (it never moves back) and close every due period.
-
-        A period is due when its end plus the allowed lateness is at or before the clock, or
-        when an operator's close asked for it; each stream closes at most ``pace`` periods per
-        call, oldest first. Records ingested after this call arrived at the clock's reading.
-        O(streams) when nothing closes.
-        """
+    def observe_clock(self, now: float) -> None:
+        """Move the public clock's reading to ``now`` (it never moves back): records ingested
+        after this call arrived at that reading. Closes nothing (see :meth:`close_due`): a
+        record that arrives after its period's close instant is late whether or not the period
+        has closed yet, so a record can neither close a period nor find one open by luck."""
         self.now = max(self.now, now)
-        out: list[OutputRecord] = []
         current = self.now
+        batch = self.batch
         for runtime in self.streams.values():
-            if runtime.next_deadline <= current:
-                out.extend(self._count(runtime.close_due(current, self.pace)))
-            runtime.set_arrival(current, batch=self.batch)
+            runtime.set_arrival(current, batch=batch)
+
+    def close_due(self, at: float | None = None) -> list[OutputRecord]:
+        """Close every period whose close instant (end plus allowed lateness) is at or before
+        ``at`` (default, and at most: the clock's reading), and every period an operator's
+        close asked for; each stream closes at most ``pace`` periods per call, oldest first (the
+        rest stay due). ``at`` is the public instant of the release: the daemon's tick passes
+        its scheduled instant, so what closes depends on the clock alone. O(streams) when
+        nothing closes."""
+        instant = self.now if at is None else min(at, self.now)
+        out: list[OutputRecord] = []
+        for runtime in self.streams.values():
+            if runtime.next_deadline <= instant:
+                out.extend(self._count(runtime.close_due(instant, self.pace)))
         return out
+
+    def advance_clock(self, now: float) -> list[OutputRecord]:
+        """:meth:`observe_clock` then :meth:`close_due` at ``now`` (the file replay's and the
+        tests' one step; the daemon observes the clock per batch and closes only on its tick)."""
+        self.observe_clock(now)
+        return self.close_due(now)
+
+    def next_close(self) -> float:
+        """The earliest public instant at which some stream has a period to close (-inf: one
+        is due now, an operator's close; inf: none ever, every stream finished)."""
+        return min((r.next_deadline for r in self.streams.values()), default=float("inf"))
 
     def start_batch(self, as_of: float) -> None:
         """Batch mode (a file replay): set the clock's reading to ``as_of`` for judging the
@@ -199,9 +223,11 @@ class Engine(RecordIntake, EnginePersistence):
         action from code: no clock bound, no pacing)."""
         return self._count(self.streams[stream].close_through(through, self.now))
 
-    def due(self) -> bool:
-        """True when some stream has a period to close at the clock's reading."""
-        return any(r.next_deadline <= self.now for r in self.streams.values())
+    def due(self, at: float | None = None) -> bool:
+        """True when some stream has a period to close at ``at`` (default: the clock's
+        reading)."""
+        instant = self.now if at is None else at
+        return any(r.next_deadline <= instant for r in self.streams.values())
 
     def revise(self, stream: str) -> list[ConsistentRecord]:
         """Publish a consistent revision of ``stream`` now (outside its schedule): the
