@@ -58,7 +58,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"streamdp {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        # argparse %-formats help strings ("%(default)s"): a literal % must be doubled there
+        command_parser = sub.add_parser(
+            name, help=help_text.replace("%", "%%"), description=help_text
+        )
         if only is None or only == name:
             _load(name).register(command_parser)
     return parser
