@@ -247,18 +247,20 @@ async def _tail(
             raise ConfigError(f"topic {topic!r} does not exist on {bootstrap} (topics: {known})")
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
+        held: list[Any] = []  # records fetched while the start positions are resolved
         if from_beginning:
             await consumer.seek_to_beginning(*tps)
+            start = {tp: await consumer.position(tp) for tp in tps}
         else:
-            await consumer.seek_to_end(*tps)
-        # resolve every position now: records produced after this line are printed
-        start = {tp: await consumer.position(tp) for tp in tps}
+            start = await _high_watermarks(consumer, tps, held)
         where = "beginning" if from_beginning else "end"
         sys.stderr.write(f"streamdp tail: reading {topic} from the {where}\n")
         sys.stderr.flush()
         printed = 0
+        batch: dict[Any, list[Any]] = {}
+        for m in held:
+            batch.setdefault(TopicPartition(m.topic, m.partition), []).append(m)
         while limit is None or printed < limit:
-            batch = await consumer.getmany(timeout_ms=500)
             for tp, messages in batch.items():
                 for m in messages:
                     if m.offset < start[tp]:
@@ -269,9 +271,38 @@ async def _tail(
                     printed += 1
                     if limit is not None and printed >= limit:
                         return 0
+            batch = await consumer.getmany(timeout_ms=500)
     finally:
         await consumer.stop()
     return 0
+
+
+async def _high_watermarks(consumer: Any, tps: list[Any], held: list[Any]) -> dict[Any, int]:
+    """Each partition's high watermark from its first Fetch response (records below it are
+    old); records fetched meanwhile are appended to ``held``. Seeks to the end first, so
+    little is fetched: on Kafka that is the end already, on Tansu an offset inside the last
+    batch (its ListOffsets answer), whose records the watermark then marks as old."""
+    from aiokafka.errors import KafkaError
+
+    await consumer.seek_to_end(*tps)
+    start: dict[Any, int] = {}
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while len(start) < len(tps):
+        if asyncio.get_running_loop().time() > deadline:
+            missing = ", ".join(str(tp.partition) for tp in tps if tp not in start)
+            raise BrokerError(f"no fetch answer in 30 s for partitions {missing}")
+        try:
+            batch = await consumer.getmany(*[tp for tp in tps if tp not in start], timeout_ms=500)
+        except KafkaError as error:
+            raise BrokerError(f"fetch failed: {error}") from error
+        for messages in batch.values():
+            held.extend(messages)
+        for tp in tps:
+            if tp not in start:
+                watermark = consumer.highwater(tp)
+                if watermark is not None:
+                    start[tp] = watermark
+    return start
 
 
 def run(args: argparse.Namespace) -> int:
