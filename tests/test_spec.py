@@ -166,3 +166,48 @@ def test_daylight_saving_days_and_month_bounds() -> None:
     assert months.index_of(lo) == 3
     assert months.index_of(lo - 1) == 2
     assert months.index_of(months.bounds(0)[0] - 1) < 0
+
+
+TWO_SOURCES = """
+[sources.a]
+topic = "{topic_a}"
+kind = "person"
+epsilon_cap = 1
+
+[sources.b]
+topic = "{topic_b}"
+kind = "person"
+epsilon_cap = 1
+
+[streams.from-a]
+source = "a"
+epsilon = 1
+sensitivity = 1
+horizon = 12
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "hiv_positive" }}
+
+[streams.from-b]
+source = "b"
+epsilon = 1
+sensitivity = 1
+horizon = 12
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "hiv_positive" }}
+"""
+
+
+@pytest.mark.parametrize(("topic_a", "topic_b"), [("b", "a"), ("b", "c"), ("c", "a")])
+def test_a_source_named_like_another_sources_topic_is_refused(topic_a: str, topic_b: str) -> None:
+    """Issue 25: with source a reading topic b and b reading a, a replay counted records
+    naming a in b's streams (names and topics map to sources in one table)."""
+    with pytest.raises(ConfigError, match=r"its name is the topic of source") as info:
+        parse_spec(TWO_SOURCES.format(topic_a=topic_a, topic_b=topic_b))
+    assert "rename the source or the topic" in str(info.value)
+
+
+def test_a_source_may_be_named_like_its_own_topic() -> None:
+    spec = parse_spec(TWO_SOURCES.format(topic_a="a", topic_b="b-topic"))
+    assert spec.source_of_topic("a") is spec.sources["a"]
+    assert spec.source_of_topic("b-topic") is spec.sources["b"]
+    assert spec.source_of_topic("b") is spec.sources["b"]

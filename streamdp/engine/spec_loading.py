@@ -76,6 +76,16 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
             raise ctx.fail("epsilon_cap", "missing; every source needs a total epsilon cap")
         cap = ctx.epsilon(table["epsilon_cap"], "epsilon_cap")
         sources[name] = SourceSpec(name=name, topic=topic, kind=kind, epsilon_cap=cap)
+    # records name their source or its topic interchangeably (a replay maps either one to the
+    # source): a source named like another source's topic would make that mapping ambiguous
+    for name, source in sources.items():
+        reader = topics.get(name)
+        if reader is not None and reader != name:
+            raise ConfigError(
+                f"{origin}: source {name!r}: its name is the topic of source {reader!r}, so a "
+                f"record naming {name!r} could belong to either; rename the source or the topic "
+                "(a source's name may equal only its own topic)"
+            )
 
     streams: dict[str, StreamSpec] = {}
     for name, raw in streams_raw.items():
