@@ -125,3 +125,35 @@ def test_the_signals_log_the_report_and_a_failing_partition_view_does_not_stop_t
     assert "admissions[0]: processed to 7" in dumps[0]
     assert "input partitions unavailable: RuntimeError('no consumer yet')" in dumps[1]
     assert "go (test_daemon_diagnostics.py:" in dumps[0]  # the task that was running
+
+
+def test_under_fausts_own_command_line_sigusr1_logs_the_dump_not_frame_locals() -> None:
+    """Issue 26: ``faust -A streamdp.daemon.faust_app worker`` builds its own Worker, whose
+    SIGUSR1 (mode's) logged every frame's locals, a state write with raw sums among them."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    program = (
+        "import asyncio, logging, sys\n"
+        "logging.basicConfig(stream=sys.stdout)\n"
+        "import faust\n"
+        "import streamdp.daemon.faust_app\n"
+        "async def signal(): faust.Worker._on_sigusr1(None); faust.Worker._on_sigusr2(None)\n"
+        "asyncio.run(signal())\n"
+    )
+    env = {**os.environ, "STREAMDP_CONFIG": str(repo / "streamdp/examples/restaurant.toml")}
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("diagnostic dump (SIGUSR1/SIGUSR2)") == 2
+    assert "f_locals" not in done.stdout
+    assert "signal (<string>:" in done.stdout  # the task report, not mode's frame dump

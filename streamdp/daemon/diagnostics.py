@@ -86,22 +86,41 @@ def task_report() -> list[str]:
     return [f"{count} x {place}" for place, count in sorted(places.items())]
 
 
+def log_dump(partition_report: Callable[[], list[str]]) -> None:
+    """Log :func:`task_report` and ``partition_report()`` (never a frame's locals)."""
+    lines = task_report()
+    try:
+        partitions = partition_report()
+    except Exception as error:  # a diagnostic must never end the worker
+        partitions = [f"(input partitions unavailable: {error!r})"]
+    log.warning(
+        "diagnostic dump (SIGUSR1/SIGUSR2): asyncio tasks\n%s\ninput partitions:\n%s",
+        "\n".join(lines),
+        "\n".join(partitions) or "(none assigned)",
+    )
+
+
 def install_dump_signals(worker: Any, partition_report: Callable[[], list[str]]) -> None:
     """Make ``worker`` (a ``faust.Worker``, not started) answer SIGUSR1 and SIGUSR2 by logging
     :func:`task_report` and ``partition_report()`` instead of mode's own handlers."""
 
     def dump() -> None:
-        lines = task_report()
-        try:
-            partitions = partition_report()
-        except Exception as error:  # a diagnostic must never end the worker
-            partitions = [f"(input partitions unavailable: {error!r})"]
-        log.warning(
-            "diagnostic dump (SIGUSR1/SIGUSR2): asyncio tasks\n%s\ninput partitions:\n%s",
-            "\n".join(lines),
-            "\n".join(partitions) or "(none assigned)",
-        )
+        log_dump(partition_report)
 
     # mode's Worker reads these when it installs its signal handlers (at start)
     worker._on_sigusr1 = dump
     worker._on_sigusr2 = dump
+
+
+def replace_dump_signals_of_every_worker(
+    worker_class: Any, partition_report: Callable[[], list[str]]
+) -> None:
+    """The same for every worker of ``worker_class`` (``faust.Worker``): Faust's own command
+    line (``faust -A streamdp.daemon.faust_app worker``) builds its worker itself, and mode's
+    SIGUSR1 handler would log every frame's local variables (raw partial sums among them)."""
+
+    def dump(self: Any) -> None:  # noqa: ARG001
+        log_dump(partition_report)
+
+    worker_class._on_sigusr1 = dump
+    worker_class._on_sigusr2 = dump

@@ -8,6 +8,7 @@ from typing import Any
 import faust
 
 from streamdp.daemon.app import create_app
+from streamdp.daemon.diagnostics import replace_dump_signals_of_every_worker
 from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.settings import DaemonSettings, env_settings
 from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, start_stop_deadline
@@ -33,3 +34,5 @@ def _with_stop_deadline(name: str) -> None:
 
 _with_stop_deadline("_on_sigterm")
 _with_stop_deadline("_on_sigint")
+# Faust's CLI builds its own Worker: the diagnostic dump replaces mode's frame-locals dump there
+replace_dump_signals_of_every_worker(faust.Worker, runtime.describe_inputs)
