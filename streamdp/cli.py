@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Protocol, cast
@@ -68,6 +69,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # aiokafka logs connection failures; with no logging set up (the short commands) Python's
+    # last-resort handler printed them raw beside streamdp's own one-line error. Records still
+    # reach any handler a command configures (the worker's); only that fallback is silenced.
+    logging.getLogger("aiokafka").addHandler(logging.NullHandler())
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = next((a for a in arguments if not a.startswith("-")), None)
     parser = build_parser(only=command if command in COMMANDS else None)

@@ -235,6 +235,7 @@ async def _tail(
     try:
         await consumer.start()
     except KafkaError as error:
+        await consumer.stop()  # (else aiokafka warns of an unclosed consumer at exit)
         raise BrokerError(f"cannot reach the broker at {bootstrap}: {error}") from error
     try:
         # the metadata of every topic; the consumer's own cluster view covers only the topics

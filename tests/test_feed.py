@@ -553,3 +553,42 @@ def test_demo_serves_the_feed_and_chromium_draws_it(tmp_path: Path) -> None:
         drain.join(timeout=10)
         demo.stdout.close()
     assert demo.returncode == 0, "".join(lines)[-3000:]
+
+
+def test_a_static_copy_of_topics_that_do_not_exist_is_refused_naming_those_that_do(
+    broker: Any, unique_name: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Issue 26: a mistyped --topic-namespace wrote an empty site and exited 0."""
+    namespace = unique_name("feed")
+    broker.create_topics({f"{namespace}.releases": 1, f"{namespace}.consistent": 1})
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp", "feed", "--bootstrap", broker.bootstrap,
+         "--topic-namespace", f"{namespace}x", "--output-dir", str(site)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"topic {namespace}x.consistent and {namespace}x.releases does not exist" in done.stderr
+    assert namespace in done.stderr.split("namespaces with a release topic there:")[1]
+    assert "Traceback" not in done.stderr
+    assert "Unclosed" not in done.stderr
+    assert not site.exists()
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--topic-namespace", "other"], "--topic-namespace names the Kafka topics"),
+        (["--output-dir", "site", "--port", "8000"], "--port is where the page is served"),
+    ],
+)
+def test_flags_that_would_be_ignored_are_refused(
+    flags: list[str], words: str, replay_dir: Path, tmp_path: Path
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp", "feed", "--from", str(replay_dir), *flags],
+        check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"streamdp feed: error: {words}")
+    assert not (tmp_path / "site").exists()

@@ -19,6 +19,7 @@ from streamdp.feed.server import LOOPBACK, FeedServer, write_static
 from streamdp.feed.sources import KafkaTopics, ReplayDirectory
 
 DEFAULT_PORT = 8750
+DEFAULT_NAMESPACE = "streamdp"
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: How long ``--output-dir`` with ``--bootstrap`` waits to read the topics up to their ends.
@@ -43,15 +44,16 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--topic-namespace",
-        default="streamdp",
+        default=None,
         metavar="NS",
-        help="with --bootstrap: read NS.releases and NS.consistent (default: streamdp)",
+        help=f"with --bootstrap: read NS.releases and NS.consistent (default: {DEFAULT_NAMESPACE})",
     )
     parser.add_argument(
         "--port",
         type=int,
-        default=DEFAULT_PORT,
-        help=f"serve on 127.0.0.1:PORT (default {DEFAULT_PORT}; 0 picks a free port)",
+        default=None,
+        help=f"serve on 127.0.0.1:PORT (default {DEFAULT_PORT}; 0 picks a free port; not with "
+        "--output-dir)",
     )
     parser.add_argument(
         "--output-dir",
@@ -64,6 +66,21 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    """Refuse what the command would otherwise ignore or misread; fill in the defaults."""
+    if args.from_dir is not None and args.topic_namespace is not None:
+        raise ConfigError(
+            "--topic-namespace names the Kafka topics of --bootstrap; --from reads the files "
+            "releases.jsonl and consistent.jsonl of its directory: drop one of the two"
+        )
+    if args.output_dir is not None and args.port is not None:
+        raise ConfigError(
+            "--port is where the page is served; --output-dir writes the files and serves "
+            "nothing: drop one of the two"
+        )
+    if args.topic_namespace is None:
+        args.topic_namespace = DEFAULT_NAMESPACE
+    if args.port is None:
+        args.port = DEFAULT_PORT
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
     if args.bootstrap is not None and not _BOOTSTRAP.match(args.bootstrap):

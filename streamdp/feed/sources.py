@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,11 @@ class KafkaTopics:
                 # look for new topics/partitions until both topics exist, then now and then
                 if rounds % 20 == 0 or len({tp.topic for tp in assigned}) < len(kinds):
                     wanted = await self._partitions(consumer, kinds)
+                    missing = sorted(set(kinds) - {tp.topic for tp in wanted})
+                    if missing and rounds == 0:
+                        # served: the topics may appear later (a worker not started yet)
+                        message = await self._missing(consumer, missing)
+                        sys.stderr.write(f"streamdp feed: warning: {message}; waiting for it\n")
                 rounds += 1
                 if wanted - assigned:
                     consumer.assign(sorted(wanted, key=lambda tp: (tp.topic, tp.partition)))
@@ -131,8 +137,9 @@ class KafkaTopics:
         consumer = await self._consumer()
         try:
             partitions = await self._partitions(consumer, kinds)
-            if not partitions:
-                return
+            missing = sorted(set(kinds) - {tp.topic for tp in partitions})
+            if missing:
+                raise ConfigError(await self._missing(consumer, missing))
             consumer.assign(sorted(partitions, key=lambda tp: (tp.topic, tp.partition)))
             await consumer.seek_to_beginning(*partitions)
             ends = await consumer.end_offsets(list(partitions))
@@ -167,6 +174,24 @@ class KafkaTopics:
                 f"cannot reach the broker at {self.bootstrap}: {error}; check --bootstrap"
             ) from error
         return consumer
+
+    async def _missing(self, consumer: Any, missing: list[str]) -> str:
+        """What to say when topics of the feed do not exist: which, and the namespaces that
+        do exist on the broker (a mistyped --topic-namespace is the usual cause)."""
+        from streamdp.faust_internals import cluster_metadata
+
+        present = (await cluster_metadata(consumer)).topics()
+        suffix = "." + TOPIC_SUFFIXES[0][0]
+        namespaces = sorted(t[: -len(suffix)] for t in present if t.endswith(suffix))
+        hint = (
+            "namespaces with a release topic there: " + ", ".join(namespaces)
+            if namespaces
+            else "no release topic exists there: is a worker writing to this broker?"
+        )
+        return (
+            f"topic {' and '.join(missing)} does not exist at {self.bootstrap} (--topic-namespace "
+            f"{self.namespace}); {hint}"
+        )
 
     @staticmethod
     async def _partitions(consumer: Any, kinds: dict[str, str]) -> set[Any]:
