@@ -26,7 +26,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--as-of",
-        required=True,
+        default=None,
         metavar="INSTANT",
         help="the public instant the release is made at: every period whose end plus allowed "
         "lateness is at or before it is released (RFC 3339 with offset, e.g. "
@@ -56,6 +56,12 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.as_of is None:
+        raise ConfigError(
+            "--as-of is required: the public instant the release is made at (RFC 3339 with an "
+            "offset, or 'now'); for a file from `streamdp synth`, the instant it printed "
+            "('every generated period is released by: ... --as-of INSTANT')"
+        )
     spec = load_spec(args.config)
     sampler: NoiseSampler
     if args.insecure_seed is not None:

@@ -17,22 +17,27 @@ from streamdp.cli import main
         ),
         (
             ["plan", "--mechanism", "naive", "--objective", "count", "--horizon", "10",
-             "--epsilon", "1"],
+             "--sensitivity", "1", "--epsilon", "1"],
             "--objective count does not apply to --mechanism naive (its weights are fixed)",
         ),
         (
             ["plan", "--mechanism", "fda", "--objective", "count", "--horizon", "10",
-             "--epsilon", "1"],
+             "--sensitivity", "1", "--epsilon", "1"],
             "--objective count does not apply to --mechanism fda; it takes total or minimax",
         ),
         (["plan", "--epsilon", "1"], "--horizon is required (or --config SPEC.toml"),
-        (["plan", "--horizon", "10"], "--epsilon is required (or --target-std COUNTS"),
+        (["plan", "--horizon", "10", "--epsilon", "1"], "--sensitivity is required: the most"),
         (
-            ["plan", "--horizon", "10", "--epsilon", "1", "--target-std", "3"],
+            ["plan", "--horizon", "10", "--sensitivity", "1"],
+            "--epsilon is required (or --target-std COUNTS",
+        ),
+        (
+            ["plan", "--horizon", "10", "--sensitivity", "1", "--epsilon", "1",
+             "--target-std", "3"],
             "--target-std finds the epsilon; drop --epsilon",
         ),
         (
-            ["plan", "--horizon", "10", "--target-std", "-3"],
+            ["plan", "--horizon", "10", "--sensitivity", "1", "--target-std", "-3"],
             "the target standard deviation must be a number > 0, got -3.0",
         ),
         (
@@ -52,6 +57,11 @@ from streamdp.cli import main
             ["replay", "--config", "streamdp/examples/hiv.toml", "--input", "x.jsonl",
              "--output-dir", "out", "--as-of", "yesterday"],
             "--as-of 'yesterday' is not an instant",
+        ),
+        (
+            ["replay", "--config", "streamdp/examples/hiv.toml", "--input", "x.jsonl",
+             "--output-dir", "out"],
+            "the instant it printed ('every generated period is released by:",
         ),
     ],
 )  # fmt: skip

@@ -71,10 +71,10 @@ def test_table_output_shows_error_bounds(capsys) -> None:
 @pytest.mark.parametrize(
     "argv",
     [
-        ["plan", "--horizon", "0", "--epsilon", "1"],
-        ["plan", "--horizon", "10", "--epsilon", "-1"],
+        ["plan", "--horizon", "0", "--sensitivity", "1", "--epsilon", "1"],
+        ["plan", "--horizon", "10", "--sensitivity", "1", "--epsilon", "-1"],
         ["plan", "--horizon", "10", "--epsilon", "1", "--sensitivity", "0"],
-        ["plan", "--horizon", "10", "--epsilon", "nan"],
+        ["plan", "--horizon", "10", "--sensitivity", "1", "--epsilon", "nan"],
     ],
 )
 def test_bad_values_exit_2_with_a_message(argv: list[str], capsys) -> None:
@@ -84,7 +84,19 @@ def test_bad_values_exit_2_with_a_message(argv: list[str], capsys) -> None:
 
 def test_bad_choice_is_a_usage_error(capsys) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["plan", "--mechanism", "gauss", "--horizon", "10", "--epsilon", "1"])
+        main(
+            [
+                "plan",
+                "--mechanism",
+                "gauss",
+                "--horizon",
+                "10",
+                "--sensitivity",
+                "1",
+                "--epsilon",
+                "1",
+            ]
+        )
     assert info.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
 
@@ -127,7 +139,17 @@ def test_plan_reports_release_errors() -> None:
 
 def test_kary_gls_plan_meets_the_issue_target_at_4095(capsys) -> None:
     """Issue 13's acceptance: N = 4095, epsilon = Delta = 1, Laplace: mean <= 195, max <= 320."""
-    argv = ["plan", "--mechanism", "kary_gls", "--horizon", "4095", "--epsilon", "1"]
+    argv = [
+        "plan",
+        "--mechanism",
+        "kary_gls",
+        "--horizon",
+        "4095",
+        "--sensitivity",
+        "1",
+        "--epsilon",
+        "1",
+    ]
     assert main([*argv, "--noise", "laplace", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["mean_variance"] <= 195.0
@@ -153,7 +175,18 @@ def test_kary_plan_with_fixed_branching(mechanism: str) -> None:
 
 
 def test_compare_lists_every_mechanism(capsys) -> None:
-    argv = ["plan", "--compare", "--horizon", "365", "--epsilon", "1", "--noise", "laplace"]
+    argv = [
+        "plan",
+        "--compare",
+        "--horizon",
+        "365",
+        "--sensitivity",
+        "1",
+        "--epsilon",
+        "1",
+        "--noise",
+        "laplace",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     for name in ("naive", "binary", "fda", "kary_digits", "kary_gls"):
@@ -167,7 +200,19 @@ def test_compare_lists_every_mechanism(capsys) -> None:
 
 
 def test_branching_for_a_fenwick_mechanism_is_an_error(capsys) -> None:
-    argv = ["plan", "--mechanism", "fda", "--branching", "4", "--horizon", "10", "--epsilon", "1"]
+    argv = [
+        "plan",
+        "--mechanism",
+        "fda",
+        "--branching",
+        "4",
+        "--horizon",
+        "10",
+        "--sensitivity",
+        "1",
+        "--epsilon",
+        "1",
+    ]
     assert main(argv) == 2
     assert "branching" in capsys.readouterr().err
 

@@ -68,8 +68,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         help=(
-            "the sensitivity Delta (default 1): the most one event changes the sum of the "
-            "stream's counters in a period"
+            "the sensitivity Delta (required without --config): the most one event changes "
+            "the sum of the stream's counters in a period"
         ),
     )
     parser.add_argument(
@@ -179,7 +179,13 @@ def run(args: argparse.Namespace) -> int:
         return _run_config(args)
     if args.horizon is None:
         raise ConfigError("--horizon is required (or --config SPEC.toml to plan a spec's streams)")
-    sensitivity = 1.0 if args.sensitivity is None else args.sensitivity
+    if args.sensitivity is None:
+        raise ConfigError(
+            "--sensitivity is required: the most one event changes the sum of the stream's "
+            "counters in a period (1 for a flag; k + 2 for a census record with k attributes; "
+            "the largest combo for restaurant orders), or --config SPEC.toml to plan a spec's"
+        )
+    sensitivity = args.sensitivity
     if args.compare:
         clashing = _given(args, ("mechanism", "objective", "branching", "target_std"))
         if clashing:
