@@ -78,7 +78,7 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
         sources[name] = SourceSpec(name=name, topic=topic, kind=kind, epsilon_cap=cap)
     # records name their source or its topic interchangeably (a replay maps either one to the
     # source): a source named like another source's topic would make that mapping ambiguous
-    for name, source in sources.items():
+    for name in sources:
         reader = topics.get(name)
         if reader is not None and reader != name:
             raise ConfigError(
