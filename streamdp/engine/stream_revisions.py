@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.factored_noise import project_rows
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord
 from streamdp.engine.revision import consistent_epochs, project_nodes
@@ -59,6 +60,7 @@ class StreamRevisions:
         self._noise_ahead = noise_ahead
         self._project_in_revisions = project_in_revisions
         self._shrink: FloatArray | None = None
+        self._projection: FloatArray | None = None
         self.number = 0
         # absolute periods below this already have their consistent values published
         self.revised_through = 0
@@ -206,11 +208,20 @@ class StreamRevisions:
         offset = max(0, self.revised_through - epoch * self.horizon)
         counts, totals = counter.released(offset + 1)
         if self._project_in_revisions:
-            counts, totals = project_nodes(self.spec, counts), project_nodes(self.spec, totals)
+            # in one fixed order per row (project_rows): a revision re-published after a
+            # restart, or made with more periods, gives each period the same bits
+            projection = self.projection_matrix()
+            counts, totals = project_rows(counts, projection), project_rows(totals, projection)
         return [(epoch, offset, counts, totals)]
+
+    def projection_matrix(self) -> FloatArray:
+        """The stream's constraint projection ``P`` (the identity for no constraint), cached."""
+        if self._projection is None:
+            self._projection = project_nodes(self.spec, np.eye(self.width))
+        return self._projection
 
     def projection_diagonal(self) -> FloatArray:
         """``P_jj`` of the stream's constraint projection (1 for no constraint), cached."""
         if self._shrink is None:
-            self._shrink = np.clip(np.diag(project_nodes(self.spec, np.eye(self.width))), 0, 1)
+            self._shrink = np.clip(np.diag(self.projection_matrix()), 0, 1)
         return self._shrink
