@@ -138,7 +138,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_last_release_timestamp_seconds",
         "gauge",
         ("stream",),
-        "Wall-clock time (Unix seconds) at which the stream's latest period release was published.",
+        "Public instant (Unix seconds) of the stream's latest period release: the scheduled "
+        "instant of the tick that made it, also its records' Kafka timestamp.",
     ),
     MetricSpec(
         "streamdp_build",
@@ -199,8 +200,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_period_close_latency_seconds",
         "histogram",
         ("stream",),
-        "Wall time from a period's close condition (watermark past end plus lateness, or a "
-        "close control record) to its releases being published.",
+        "Wall time from the public instant of the tick that closed a period (its end plus "
+        "lateness, or the heartbeat after an operator's close) to the broker's acknowledgement "
+        "of its releases.",
     ),
     # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(

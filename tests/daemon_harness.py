@@ -421,8 +421,10 @@ def collect(
     done: Callable[[dict[str, dict[str, list[str]]]], bool],
     *,
     timeout: float = 90.0,
+    timestamps: dict[str, list[int]] | None = None,
 ) -> dict[str, dict[str, list[str]]]:
-    """Read ``topics`` from the beginning until ``done(seen)``: topic -> key -> every value."""
+    """Read ``topics`` from the beginning until ``done(seen)``: topic -> key -> every value.
+    ``timestamps``: filled with topic -> the Kafka timestamp (ms) of every record read."""
 
     async def go() -> dict[str, dict[str, list[str]]]:
         consumer = AIOKafkaConsumer(
@@ -440,6 +442,8 @@ def collect(
                         key = m.key.decode() if m.key else ""
                         value = m.value.decode() if m.value is not None else ""
                         seen[tp.topic].setdefault(key, []).append(value)
+                        if timestamps is not None:
+                            timestamps.setdefault(tp.topic, []).append(m.timestamp)
         finally:
             await consumer.stop()
         return seen

@@ -152,8 +152,17 @@ def test_worker_releases_equal_a_file_replay_of_the_same_records(broker, setup) 
     produce(broker, records)
     close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
     expected = replay_outputs(scenario, T)
-    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    stamps: dict[str, list[int]] = {}
+    seen = collect(
+        broker, [T.releases, T.consistent], has_all(expected), timeout=120, timestamps=stamps
+    )
     _values(seen, expected, T)
+    # issue 25: every release and revision carries the instant of the tick that made it, a
+    # point of the tick grid (whole multiples of --tick, 0.5 s), never the moment it was sent
+    for topic in (T.releases, T.consistent):
+        assert stamps[topic]
+        off_grid = [ms for ms in stamps[topic] if ms % 500]
+        assert not off_grid, f"{topic}: timestamps off the tick grid: {off_grid[:5]}"
     # the processed input offsets get committed (the batch path acknowledges a whole batch per
     # partition at once): a restarted worker does not read the topics again from the start
     for topic in scenario.lines:

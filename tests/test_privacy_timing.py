@@ -17,8 +17,8 @@ due at its reading, and publications carry no timestamp) and must see the differ
 from __future__ import annotations
 
 import itertools
-import math
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from types import SimpleNamespace
