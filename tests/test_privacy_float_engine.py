@@ -8,7 +8,7 @@ mechanism x kind the example specs give (combos, census hierarchy with the proje
 publication, flags, a source with two streams) through the file replay and the daemon's release
 service. Without the coupling the same record does move the output (the power check).
 The counter-level version with 1,000 draws per case is ``test_float_coupling.py``;
-``benchmarks/privacy_audit.py --coupling`` runs this engine-level check over many draws.
+``benchmarks/coupling_engine.py`` runs this engine-level check with 1,000 draws per case.
 """
 
 from __future__ import annotations
@@ -133,34 +133,44 @@ def _via_daemon(
     return [p for p in published if '"dead_letter"' not in p]
 
 
+def coupled_draw(
+    scenario: str, path: str, rng: np.random.Generator, tmp: Path, *, power: bool = False
+) -> tuple[bool, bool | None]:
+    """One draw: D with seeded noise and D plus one random record under the coupled noise,
+    through ``path`` (replay or daemon). Returns whether every published byte was equal and,
+    with ``power``, whether the same record without the coupling changed the output."""
+    spec = _spec(scenario)
+    periods = SCENARIOS[scenario][2]
+    records = _records(scenario, spec)
+    strategies = {name: stream_strategy(stream) for name, stream in spec.streams.items()}
+    seed = int(rng.integers(2**31))
+    extra = None
+    while extra is None:
+        extra = _with_extra(spec, records, int(rng.integers(len(records))))
+    neighbour, footprints = extra
+
+    def run(data: list[tuple[str, float]], sampler: Any, label: str) -> list[str]:
+        if path == "replay":
+            return _via_replay(spec, data, periods, sampler, tmp / label)
+        return _via_daemon(spec, data, periods, sampler)
+
+    base = run(records, CoupledSampler(seed, strategies), "d")
+    assert base, "nothing was published"
+    coupled = run(neighbour, CoupledSampler(seed, strategies, footprints), "coupled")
+    moved = None
+    if power:
+        moved = base != run(neighbour, CoupledSampler(seed, strategies), "plain")
+    return base == coupled, moved
+
+
 @pytest.mark.parametrize("path", ["replay", "daemon"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_a_counted_record_under_the_coupling_changes_no_published_byte(
     scenario: str, path: str, tmp_path: Path
 ) -> None:
-    spec = _spec(scenario)
-    periods = SCENARIOS[scenario][2]
-    records = _records(scenario, spec)
-    strategies = {name: stream_strategy(stream) for name, stream in spec.streams.items()}
     rng = np.random.default_rng(zlib.crc32(f"{scenario}|{path}".encode()))
     for draw in range(DRAWS):
-        seed = int(rng.integers(2**31))
-        extra = None
-        while extra is None:
-            extra = _with_extra(spec, records, int(rng.integers(len(records))))
-        neighbour, footprints = extra
-
-        def run(
-            data: list[tuple[str, float]], sampler: Any, label: str, draw: int = draw
-        ) -> list[str]:
-            if path == "replay":
-                return _via_replay(spec, data, periods, sampler, tmp_path / f"{draw}-{label}")
-            return _via_daemon(spec, data, periods, sampler)
-
-        base = run(records, CoupledSampler(seed, strategies), "d")
-        coupled = run(neighbour, CoupledSampler(seed, strategies, footprints), "coupled")
-        assert base, "nothing was published"
-        assert base == coupled, f"draw {draw}: a counted record changed published bytes"
-        if draw == 0:  # power: without the coupling the record moves the output
-            uncoupled = run(neighbour, CoupledSampler(seed, strategies), "plain")
-            assert base != uncoupled
+        # power on the first draw: without the coupling the record moves the output
+        equal, moved = coupled_draw(scenario, path, rng, tmp_path / str(draw), power=draw == 0)
+        assert equal, f"draw {draw}: a counted record changed published bytes"
+        assert moved in (None, True)
