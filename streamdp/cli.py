@@ -28,6 +28,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
     "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
+    "produce": (
+        "streamdp.produce_cli",
+        "send synthetic events live to a broker (or write a spec whose periods start now)",
+    ),
     "tail": ("streamdp.tail_cli", "print a topic (releases, dead letters) one line per record"),
     "broker": (
         "streamdp.broker_cli",

@@ -1,0 +1,110 @@
+"""Synthetic input for a worker on the wall clock: a spec whose periods start now, and events
+stamped with the moment they are sent (``streamdp produce``).
+
+The example specs start on 2024-01-01 with day and month periods: a worker on the wall clock
+would first release every period since then (about a thousand days, several epochs), and the
+next period closes only tomorrow. :func:`live_spec_text` rewrites an example spec so that every
+stream has short fixed periods starting at the current one, with an allowed lateness to match;
+:func:`live_events` turns the synthetic generator's events into events of the present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from streamdp.engine.periods import format_instant
+from streamdp.engine.spec import EngineSpec
+from streamdp.synth.generators import example_spec, generate
+
+__all__ = ["LiveEvent", "live_events", "live_lateness_seconds", "live_spec_text"]
+
+_PERIOD_LINE = re.compile(r"^period = \{[^}\n]*\}$", re.M)
+_LATENESS_LINE = re.compile(r'^allowed_lateness = "[^"\n]*"$', re.M)
+
+
+def live_lateness_seconds(period_seconds: int) -> int:
+    """The allowed lateness of a live spec's periods: a tenth of a period, at least 5 s (the
+    time a record may take from its producer to the worker)."""
+    return max(5, period_seconds // 10)
+
+
+def live_spec_text(example_text: str, period_seconds: int, now: float) -> str:
+    """``example_text`` (an example spec) with every stream's ``period`` replaced by fixed
+    periods of ``period_seconds`` starting at the one holding ``now``, and its
+    ``allowed_lateness`` by :func:`live_lateness_seconds`. Raises ValueError when the text has
+    no period line per lateness line (not an example spec's layout)."""
+    if period_seconds < 1:
+        raise ValueError(f"periods must be at least 1 s long, got {period_seconds}")
+    periods = _PERIOD_LINE.findall(example_text)
+    latenesses = _LATENESS_LINE.findall(example_text)
+    if not periods or len(periods) != len(latenesses):
+        raise ValueError("expected one 'period = {...}' and one 'allowed_lateness' per stream")
+    start = format_instant(math.floor(now / period_seconds) * period_seconds)
+    period = f'period = {{ unit = "fixed", length = "{period_seconds}s", start = "{start}" }}'
+    lateness = f'allowed_lateness = "{live_lateness_seconds(period_seconds)}s"'
+    header = (
+        f"# Written by `streamdp produce --write-spec`: periods of {period_seconds} s from "
+        f"{start}, for a worker on the wall clock.\n"
+    )
+    text = _PERIOD_LINE.sub(period, example_text)
+    return header + _LATENESS_LINE.sub(lateness, text)
+
+
+@dataclass(frozen=True)
+class LiveEvent:
+    """One record to send: its topic, key (the source name) and value; ``bad`` for the
+    generator's deliberately invalid records."""
+
+    topic: str
+    key: bytes
+    value: bytes
+    bad: bool
+
+
+def live_events(
+    scenario: str, spec: EngineSpec, *, seed: int, bad_fraction: float
+) -> Iterator[LiveEvent]:
+    """Endless events of ``scenario`` for ``spec``'s source of that kind, without their event
+    time: :func:`stamped` gives each the moment it is sent. Every event id is new (``live-N``)."""
+    source = _source_of(scenario, spec)
+    topic = spec.sources[source].topic
+    number = 0
+    while True:
+        for line in generate(scenario, 1000, 1000.0, seed=seed, bad_fraction=bad_fraction):
+            if line.expect is not None:
+                yield LiveEvent(topic, source.encode(), line.text.encode(), True)
+                continue
+            number += 1
+            event = json.loads(line.text)
+            event["event_id"] = f"live-{seed}-{number}"
+            event["source"] = source
+            yield LiveEvent(topic, source.encode(), json.dumps(event).encode(), False)
+        seed += 1
+
+
+def stamped(event: LiveEvent, now: float) -> bytes:
+    """``event``'s value with ``event_time`` set to ``now`` (bad records are sent as they are)."""
+    if event.bad:
+        return event.value
+    body = json.loads(event.value)
+    body["event_time"] = format_instant(now)
+    return json.dumps(body).encode()
+
+
+def _source_of(scenario: str, spec: EngineSpec) -> str:
+    """The source of ``spec`` whose events ``scenario`` imitates (the example's own source)."""
+    wanted = next(iter(example_spec(scenario).sources))
+    if wanted in spec.sources:
+        return wanted
+    kind = example_spec(scenario).sources[wanted].kind
+    same_kind = [name for name, s in spec.sources.items() if s.kind == kind]
+    if len(same_kind) != 1:
+        raise ValueError(
+            f"the spec has {len(same_kind)} sources of kind {kind!r} (the {scenario} scenario's): "
+            "name the source like the example's, " + repr(wanted)
+        )
+    return same_kind[0]

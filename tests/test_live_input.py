@@ -1,0 +1,130 @@
+"""The live quick start (issue 26): ``streamdp produce --write-spec`` writes an example spec
+whose periods start now, and ``streamdp produce`` sends synthetic events stamped with the
+moment they are sent; a worker on the wall clock counts them and releases every period on
+schedule, nothing late."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_harness import Worker, collect
+
+from streamdp.daemon.routing import OutputTopics
+from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.topology import required_topics
+from streamdp.engine import load_spec, parse_spec
+from streamdp.engine.periods import PeriodClock, parse_instant
+from streamdp.synth import SCENARIOS, example_spec
+from streamdp.synth.live import live_events, live_spec_text, stamped
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "streamdp" / "examples"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_live_spec_has_short_periods_from_now_and_the_examples_streams(scenario: str) -> None:
+    now = 1_790_000_123.4
+    text = live_spec_text((EXAMPLES / f"{scenario}.toml").read_text("utf-8"), 60, now)
+    live, example = parse_spec(text), example_spec(scenario)
+    assert live.streams.keys() == example.streams.keys()
+    assert live.sources == example.sources
+    for name, stream in live.streams.items():
+        start, end = PeriodClock(stream.period).bounds(0)
+        assert (start, end) == (1_790_000_100.0, 1_790_000_160.0)
+        assert stream.allowed_lateness_seconds == 6.0
+        assert stream.counters == example.streams[name].counters
+        assert stream.epsilon == example.streams[name].epsilon
+
+
+def test_live_events_are_valid_new_and_stamped_with_the_moment_they_are_sent() -> None:
+    spec = example_spec("restaurant")
+    events = live_events("restaurant", spec, seed=3, bad_fraction=0.0)
+    ids = set()
+    for _, event in zip(range(200), events, strict=False):
+        body = json.loads(stamped(event, 1_790_000_000.5))
+        assert parse_instant(body["event_time"]) == 1_790_000_000.5
+        assert event.key == b"restaurant-orders"
+        assert event.topic == "restaurant-orders"
+        ids.add(body["event_id"])
+    assert len(ids) == 200
+
+
+def test_produce_refuses_to_send_without_a_broker_and_names_the_missing_flags() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv"],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--config and --bootstrap are required" in done.stderr
+
+
+@pytest.mark.slow
+def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
+    broker: Any, unique_name: Any, tmp_path: Path
+) -> None:
+    spec_path = tmp_path / "live.toml"
+    subprocess.run(
+        [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv",
+         "--write-spec", str(spec_path), "--period-seconds", "5"],
+        check=True, timeout=60,
+    )  # fmt: skip
+    namespace, app_id, topic = unique_name("live"), unique_name("live-app"), unique_name("hiv")
+    # its own input topic: the broker is shared with other tests
+    text = spec_path.read_text("utf-8").replace('topic = "admissions"', f'topic = "{topic}"')
+    spec_path.write_text(text, encoding="utf-8")
+    spec = load_spec(str(spec_path))
+    assert spec.sources["admissions"].topic == topic
+    outputs = OutputTopics.in_namespace(namespace)
+    settings = DaemonSettings(
+        config=spec_path, bootstrap=broker.bootstrap, partitions=1, app_id=app_id, topics=outputs
+    )
+    broker.create_topics(required_topics(spec, settings))
+    worker = Worker(
+        broker, spec_path, app_id=app_id, partitions=1, data_dir=tmp_path / "data",
+        log_path=tmp_path / "worker.log", namespace=namespace,
+    )  # fmt: skip
+    try:
+        worker.wait_ready()
+        started = time.time()
+        subprocess.run(
+            [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv", "--config",
+             str(spec_path), "--bootstrap", broker.bootstrap, "--per-second", "20",
+             "--duration", "12"],
+            check=True, timeout=120,
+        )  # fmt: skip
+        stream = next(iter(spec.streams.values()))
+        clock = PeriodClock(stream.period)
+        first = clock.index_of(started)
+        last = clock.index_of(time.time()) - 1  # periods wholly inside the run: first+1..last
+        counter = stream.counters.names[0]
+        wanted = {f"{stream.name}|{counter}|0|{j + 1}": j for j in range(first + 1, last + 1)}
+        assert len(wanted) >= 2
+        seen = collect(
+            broker,
+            [outputs.releases, outputs.dead_letter, topic],
+            lambda s: wanted.keys() <= set(s[outputs.releases]),
+            timeout=60,
+        )
+        assert wanted.keys() <= set(seen[outputs.releases]), (wanted, worker.log_tail())
+        late = [v for vs in seen[outputs.dead_letter].values() for v in vs if '"late"' in v]
+        assert late == [], late[:3]
+        # every event sent was counted in the period of the moment it was sent
+        exact = dict.fromkeys(wanted.values(), 0)
+        for value in seen[topic]["admissions"]:
+            event = json.loads(value)
+            j = clock.index_of(parse_instant(event["event_time"]) or 0.0)
+            if j in exact and event["attributes"]["hiv_positive"]:
+                exact[j] += 1
+        assert sum(exact.values()) > 0
+        for key, j in wanted.items():
+            (release,) = {
+                json.loads(v)["noisy_count"]: json.loads(v) for v in seen[outputs.releases][key]
+            }.values()
+            assert abs(release["noisy_count"] - exact[j]) <= 6 * release["count_std"], (j, release)
+    finally:
+        worker.stop()
