@@ -210,6 +210,11 @@ def test_csv_downloads_match_the_records_exactly(replay_dir: Path, served: Serve
             record["period_start"],
             record["period_end"],
         )
+        # what a download must say about how the value was made (issue 26)
+        assert row["mechanism"] == record["mechanism"]
+        assert int(row["sensitivity"]) == record["sensitivity"]
+        assert row["noise"] == record["noise"]
+        assert row["noise_secure"] == str(record["noise_secure"])
     latest = _latest_consistent(_jsonl(replay_dir / "consistent.jsonl"))
     crow = list(csv.DictReader(io.StringIO(served.get("consistent.csv"))))
     assert len(crow) == sum(len(r["counts"]) for r in latest.values())

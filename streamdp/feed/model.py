@@ -34,6 +34,9 @@ RELEASE_COLUMNS = (
     "total_half_width95",
     "epsilon",
     "mechanism",
+    "sensitivity",
+    "noise",
+    "noise_secure",
 )
 #: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
 CONSISTENT_COLUMNS = (

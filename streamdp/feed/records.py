@@ -56,6 +56,9 @@ class Release:
             "total_half_width95": half_width95(self.total_std),
             "epsilon": self.epsilon,
             "mechanism": self.mechanism,
+            "sensitivity": self.sensitivity,
+            "noise": self.noise,
+            "noise_secure": self.noise_secure,
         }
 
 
