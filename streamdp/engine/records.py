@@ -65,6 +65,8 @@ class ReleaseRecord:
     objective: str
     noise: str
     noise_secure: bool
+    # the counter's position among the stream's counters as declared (readers order by it)
+    counter_index: int = 0
 
     @property
     def key(self) -> str:
@@ -92,6 +94,7 @@ class ReleaseRecord:
             "objective": self.objective,
             "noise": self.noise,
             "noise_secure": self.noise_secure,
+            "counter_index": self.counter_index,
         }
 
     def to_json(self) -> str:

@@ -71,6 +71,7 @@ def release_records(
             objective=spec.objective,
             noise=name,
             noise_secure=secure,
+            counter_index=c,
         )
         for c, counter_name in enumerate(names)
     ]

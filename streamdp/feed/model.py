@@ -167,13 +167,24 @@ class FeedView:
                     },
                     "counters": [
                         {"counter": counter, "periods": counters[counter]}
-                        for counter in sorted(counters)
+                        for counter in declared_order(releases)
                     ],
                     "consistent_latest": None if newest is None else newest.entry(),
                     "consistent": [c.entry() for c in revisions],
                 }
             )
         return {"source": source, "version": self.version, "streams": out}
+
+
+def declared_order(releases: list[Release]) -> list[str]:
+    """The counters of one stream's ``releases`` in the order the spec declares them (each
+    release's ``counter_index``); counters of records without it follow, by name."""
+    position: dict[str, int] = {}
+    for release in releases:
+        if release.counter_index is not None:
+            position.setdefault(release.counter, release.counter_index)
+    names = {release.counter for release in releases}
+    return sorted(names, key=lambda n: (n not in position, position.get(n, 0), n))
 
 
 def _get(values: Mapping[str, float] | None, name: str) -> float | None:

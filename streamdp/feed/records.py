@@ -38,6 +38,8 @@ class Release:
     objective: str
     noise: str
     noise_secure: bool
+    # the counter's declared position (None: a record written before releases carried it)
+    counter_index: int | None = None
 
     def row(self) -> dict[str, Any]:
         """The period's values with their 95% half-widths (docs/consuming.md section 4)."""
@@ -148,6 +150,7 @@ def parse_release(record: object) -> Release | None:
     horizon = _int(record.get("horizon"))
     mechanism, objective = _text(record.get("mechanism")), _text(record.get("objective"))
     noise, secure = _text(record.get("noise")), record.get("noise_secure")
+    index = _int(record.get("counter_index"))
     if (
         stream is None
         or counter is None
@@ -171,6 +174,7 @@ def parse_release(record: object) -> Release | None:
     return Release(
         stream, counter, epoch, period, start, end, count, total, count_std, total_std,
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
+        None if index is None or index < 0 else index,
     )  # fmt: skip
 
 
