@@ -597,3 +597,104 @@ def test_flags_that_would_be_ignored_are_refused(
     assert done.returncode == 2
     assert done.stderr.startswith(f"streamdp feed: error: {words}")
     assert not (tmp_path / "site").exists()
+
+
+#: Appended to a static copy of the page: measures what a reader at this width would see and
+#: leaves it on the body of the frame around it (chromium's --dump-dom prints that document).
+_MEASURE = """<script>
+const texts = [...document.querySelectorAll("svg text")];
+const heights = texts.map(t => t.getBoundingClientRect().height).filter(h => h > 0);
+const tables = [...document.querySelectorAll("table")];
+parent.document.body.dataset.measure = JSON.stringify({
+  viewport: window.innerWidth,
+  page: document.documentElement.scrollWidth,
+  smallest_text: Math.min(...heights),
+  texts: heights.length,
+  tables_outside_wrap: tables.filter(t => !t.closest(".table-wrap")).length,
+  status: document.getElementById("status").textContent,
+  source: document.getElementById("source").textContent,
+});
+</script>"""
+
+
+@pytest.fixture(scope="module")
+def hospital_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A static site of a replay of the hospital spec (a census stream of 45 counters over
+    40 days, a monthly flag stream), made with the feed's own command."""
+    work = tmp_path_factory.mktemp("feed-hospital")
+    events = work / "events.jsonl"
+    said = _streamdp(
+        "synth", "--scenario", "hospital", "--periods", "40", "--rate", "30",
+        "--output", str(events), cwd=work,
+    )  # fmt: skip
+    as_of = re.search(r"--as-of (\S+)", said)
+    assert as_of is not None
+    _streamdp(
+        "replay", "--config", str(ROOT / "streamdp/examples/hospital.toml"),
+        "--input", str(events), "--output-dir", str(work / "out"), "--as-of", as_of.group(1),
+        cwd=work,
+    )  # fmt: skip
+    _streamdp("feed", "--from", str(work / "out"), "--output-dir", str(work / "site"), cwd=work)
+    return work / "site"
+
+
+@pytest.mark.tool
+@pytest.mark.parametrize("width", [400, 1400])
+@pytest.mark.parametrize("example", ["restaurant", "hospital"])
+def test_the_page_fits_a_phone_and_a_desktop(
+    example: str, width: int, replay_dir: Path, hospital_site: Path, tmp_path: Path
+) -> None:
+    """Issue 26: at 500 px the table overflowed (704 px) and chart text was about 4 px. The
+    page must not scroll sideways (wide tables scroll inside their own box), and chart text
+    must stay readable, at phone and desktop widths."""
+    chromium = _chromium()
+    if example == "restaurant":
+        site = tmp_path / "site"
+        _streamdp("feed", "--from", str(replay_dir), "--output-dir", str(site), cwd=tmp_path)
+    else:
+        site = hospital_site
+    page = tmp_path / "measured.html"
+    page.write_text((site / "index.html").read_text().replace("</body>", _MEASURE + "</body>"))
+    # headless chromium's window is at least 500 px wide: the page is shown in a frame of the
+    # width under test (a phone's 400 px), as a browser of that width would show it
+    frame = tmp_path / "frame.html"
+    frame.write_text(
+        '<html><body style="margin:0"><iframe src="measured.html" '
+        f'style="width:{width}px;height:900px;border:0"></iframe></body></html>'
+    )
+    outer = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--allow-file-access-from-files", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--window-size={max(width, 500) + 20},900", "--virtual-time-budget=5000",
+         "--dump-dom", frame.as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    dom = subprocess.run(
+        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={max(width, 500)},900",
+         "--virtual-time-budget=5000", "--dump-dom", (site / "index.html").as_uri()],
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout  # fmt: skip
+    found = re.search(r'data-measure="([^"]+)"', outer)
+    assert found is not None, outer[:2000]
+    measure = json.loads(found.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+    assert measure["viewport"] == width
+    assert measure["page"] <= width, measure  # nothing makes the page scroll sideways
+    assert measure["tables_outside_wrap"] == 0, measure
+    assert measure["texts"] > 0
+    assert measure["smallest_text"] >= 9.0, measure  # px on screen, at every width
+    # no address, port or server path on a public page; the data's own date, not the reader's
+    assert "127.0.0.1" not in dom
+    assert str(tmp_path) not in dom
+    assert str(site) not in dom
+    assert measure["status"].startswith("Data as of the end of ")
+    assert measure["source"].startswith("a file replay")
+    document = json.loads((site / "feed.json").read_text())
+    if example == "hospital":
+        census = next(s for s in document["streams"] if s["stream"] == "admissions-census")
+        names = [c["counter"] for c in census["counters"]]
+        assert names[0] == "total"  # as declared: total, then marginals, then cells
+        assert names.index("age=0-17") < names.index("age=18-44") < names.index("age=65+")
+        monthly = next(s for s in document["streams"] if s["stream"] == "hiv-admissions")
+        assert monthly["latest_period"] is not None
+        assert "Jan 2024" in dom or "Feb 2024" in dom  # months in words

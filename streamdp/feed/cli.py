@@ -99,14 +99,15 @@ def run(args: argparse.Namespace) -> int:
         directory = ReplayDirectory(args.from_dir)
         directory.read_new(view)
         if args.output_dir is not None:
-            return _written(view, directory.describe(), args.output_dir)
-        server = FeedServer(view, directory.describe(), refresh=lambda: directory.read_new(view))
-        return asyncio.run(_serve(server, args.port, None))
+            return _written(view, directory.public_name(), args.output_dir)
+        server = FeedServer(view, directory.public_name(), refresh=lambda: directory.read_new(view))
+        return asyncio.run(_serve(server, args.port, None, directory.describe()))
     topics = KafkaTopics(args.bootstrap, args.topic_namespace)
     if args.output_dir is not None:
         asyncio.run(topics.read_to_end(view, CATCH_UP_SECONDS))
-        return _written(view, topics.describe(), args.output_dir)
-    return asyncio.run(_serve(FeedServer(view, topics.describe()), args.port, topics))
+        return _written(view, topics.public_name(), args.output_dir)
+    server = FeedServer(view, topics.public_name())
+    return asyncio.run(_serve(server, args.port, topics, topics.describe()))
 
 
 def _written(view: FeedView, source: str, output_dir: Path) -> int:
@@ -115,7 +116,8 @@ def _written(view: FeedView, source: str, output_dir: Path) -> int:
     return 0
 
 
-async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None) -> int:
+async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None, where: str) -> int:
+    """Serve ``server`` on loopback ``port``; ``where``: what it reads, for the console."""
     try:
         bound = await server.start(port)
     except OSError as error:
@@ -124,7 +126,7 @@ async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None) -> i
         ) from error
 
     def announce() -> None:
-        print(f"streamdp feed: serving {server.source} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
+        print(f"streamdp feed: serving {where} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
 
     stop = asyncio.Event()
     try:

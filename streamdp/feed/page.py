@@ -16,15 +16,21 @@ from streamdp.feed.page_script import page_script
 
 _STYLE = """
 body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 1100px;
-       color: #1d2733; padding: 0 1em; }
+       color: #1d2733; padding: 0 1em; overflow-wrap: anywhere; }
+@media (max-width: 600px) { body { font-size: 14px; padding: 0 .5em; margin-top: .8em; } }
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-top: 2px solid #c9d3de; padding-top: .6em; margin-top: 1.6em; }
 .facts { color: #394b5e; }
 .warning { background: #fde2e1; border: 1px solid #c0392b; padding: .4em .7em; }
 .explain { background: #f2f5f8; padding: .5em 1em; border-radius: 4px; }
 .explain dt { font-weight: 600; }
+.table-wrap { overflow-x: auto; max-width: 100%; }
 table { border-collapse: collapse; margin: .6em 0; }
-th, td { padding: .2em .7em; text-align: right; border-bottom: 1px solid #dde3ea; }
+th, td { padding: .2em .7em; text-align: right; border-bottom: 1px solid #dde3ea;
+         white-space: nowrap; }
+@media (max-width: 600px) { th, td { padding: .2em .35em; } }
+select { max-width: 100%; }
+@media print { #status, select { display: none; } svg { break-inside: avoid; } }
 th:first-child, td:first-child { text-align: left; }
 svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3em 0 1em; }
 .band { fill: #9cc3e6; fill-opacity: .45; stroke: none; }
@@ -33,6 +39,7 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 .point { fill: #1f5f99; }
 .errbar { stroke: #7fa9cf; stroke-width: 1; }
 .zero { stroke: #6b7785; stroke-width: 1; stroke-dasharray: 2 2; }
+.epoch-mark { stroke: #8e6bb0; stroke-width: 1; stroke-dasharray: 4 3; }
 .axis { stroke: #6b7785; stroke-width: 1; }
 .tick { font-size: 11px; fill: #394b5e; }
 .legend { font-size: 12px; fill: #1d2733; }
@@ -41,7 +48,7 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 
 _BODY = """
 <h1>Released statistics</h1>
-<p class="facts">Source: <span id="source"></span>.
+<p class="facts">Read from <span id="source"></span>.
 Downloads of everything shown: <a href="feed.json" download>feed.json</a>,
 <a href="releases.csv" download>releases.csv</a> (noisy counts and running totals with their
 standard deviations and 95% half-widths), <a href="consistent.csv" download>consistent.csv</a>

@@ -32,6 +32,29 @@ function num(v, digits) {
   return Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
 }
 function day(iso) { return String(iso).slice(0, 10); }
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+                "Dec"];
+// A period in words from its own RFC 3339 bounds (their local date and time as written, in
+// the stream's time zone: never the reader's): "Mar 2024", "2024-03-05",
+// "2024-03-04 to 2024-03-10", "2024-03-05 13:00 to 14:00".
+function periodLabel(p) {
+  const start = String(p.period_start), end = String(p.period_end);
+  const hours = (Date.parse(end) - Date.parse(start)) / 3600000;
+  const date = start.slice(0, 10), time = start.slice(11, 16), endTime = end.slice(11, 16);
+  if (hours >= 24 * 28) {
+    const first = `${MONTHS[Number(start.slice(5, 7)) - 1]} ${start.slice(0, 4)}`;
+    if (hours <= 24 * 31) return first;
+    const last = new Date(Date.parse(end) - 1).toISOString();
+    return `${first} to ${MONTHS[Number(last.slice(5, 7)) - 1]} ${last.slice(0, 4)}`;
+  }
+  if (hours >= 23 && hours <= 25) return date;
+  if (hours > 25) {
+    const last = new Date(Date.parse(end) - 1000).toISOString().slice(0, 10);
+    return `${date} to ${last}`;
+  }
+  return end.slice(0, 10) === date ? `${date} ${time} to ${endTime}`
+                                   : `${date} ${time} to ${end.slice(0, 10)} ${endTime}`;
+}
 
 function ticks(lo, hi) {
   const span = hi - lo || 1;
@@ -45,7 +68,9 @@ function ticks(lo, hi) {
 
 // One chart: x = position in the series, y = values; band = [lo, hi] per point or null.
 function chart(title, points, opts) {
-  const W = 1000, H = 260, L = 70, R = 15, T = 28, B = 34;
+  // drawn at the width it is shown at, so its text keeps its size on a phone
+  const W = Math.max(300, Math.min(1100, document.getElementById("streams").clientWidth || 1000));
+  const H = W < 600 ? 220 : 260, L = W < 600 ? 52 : 70, R = 12, T = 28, B = 34;
   const svg = el("svg:svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
                              "aria-label": title, "data-points": points.length});
   svg.append(el("svg:text", {x: L, y: 18, class: "legend"}, title));
@@ -71,10 +96,25 @@ function chart(title, points, opts) {
   svg.append(el("svg:text", {x: L, y: H - 10, class: "tick"}, points[0].label));
   svg.append(el("svg:text", {x: W - R, y: H - 10, "text-anchor": "end", class: "tick"},
                 points[n - 1].label));
+  // where a new epoch starts (its running totals start again from zero)
+  points.forEach((p, i) => {
+    if (i > 0 && p.epoch !== points[i - 1].epoch) {
+      const at = (x(i - 1) + x(i)) / 2;
+      svg.append(el("svg:line", {x1: at, x2: at, y1: T, y2: H - B, class: "epoch-mark"}));
+      svg.append(el("svg:text", {x: at + 3, y: T + 10, class: "tick"}, `epoch ${p.epoch}`));
+    }
+  });
   if (opts.line) {
     const upper = points.map((p, i) => `${x(i)},${y(p.hi)}`);
     const lower = points.map((p, i) => `${x(i)},${y(p.lo)}`).reverse();
     svg.append(el("svg:path", {d: "M" + upper.concat(lower).join(" L") + " Z", class: "band"}));
+    const thickest = Math.max(...points.map(p => y(p.lo) - y(p.hi)));
+    if (thickest < 3) {
+      // at this scale the band is thinner than the line: say how wide it is instead
+      const widest = Math.max(...points.map(p => p.hi - p.y));
+      svg.append(el("svg:text", {x: W - R, y: 18, "text-anchor": "end", class: "tick"},
+                    `95% band ±${num(widest, 0)} at most: thinner than the line here`));
+    }
     const line = points.map((p, i) => `${x(i)},${y(p.y)}`);
     svg.append(el("svg:path", {d: "M" + line.join(" L"), class: "series-line"}));
     const withC = points.map((p, i) => [p, i]).filter(([p]) => p.c !== null && p.c !== undefined);
@@ -130,15 +170,16 @@ function streamSection(stream) {
   select.addEventListener("change", () => { chosen[stream.stream] = select.value; render(); });
   sec.append(el("p", {}, "Counter: ", select));
   const series = stream.counters.find(c => c.counter === current).periods;
-  const label = p => `${day(p.period_start)} (epoch ${p.epoch}, period ${p.period})`;
+  const label = p => periodLabel(p);
   const totals = series.map(p => {
     const c = consistentFor(stream, p.epoch, p.period);
     return {y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
             hi: p.noisy_total + p.total_half_width95,
-            c: c ? c.totals[current] : null, label: label(p)};
+            c: c ? c.totals[current] : null, label: label(p), epoch: p.epoch};
   });
   const counts = series.map(p => ({y: p.noisy_count, lo: p.noisy_count - p.count_half_width95,
-                                   hi: p.noisy_count + p.count_half_width95, label: label(p)}));
+                                   hi: p.noisy_count + p.count_half_width95, label: label(p),
+                                   epoch: p.epoch}));
   const totalChart = chart(
     `${current}: running total (line), 95% band (shaded), consistent total (dashed)`,
     totals, {line: true});
@@ -150,7 +191,7 @@ function streamSection(stream) {
 
   const latest = stream.latest_period;
   const cLatest = consistentFor(stream, latest.epoch, latest.period);
-  sec.append(el("h3", {}, `Latest period: ${day(latest.period_start)} `
+  sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})`));
   const table = el("table", {class: "latest"},
     el("tr", {}, el("th", {}, "counter"), el("th", {}, "noisy count \u00b1 95%"),
@@ -168,18 +209,21 @@ function streamSection(stream) {
       el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
                            : "not yet revised")));
   }
-  sec.append(table);
+  sec.append(el("div", {class: "table-wrap"}, table));
   const rev = stream.consistent_latest;
   if (rev && !cLatest) {
     // the newest revised period, each value beside the release of that same period
     const box = el("details", {class: "consistent-latest"});
     box.open = Object.keys(rev.counts).length <= 12;
-    box.append(el("summary", {}, `Latest consistent values: ${day(rev.period_start)} `
+    box.append(el("summary", {}, `Latest consistent values: ${periodLabel(rev)} `
                   + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
     const revised = el("table", {},
       el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count \u00b1 95%"),
          el("th", {}, "consistent total \u00b1 95%"), el("th", {}, "released total \u00b1 95%")));
-    for (const name of Object.keys(rev.counts).sort()) {
+    const declared = stream.counters.map(q => q.counter);
+    const order = declared.filter(n => n in rev.counts)
+      .concat(Object.keys(rev.counts).filter(n => !declared.includes(n)).sort());
+    for (const name of order) {
       const c = stream.counters.find(q => q.counter === name);
       const p = c && c.periods.find(q => q.epoch === rev.epoch && q.period === rev.period);
       revised.append(el("tr", {}, el("td", {}, name),
@@ -188,12 +232,12 @@ function streamSection(stream) {
         el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`
                        : "\u2013")));
     }
-    box.append(revised);
+    box.append(el("div", {class: "table-wrap"}, revised));
     sec.append(box);
   }
   sec.append(el("p", {class: "facts"}, rev
     ? `Latest consistent revision: ${rev.revision}, covering ${rev.periods_covered} periods `
-      + `(constraint: ${rev.constraint}); its newest period is ${day(rev.period_start)} `
+      + `(constraint: ${rev.constraint}); its newest period is ${periodLabel(rev)} `
       + `(epoch ${rev.epoch}, period ${rev.period}).`
     : "No consistent revision yet."));
   return sec;
@@ -206,10 +250,17 @@ function render() {
     root.append(el("p", {}, "No releases yet: this page fills in as periods are released."));
   }
   document.getElementById("source").textContent = feed.source;
-  document.getElementById("status").textContent =
-    `Shown: version ${feed.version}, drawn `
-    + `${new Date().toISOString().slice(0, 19).replace("T", " ")} UTC.`;
+  const latest = feed.streams.map(s => s.latest_period).filter(p => p)
+    .sort((a, b) => Date.parse(a.period_end) - Date.parse(b.period_end)).pop();
+  document.getElementById("status").textContent = latest
+    ? `Data as of the end of ${periodLabel(latest)}, the latest period released.`
+    : "No period released yet.";
 }
+let resizing = null;
+window.addEventListener("resize", () => {
+  clearTimeout(resizing);
+  resizing = setTimeout(render, 200);
+});
 
 async function poll() {
   try {

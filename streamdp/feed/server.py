@@ -132,7 +132,7 @@ async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Ev
     from streamdp.feed.sources import KafkaTopics
 
     topics = KafkaTopics(bootstrap, namespace)
-    server = FeedServer(FeedView(), topics.describe())
+    server = FeedServer(FeedView(), topics.public_name())
     await server.start(port)
     try:
         await topics.follow(server.view, stop)

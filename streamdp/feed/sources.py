@@ -54,7 +54,12 @@ class ReplayDirectory:
             )
 
     def describe(self) -> str:
+        """Where the feed reads (the operator's console: it names the directory)."""
         return f"replay output {self.directory}"
+
+    def public_name(self) -> str:
+        """What the page says it reads: no path of the server's files."""
+        return "a file replay's release and consistent records"
 
     def read_new(self, view: FeedView) -> None:
         for name, kind in REPLAY_FILES:
@@ -87,8 +92,13 @@ class KafkaTopics:
         return [(f"{self.namespace}.{suffix}", kind) for suffix, kind in TOPIC_SUFFIXES]
 
     def describe(self) -> str:
+        """Where the feed reads (the operator's console: it names the broker)."""
         names = ", ".join(topic for topic, _ in self.topics())
         return f"Kafka topics {names} at {self.bootstrap}"
+
+    def public_name(self) -> str:
+        """What the page says it reads: the topics, never the broker's address."""
+        return "the release topics " + " and ".join(topic for topic, _ in self.topics())
 
     async def follow(
         self, view: FeedView, stop: asyncio.Event, connected: Callable[[], None] | None = None
