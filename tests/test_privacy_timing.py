@@ -280,3 +280,40 @@ def test_a_period_is_published_at_its_close_instant_exactly(
     }
     assert census == {j + 1: close_instant(j) for j in range(4)}
     assert ("admissions-census", close_instant(3)) in seen.gauge
+
+
+def test_a_backlog_of_more_than_an_epoch_is_reported_once_per_stream(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A wall-clock worker on a spec starting long ago releases every period since then; the
+    worker says so (once per stream) with what it will spend, while it works it off."""
+    import logging
+
+    from streamdp.daemon.batches import BatchDriver
+
+    start = close_instant(800) + 1.0  # the census stream (horizon 365): 801 periods due
+    service = ReleaseService(
+        SPEC, sampler=InsecureSeededSampler(25), state={}, clock=lambda: start,
+        topic_partitions={SOURCE: 1},
+    )  # fmt: skip
+    service.assign([0])
+    backlog = service.backlogs(start)
+    assert backlog["admissions-census"] == (801, 365)
+    runtime = SimpleNamespace(backlog_warned=set(), settings=SimpleNamespace(tick_seconds=STEP))
+    driver = BatchDriver.__new__(BatchDriver)
+    driver._runtime = runtime  # type: ignore[assignment]
+    tick = first_tick(PublicClock(), STEP, start)
+    with caplog.at_level(logging.WARNING, logger="streamdp.daemon"):
+        for _ in range(3):
+            driver._warn_of_backlogs(service, tick)
+            service.tick(tick.reading, stamp=tick.wall)
+    warnings = [r.getMessage() for r in caplog.records if "due at once" in r.getMessage()]
+    assert warnings == [
+        (
+            "stream admissions-census: 801 periods are due at once (3 epochs of 365): "
+            "releasing them 32 per tick (one tick per 0.5 s), each epoch spending the stream's "
+            "epsilon again; if the spec's start is not what you meant, stop the worker and set it "
+            "(docs/operating.md, 'Trying it live')"
+        )
+    ]
+    assert service.backlogs(start)["admissions-census"] == (801 - 3 * 32, 365)

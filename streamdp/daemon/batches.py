@@ -229,6 +229,28 @@ class BatchDriver:
                 next_close=math.inf if service is None else service.next_close(),
             )
 
+    def _warn_of_backlogs(self, service: ReleaseService, tick: ScheduledTick) -> None:
+        """Once per stream: say so when more than a whole epoch of periods is due at once
+        (a spec whose start lies far in the past, on the wall clock: every period since
+        then is released, epoch after epoch, each spending the stream's epsilon)."""
+        warned = self._runtime.backlog_warned
+        for stream, (waiting, horizon) in service.backlogs(tick.reading).items():
+            if waiting > horizon and stream not in warned:
+                warned.add(stream)
+                step = self._runtime.settings.tick_seconds
+                log.warning(
+                    "stream %s: %d periods are due at once (%d epochs of %d): releasing them "
+                    "%d per tick (one tick per %.1f s), each epoch spending the stream's epsilon "
+                    "again; if the spec's start is not what you meant, stop the worker and set "
+                    "it (docs/operating.md, 'Trying it live')",
+                    stream,
+                    waiting,
+                    -(-waiting // horizon),
+                    horizon,
+                    service.pace,
+                    step,
+                )
+
     async def tick(self, tick: ScheduledTick) -> None:
         """One tick: every owned source follows the public clock to ``tick.reading`` (periods
         close on schedule whether or not records arrive), its releases stamped ``tick.wall``.
@@ -251,6 +273,7 @@ class BatchDriver:
                 await self._commit(outcome)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds
+            self._warn_of_backlogs(service, tick)
             outcome = service.tick(tick.reading, stamp=tick.wall)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)

@@ -45,6 +45,8 @@ class WorkerRuntime:
     started_at: float = field(default_factory=time.time)
     batches: int = 0
     records: int = 0
+    # streams whose backlog of due periods was reported (once each: batches.BatchDriver)
+    backlog_warned: set[str] = field(default_factory=set)
 
     def budget_view(self) -> BudgetView:
         """The budget gauges, read from the ledgers of the sources this worker holds."""

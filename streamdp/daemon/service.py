@@ -317,6 +317,17 @@ class ReleaseService:
         each engine's last clock reading)."""
         return any(slot.engine.due(at) for slot in self.slots.values())
 
+    def backlogs(self, at: float) -> dict[str, tuple[int, int]]:
+        """Per stream of the loaded sources with periods due at public instant ``at``:
+        ``(periods due and not closed, horizon)``."""
+        out = {}
+        for slot in self.slots.values():
+            for name, runtime in slot.engine.streams.items():
+                waiting = runtime.backlog(at)
+                if waiting:
+                    out[name] = (waiting, runtime.horizon)
+        return out
+
     def next_close(self) -> float:
         """The earliest public instant at which a loaded source has a period to close (-inf: an
         operator's close is waiting; inf: nothing will ever close)."""

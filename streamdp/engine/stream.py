@@ -148,6 +148,14 @@ class StreamRuntime:
             return float("-inf")
         return self.clock.bounds(self.closed)[1] + self._lateness
 
+    def backlog(self, at: float) -> int:
+        """How many periods are due at public instant ``at`` and not closed yet (the periods
+        whose close instant has passed; for a stream that stops, within its horizon)."""
+        due = max(0, self.clock.index_of(at - self._lateness))
+        if self._stop:
+            due = min(due, self.horizon)
+        return max(0, due - self.closed, self._close_target - self.closed)
+
     def set_arrival(self, now: float, *, batch: bool = False) -> None:
         """Set the acceptance window for events arriving at public instant ``now`` (see
         :meth:`OpenPeriods.set_arrival`)."""
