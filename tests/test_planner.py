@@ -11,6 +11,7 @@ import pytest
 from streamdp.cli import main
 from streamdp.continual import build_strategy
 from streamdp.continual.variance import variance_profile
+from streamdp.error_band import half_width95
 from streamdp.planner.accuracy import plan
 from streamdp.planner.error_bound import error_bound
 
@@ -59,6 +60,10 @@ def test_json_output(mechanism: str, objective: str, noise: str, capsys) -> None
     prof = variance_profile(build_strategy(mechanism, objective, 100), 0.5, 5.0, noise)
     assert data["mean_variance"] == pytest.approx(float(prof.total.mean()), rel=1e-12)
     assert data["max_variance"] == pytest.approx(float(prof.total.max()), rel=1e-12)
+    # issue 26: the plan shows the band the feed draws beside its exact bound, never only one
+    for release in data["releases"]:
+        assert release["published_half_width95"] == half_width95(release["total_std"])
+        assert release["published_half_width95"] >= release["error95"] - 1.0
 
 
 def test_table_output_shows_error_bounds(capsys) -> None:

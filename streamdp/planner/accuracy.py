@@ -34,6 +34,7 @@ from streamdp.continual.variance import (
     scale_variances,
     variance_profile,
 )
+from streamdp.error_band import half_width95
 from streamdp.errors import ConfigError
 from streamdp.planner.error_bound import EXACT_MAX_NODES, error_bound
 
@@ -88,7 +89,14 @@ class Plan:
             "branching": self.branching,
             "level_budgets": list(self.level_budgets),
             "releases": [
-                {"t": r.t, "total_std": r.total_std, "error95": r.error95} for r in self.releases
+                {
+                    "t": r.t,
+                    "total_std": r.total_std,
+                    "error95": r.error95,
+                    # the 95% band readers draw (streamdp.error_band): every read path
+                    "published_half_width95": half_width95(r.total_std),
+                }
+                for r in self.releases
             ],
         }
 
