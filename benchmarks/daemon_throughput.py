@@ -25,8 +25,9 @@ One run, repeated ``--runs`` times (each on a fresh Tansu broker, 127.0.0.1):
    committed them, then sends the operator's close record for that day; latency = time from just
    before that send to the moment our consumer (fetch_max_wait 10 ms) has seen all 5 counters'
    releases of the day. This is the pipeline's latency (control record read, close, checkpoint,
-   publication, read back). A period closed by the wall clock instead waits for the worker's
-   next ``--tick`` (0.5 s by default) on top of it.
+   publication, read back); since issue 25 it includes the wait for the worker's next heartbeat
+   tick (up to ``--tick``, 0.5 s), which alone makes an operator's close. A period closed by
+   the clock is released at its close instant, with no such wait.
 
 Configurations: the worker's defaults (the per-fetch batch input path, 0.1 s fetch long-poll),
 ``--input-path stream`` (records through a Faust agent one event at a time, the same checkpoint
@@ -895,28 +896,23 @@ def summarise(
 
 
 FINDINGS = """
-## Findings
+## Method
 
 Measured on the public-clock daemon (issue 11): periods close on the worker's clock or on an
 operator's close record, never on event times, and every record's bytes are digested (128-bit
-BLAKE2b) so that only true duplicates are dropped. So the method changed:
+BLAKE2b) so that only true duplicates are dropped. So:
 
 - The worker runs on a frozen public clock with every period open, and its throughput is timed
   from its own count of input records made durable (input-volume metrics on, a protected
   surface in production) instead of from the newest release: with no watermark, the backlog's
   days are released by one operator close after it is consumed.
 - Period-close latency is the pipeline's: from sending the operator's close record for a day
-  whose orders are consumed to all five of its releases read back. A period closed by the wall
-  clock waits in addition for the worker's next tick (`--tick`, 0.5 s by default).
+  whose orders are consumed to all five of its releases read back. Since issue 25 only the
+  worker's tick closes periods: an operator's close is made by the first heartbeat tick after
+  the worker reads it, up to `--tick` (0.5 s) later, which this latency includes (about half a
+  tick on average); a period closed by the clock is released at its close instant exactly.
+- Tansu answers no fetch early, so a record also waits for the consumer's 0.1 s long-poll.
 
-These figures are measured with the native order scanner (`streamdp/engine/_order_scanner.c`,
-`daemon_kafka.md`, Findings): the defaults read 1.096 of the `json.loads` bare consumer and
-0.623 of the orjson one; the engine alone takes 3.7 us per record with the scanner and 10.3 us
-on its Python path in the same run (a busier machine than the Kafka run's). Before the scanner
-the defaults read 0.701 of the `json.loads` bare consumer (0.613-0.781 per run; 0.469 before the
-orjson decoder, 0.572 for the watermark daemon of commit 0bebfd5) and 0.364 of the orjson one.
-Tansu's close latency (p99 66 ms here) is above Kafka's: Tansu answers no fetch early, so a
-record waits for the consumer's 0.1 s long-poll.
 """
 
 FINDINGS_KAFKA = """
