@@ -129,20 +129,41 @@ class FeedView:
 
     def document(self, source: str) -> dict[str, Any]:
         """The JSON the page draws (``feed.json``): per stream its mechanism, epsilon per epoch
-        and summed over epochs, the series of every counter and the latest consistent values."""
+        and summed over epochs, its released periods once (``periods``: ``[epoch, period,
+        start, end]``), and per counter, in declared order, its series as columns aligned with
+        ``periods`` (``noisy_count``, ``count_std``, ``noisy_total``, ``total_std``, and
+        ``consistent_total`` from the latest revision of each period; null where the counter
+        has no value; the 95% half-widths are ``2.12 std + 1``, :mod:`streamdp.error_band`),
+        plus the newest consistent revision in full. Columns, not one object per value: a
+        census stream of 355 counters over 120 months is a few MB, not tens."""
         out: list[dict[str, Any]] = []
         for name in self.streams():
-            keys = sorted(k for k in self.releases if k[0] == name)
-            releases = [self.releases[k] for k in keys]
+            releases = [self.releases[k] for k in sorted(self.releases) if k[0] == name]
             epsilon_per_epoch: dict[int, float] = {}
             for release in releases:
                 epsilon_per_epoch[release.epoch] = release.epsilon
             latest = max(releases, key=lambda r: (r.epoch, r.period), default=None)
-            counters: dict[str, list[dict[str, Any]]] = {}
-            for release in releases:
-                counters.setdefault(release.counter, []).append(release.row())
-            revisions = [v for k, v in sorted(self.consistent.items()) if k[0] == name]
-            newest = max(revisions, key=lambda c: (c.epoch, c.period), default=None)
+            periods = sorted({(r.epoch, r.period, r.period_start, r.period_end) for r in releases})
+            position = {(e, p): i for i, (e, p, _, _) in enumerate(periods)}
+            revisions = {
+                (k[1], k[2]): v for k, v in sorted(self.consistent.items()) if k[0] == name
+            }
+            newest = max(revisions.values(), key=lambda c: (c.epoch, c.period), default=None)
+            counters = []
+            for counter in declared_order(releases):
+                columns: dict[str, list[Any]] = {column: [None] * len(periods) for column in SERIES}
+                for release in releases:
+                    if release.counter != counter:
+                        continue
+                    i = position[release.epoch, release.period]
+                    columns["noisy_count"][i] = release.noisy_count
+                    columns["count_std"][i] = release.count_std
+                    columns["noisy_total"][i] = release.noisy_total
+                    columns["total_std"][i] = release.total_std
+                    revised = revisions.get((release.epoch, release.period))
+                    if revised is not None:
+                        columns["consistent_total"][i] = revised.totals.get(counter)
+                counters.append({"counter": counter, **columns})
             out.append(
                 {
                     "stream": name,
@@ -165,15 +186,23 @@ class FeedView:
                         "period_start": latest.period_start,
                         "period_end": latest.period_end,
                     },
-                    "counters": [
-                        {"counter": counter, "periods": counters[counter]}
-                        for counter in declared_order(releases)
-                    ],
+                    "periods": [list(p) for p in periods],
+                    "counters": counters,
                     "consistent_latest": None if newest is None else newest.entry(),
-                    "consistent": [c.entry() for c in revisions],
+                    "revised_periods": len(revisions),
                 }
             )
         return {"source": source, "version": self.version, "streams": out}
+
+
+#: The columns of each counter's series in ``feed.json`` (aligned with the stream's periods).
+SERIES = (
+    "noisy_count",
+    "count_std",
+    "noisy_total",
+    "total_std",
+    "consistent_total",
+)
 
 
 def declared_order(releases: list[Release]) -> list[str]:

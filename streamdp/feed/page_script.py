@@ -9,6 +9,8 @@ feed's version changed.
 
 from __future__ import annotations
 
+from streamdp.error_band import LAPLACE_95_SD
+
 #: How often the served page asks for ``feed.json``, in milliseconds.
 POLL_MILLISECONDS = 3000
 
@@ -16,6 +18,7 @@ POLL_MILLISECONDS = 3000
 SCRIPT = r"""
 "use strict";
 const POLL_MS = __POLL__;
+const BAND_SD = __BAND_SD__;
 const SVG = "http://www.w3.org/2000/svg";
 let feed = JSON.parse(document.getElementById("feed-data").textContent);
 const chosen = {};
@@ -139,8 +142,21 @@ function fair(rev, values, widths, name) {
   return width === undefined ? value : `${value} \u00b1 ${num(width, 0)}`;
 }
 
-function consistentFor(stream, epoch, period) {
-  return stream.consistent.find(c => c.epoch === epoch && c.period === period) || null;
+// The 95% half-width of a released value with noise standard deviation sd (streamdp.error_band).
+function band(sd) { return BAND_SD * sd + 1; }
+// The values of one counter in the period at index i of stream.periods (null: none there).
+function valueAt(stream, counter, i) {
+  if (i < 0 || counter.noisy_count[i] === null || counter.noisy_count[i] === undefined) {
+    return null;
+  }
+  const [epoch, period, start, end] = stream.periods[i];
+  return {epoch: epoch, period: period, period_start: start, period_end: end,
+          noisy_count: counter.noisy_count[i], count_half_width95: band(counter.count_std[i]),
+          noisy_total: counter.noisy_total[i], total_half_width95: band(counter.total_std[i]),
+          consistent_total: counter.consistent_total[i]};
+}
+function periodIndex(stream, epoch, period) {
+  return stream.periods.findIndex(p => p[0] === epoch && p[1] === period);
 }
 
 function streamSection(stream) {
@@ -169,14 +185,14 @@ function streamSection(stream) {
   }
   select.addEventListener("change", () => { chosen[stream.stream] = select.value; render(); });
   sec.append(el("p", {}, "Counter: ", select));
-  const series = stream.counters.find(c => c.counter === current).periods;
+  const chosenCounter = stream.counters.find(c => c.counter === current);
+  const series = stream.periods.map((_, i) => valueAt(stream, chosenCounter, i))
+    .filter(p => p !== null);
   const label = p => periodLabel(p);
-  const totals = series.map(p => {
-    const c = consistentFor(stream, p.epoch, p.period);
-    return {y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
-            hi: p.noisy_total + p.total_half_width95,
-            c: c ? c.totals[current] : null, label: label(p), epoch: p.epoch};
-  });
+  const totals = series.map(p => ({
+    y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
+    hi: p.noisy_total + p.total_half_width95,
+    c: p.consistent_total, label: label(p), epoch: p.epoch}));
   const counts = series.map(p => ({y: p.noisy_count, lo: p.noisy_count - p.count_half_width95,
                                    hi: p.noisy_count + p.count_half_width95, label: label(p),
                                    epoch: p.epoch}));
@@ -190,7 +206,10 @@ function streamSection(stream) {
   sec.append(totalChart, countChart);
 
   const latest = stream.latest_period;
-  const cLatest = consistentFor(stream, latest.epoch, latest.period);
+  const newest = stream.consistent_latest;
+  const cLatest = newest && newest.epoch === latest.epoch && newest.period === latest.period
+    ? newest : null;
+  const latestIndex = periodIndex(stream, latest.epoch, latest.period);
   sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})`));
   const table = el("table", {class: "latest"},
@@ -198,7 +217,7 @@ function streamSection(stream) {
        el("th", {}, "running total \u00b1 95%"), el("th", {}, "consistent count \u00b1 95%"),
        el("th", {}, "consistent total \u00b1 95%")));
   for (const c of stream.counters) {
-    const p = c.periods.find(q => q.epoch === latest.epoch && q.period === latest.period);
+    const p = valueAt(stream, c, latestIndex);
     if (!p) continue;
     table.append(el("tr", {"data-counter": c.counter},
       el("td", {}, c.counter),
@@ -225,7 +244,7 @@ function streamSection(stream) {
       .concat(Object.keys(rev.counts).filter(n => !declared.includes(n)).sort());
     for (const name of order) {
       const c = stream.counters.find(q => q.counter === name);
-      const p = c && c.periods.find(q => q.epoch === rev.epoch && q.period === rev.period);
+      const p = c && valueAt(stream, c, periodIndex(stream, rev.epoch, rev.period));
       revised.append(el("tr", {}, el("td", {}, name),
         el("td", {}, fair(rev, "counts", "count_half_width95", name)),
         el("td", {}, fair(rev, "totals", "total_half_width95", name)),
@@ -281,5 +300,7 @@ if (location.protocol.startsWith("http")) setInterval(poll, POLL_MS);
 
 
 def page_script() -> str:
-    """The script with its poll interval filled in."""
-    return SCRIPT.replace("__POLL__", str(POLL_MILLISECONDS))
+    """The script with its poll interval and the 95% band's sd multiple filled in."""
+    return SCRIPT.replace("__POLL__", str(POLL_MILLISECONDS)).replace(
+        "__BAND_SD__", repr(LAPLACE_95_SD)
+    )
