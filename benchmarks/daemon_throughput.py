@@ -337,6 +337,9 @@ class RunResult:
     # for a CPU (busy: CPU + wait = window; idle: less)
     window: float = float("nan")
     worker_cpu_wait: float = float("nan")
+    # from each day's release timestamp (its tick's scheduled instant: what a period closed on
+    # the clock carries) to all its releases read; empty in results stored before it
+    publication_latencies: list[float] = field(default_factory=list)
 
     @property
     def baseline(self) -> float:
@@ -403,10 +406,12 @@ async def close_all(bootstrap: str, through: float) -> None:
 
 async def close_latency(
     bootstrap: str, port: int, first_day: int, days: int, clock: PeriodClock, consumed: float
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """Period-close latencies (s) for ``days`` days starting at absolute period ``first_day``:
     each day's orders are sent and consumed first, then the close record; latency runs from
-    that send to all the day's releases read. ``consumed``: input records counted so far."""
+    that send to all the day's releases read. Also the publication latencies: from the day's
+    release timestamp (the tick's scheduled instant, wall clock) to all its releases read, the
+    latency of a period closed on the clock. ``consumed``: input records counted so far."""
     consumer = AIOKafkaConsumer(
         "streamdp.releases",
         bootstrap_servers=bootstrap,
@@ -420,18 +425,22 @@ async def close_latency(
     await producer.start()
     seen: dict[str, set[str]] = {}
     arrived: dict[str, float] = {}
+    stamped: dict[str, float] = {}  # the day's releases' timestamp (s)
+    published: dict[str, float] = {}  # wall time when all were read
 
     async def watch() -> None:
         while True:
             batches = await consumer.getmany(timeout_ms=50)
-            now = time.perf_counter()
+            now, wall = time.perf_counter(), time.time()
             for messages in batches.values():
                 for message in messages:
                     record = json.loads(message.value)
                     start = record["period_start"][:10]
                     seen.setdefault(start, set()).add(record["counter"])
+                    stamped[start] = max(stamped.get(start, 0.0), message.timestamp / 1000.0)
                     if len(seen[start]) == len(COUNTERS) and start not in arrived:
                         arrived[start] = now
+                        published[start] = wall
 
     watcher = asyncio.create_task(watch())
     await asyncio.sleep(1.0)  # let the consumer settle on the end of the topic
@@ -465,7 +474,16 @@ async def close_latency(
         await asyncio.gather(watcher, return_exceptions=True)
         await producer.stop()
         await consumer.stop()
-    return [arrived[d] - t for d, t in sent_at.items() if d in arrived]
+    operator = [arrived[d] - t for d, t in sent_at.items() if d in arrived]
+    publication = [published[d] - stamped[d] for d in sent_at if d in published]
+    return operator, publication
+
+
+def _percentiles_ms(values: list[float]) -> str:
+    """p50 / p95 / p99 of ``values`` (s) in ms, or "-" when not measured."""
+    if not values:
+        return "-"
+    return " / ".join(f"{percentile(values, q) * 1e3:.0f}" for q in (50, 95, 99))
 
 
 def start_worker(
@@ -592,7 +610,7 @@ def run_once(
                 else float("nan")
             )
             before = close_histogram(port)
-            latencies = asyncio.run(
+            latencies, publication = asyncio.run(
                 close_latency(
                     broker.bootstrap, port, periods, latency_days, clock, float(len(values))
                 )
@@ -612,6 +630,7 @@ def run_once(
         bare_orjson=bare_orjson,
         window=t_last - t0,
         worker_cpu_wait=cpu_wait,
+        publication_latencies=publication,
     )  # fmt: skip
 
 
@@ -708,7 +727,8 @@ def main() -> int:
                     f"{r.worker_cpu:.1f}s  (orjson bare {r.bare_orjson:,.0f}/s, ratio "
                     f"{r.ratio_orjson:.3f})  releases {r.releases}  latency p50 "
                     f"{percentile(r.latencies, 50) * 1000:.0f} ms "
-                    f"(in worker {r.inside_mean * 1000:.0f} ms)",
+                    f"(in worker {r.inside_mean * 1000:.0f} ms; publication p50 "
+                    f"{_percentiles_ms(r.publication_latencies).split(' / ')[0]} ms)",
                     flush=True,
                 )
     service_eps, engine_eps, engine_python_eps = service_only(values, 5000)
@@ -785,7 +805,8 @@ def summarise(
         "| configuration | bare consumer events/s | daemon events/s | daemon / bare "
         "| bare with orjson events/s | daemon / bare with orjson "
         "| worker CPU s (after t0) | events per CPU-s | close latency p50 / p95 / p99 (ms) "
-        "| of which in the worker, mean (ms) |"
+        "| of which in the worker, mean (ms) "
+        "| publication latency p50 / p95 / p99 (ms) |"
     )
     out = [
         "# Daemon throughput and period-close latency (one worker, "
@@ -796,7 +817,7 @@ def summarise(
         setup,
         "",
         columns,
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in dict.fromkeys(r.config for r in results):
         rs = [r for r in results if r.config == name]
@@ -812,7 +833,8 @@ def summarise(
             f"{statistics.median(r.events / r.worker_cpu for r in rs):,.0f} | "
             f"{percentile(lat, 50) * 1e3:.0f} / {percentile(lat, 95) * 1e3:.0f} / "
             f"{percentile(lat, 99) * 1e3:.0f} | "
-            f"{statistics.median(r.inside_mean for r in rs) * 1e3:.0f} |"
+            f"{statistics.median(r.inside_mean for r in rs) * 1e3:.0f} | "
+            f"{_percentiles_ms([x for r in rs for x in r.publication_latencies])} |"
         )
     out += [
         "",
@@ -916,51 +938,15 @@ BLAKE2b) so that only true duplicates are dropped. So:
 """
 
 FINDINGS_KAFKA = """
-## Findings (Apache Kafka)
+## Method (Apache Kafka)
 
-Measured on the public-clock daemon (the method is the Tansu file's, `daemon.md`: frozen public
-clock, throughput from the worker's count of durable input records, latency from an operator
-close record to all five releases read back), on a shared 2-core machine: compare ratios.
-
-**Throughput: target met with the native order scanner.** The worker reads **0.975 of the bare
-consumer** (0.834-1.045 per run) against the target of 0.8; an earlier run of the same command
-the same day (`--no-write`) gave 0.871 (0.795-0.906 per run). Against the stricter baseline,
-the bare consumer decoding with orjson, it reads 0.504. Before the scanner (commit ffe3944) the
-worker read 0.634 (0.609-0.648), 0.592 in a run on the same day as this one.
-
-What changed: the engine's per-record path was half of the worker's CPU, and half of that was
-the calls into orjson, hashlib, `datetime` and the combo lookup that no Python-level tuning could
-remove (the previous findings: inlining, fewer call layers and mypyc made no measurable
-difference). `streamdp/engine/_order_scanner.c` reads an order in its everyday shape in one pass
-(ASCII, no escapes, exactly the order's fields, a canonical RFC 3339 time, known items with
-integer quantities) and answers its event time, content key (BLAKE2b, its own implementation)
-and quantities; the engine counts it through the same acceptance-window and duplicate code as
-the Python path when every stream of the source accepts it. Anything else the scanner declines
-and the Python path decides, rejections included, so the scanner changes speed and nothing
-else (tests hold its answers equal to the Python reader's and an engine with it equal to one
-without it). In process, the engine takes 2.5 us per restaurant record with the scanner and 6.3
-us on its Python path alone (the table above, same run); the worker's CPU per event fell from
-13.4 us (ffe3944, a slower day) to 5.7 us, below the `json.loads` bare consumer's 6.9 us.
-
-The scanner is a C extension compiled when streamdp is installed (`setup.py`, optional): the
-quick start's machines have a C compiler (`./run`, `.ci/run`) and the image installs gcc for the
-build. A worker installed without one logs a warning at start and reads every record on the
-Python path: the previous figures (about 0.6 of the bare consumer) apply to it.
-
-**Close latency: target met.** p99 27 ms against the target of 50 ms (p50 16, p95 24 over the
-60 closes of the three runs above; 41 ms before the scanner). The worker's own share (receipt of
-the batch holding the close to the broker's acknowledgement of the releases,
-`streamdp_period_close_latency_seconds`) is 11 ms mean. The close path takes two produce round
-trips (the checkpoint, acknowledged, then the releases, acknowledged), and both are needed:
-noise is stored before any release uses it, and a release never leaves before the checkpoint
-that holds it in its outbox.
-
-**Where the time goes now.** The worker is still CPU-bound (on a CPU or waiting for one all of
-the throughput window, a quarter of it waiting for a core it shares with the broker and the
-benchmark). With the engine at 2.5 us per record, what remains is mostly aiokafka's fetcher
-(unpacking record batches into `ConsumerRecord` objects), the producer and socket reads of the
-checkpoint and outputs, and Faust's loop; the bare consumer pays the fetcher too. The figures
-are reported against both baselines so that a faster decoder cannot pass for a faster worker.
+The method is the Tansu file's (`daemon.md`): a frozen public clock, throughput from the
+worker's count of durable input records, close latency from an operator's close record to all
+five releases read back (since issue 25 it includes the wait for the next heartbeat tick, up to
+`--tick`, 0.5 s), and publication latency from the releases' timestamp (the tick's scheduled
+instant, the close instant of a period closed on the clock) to all five read back: the latency
+of a clock-driven close. Shared 2-core machine: compare ratios. The figures above are this
+run's; the README keeps earlier runs with their commits.
 """
 
 
