@@ -19,8 +19,8 @@ commit latency (median, p99) and batches/s, on a fresh single-node Apache Kafka 
 
     .venv/bin/python benchmarks/commit_protocols.py [--batches 300] [--nodes 1 3]
 
-Writes benchmarks/results/commit_protocols.md. Shared 2-core machine: compare the two rows of
-one run, not absolute numbers.
+With --write writes benchmarks/results/ (else benchmarks/out/): commit_protocols.md. Shared
+2-core machine: compare the two rows of one run, not absolute numbers.
 """
 
 from __future__ import annotations
@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.structs import OffsetAndMetadata
+from results_dir import add_write_flag, output_dir
 
 from streamdp.broker import KafkaBroker, KafkaCluster
 
-RESULTS = Path(__file__).resolve().parent / "results"
 CHANGELOG = "bench-state-changelog"
 RELEASES = "bench.releases"
 INPUT = "bench-input"
@@ -152,7 +152,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--outputs", type=int, default=5, help="release records per batch")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 3])
-    parser.add_argument("--no-write", action="store_true")
+    add_write_flag(parser)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="streamdp-commit-") as tmp:
@@ -191,9 +191,9 @@ def main() -> int:
         lines.append(f"| {nodes} | {name} | {p50:.1f} | {p99:.1f} | {rate:,.0f} |")
     text = "\n".join(lines) + "\n"
     print(text)
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "commit_protocols.md").write_text(text)
+    target = output_dir(args.write) / "commit_protocols.md"
+    target.write_text(text)
+    print(f"wrote {target}")
     return 0
 
 

@@ -15,13 +15,13 @@ Timings: medians, shared 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import matplotlib
+from results_dir import add_write_flag, output_dir
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -30,7 +30,6 @@ import numpy as np
 from streamdp.consistency import census_exact
 from streamdp.papers import Tree, census_approximation, gmc_projection
 
-RESULTS = Path(__file__).parent / "results"
 FULL_REGIONS = 449_814
 
 
@@ -215,9 +214,13 @@ def syn_part(rng: np.random.Generator, regions: int, ks: list[int]) -> list[dict
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    quick = args.quick
     rng = np.random.default_rng(2024)
-    RESULTS.mkdir(exist_ok=True)
+    out = output_dir(args.write)
     census = census_part(rng, 500 if quick else 4000, 2 if quick else 10)
     print(
         "Census2010 shapes, seconds scaled to 449,814 regions (paper: FGMC 16-19x faster than GMC)"
@@ -250,7 +253,7 @@ def main() -> int:
             f"{r['fgmc_ms_per_region'] / r['exact_ms_per_region']:>11.1f} "
             f"{r['rmse_no_pp']:>7.3f} {r['rmse_pp']:>7.3f}"
         )
-    (RESULTS / "consistency_census.json").write_text(
+    (out / "consistency_census.json").write_text(
         json.dumps({"census": census, "syndata": syn}, indent=1) + "\n"
     )
 
@@ -285,7 +288,7 @@ def main() -> int:
     axes[1].legend(fontsize=6)
     axes[2].legend(fontsize=5, ncol=2)
     fig.tight_layout()
-    fig.savefig(RESULTS / "consistency_census.png", dpi=110)
+    fig.savefig(out / "consistency_census.png", dpi=110)
     return 0
 
 

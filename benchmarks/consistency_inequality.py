@@ -10,11 +10,12 @@ whose true count is zero and on the others, and run time. Medians over TRIALS no
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
-from pathlib import Path
 
 import matplotlib
+from results_dir import add_write_flag, output_dir
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -23,10 +24,12 @@ import numpy as np
 from streamdp.consistency import SEED004_COMBOS
 from streamdp.papers import complete_tree, nonnegative_release, restaurant_release
 
-RESULTS = Path(__file__).parent / "results"
-
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_write_flag(parser)
+    args = parser.parse_args()
+    out = output_dir(args.write)
     rng = np.random.default_rng(77)
     T, trials = 64, 20
     tree = complete_tree(2, 6)
@@ -81,8 +84,7 @@ def main() -> int:
             f"{r['biaspos_dyk']:>11.2f} {1e3 * r['t_eq']:>7.2f} {1e3 * r['t_dyk']:>8.1f} "
             f"{r['it']:>7.0f}"
         )
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "consistency_inequality.json").write_text(json.dumps(rows, indent=1) + "\n")
+    (out / "consistency_inequality.json").write_text(json.dumps(rows, indent=1) + "\n")
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     rates = [r["poisson_rate"] for r in rows]
     ax[0].semilogx(rates, [r["rmse_eq"] for r in rows], "o-", label="equalities only (unbiased)")
@@ -95,7 +97,7 @@ def main() -> int:
     for a in ax:
         a.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "consistency_inequality.png", dpi=110)
+    fig.savefig(out / "consistency_inequality.png", dpi=110)
     return 0
 
 

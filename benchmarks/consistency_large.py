@@ -7,18 +7,19 @@ RSS (resource.getrusage) belongs to that case alone.
     .venv/bin/python benchmarks/consistency_large.py census-exact
     .venv/bin/python benchmarks/consistency_large.py census-fgmc
 
-Each writes benchmarks/results/consistency_large_<case>.json. Timings: shared 2-core machine.
+With --write each writes benchmarks/results/ (else benchmarks/out/):
+consistency_large_<case>.json. Timings: shared 2-core machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from results_dir import add_write_flag, output_dir
 
 from streamdp.consistency import SEED004_COMBOS, census_exact, census_residuals
 from streamdp.papers import (
@@ -28,7 +29,6 @@ from streamdp.papers import (
     restaurant_release,
 )
 
-RESULTS = Path(__file__).parent / "results"
 EPS = 1.0
 
 
@@ -146,17 +146,23 @@ def run_census(fgmc: bool) -> dict[str, object]:
 
 
 def main() -> int:
-    case = sys.argv[1]
     runners = {
         "restaurant-exact": lambda: run_restaurant(False),
         "restaurant-approx": lambda: run_restaurant(True),
         "census-exact": lambda: run_census(False),
         "census-fgmc": lambda: run_census(True),
     }
-    result = runners[case]()
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"consistency_large_{case}.json").write_text(json.dumps(result, indent=2) + "\n")
+    parser = argparse.ArgumentParser(
+        description="one large consistency case (run each in its own process: peak memory)"
+    )
+    parser.add_argument("case", choices=sorted(runners), help="which case to run")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    result = runners[args.case]()
+    target = output_dir(args.write) / f"consistency_large_{args.case}.json"
+    target.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    print(f"wrote {target}")
     return 0
 
 

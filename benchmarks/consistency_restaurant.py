@@ -1,6 +1,7 @@
 """Seed 004 reproduced: the restaurant (5 items, 3 combos, eps = 1, binary trees).
 
-Parts (tables printed, PNGs in benchmarks/results/, summary in consistency_restaurant.md):
+Parts (tables printed; PNGs and consistency_restaurant.md in benchmarks/results/ with --write,
+else in benchmarks/out/):
   1. Fig. 1-2: consistency deviation (eq. 14) and error (eq. 15) per iteration of Algorithm 1,
      T = 32..1024, 100 iterations, with the optimal error (exact path == dense) as a line.
   2. Fig. 3: run time of Algorithm 1 (tol 1e-6) vs the dense general solution vs our exact
@@ -15,13 +16,13 @@ Timings: medians of repeats, on a shared 2-core machine.
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import matplotlib
+from results_dir import add_write_flag, output_dir
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -30,7 +31,6 @@ import numpy as np
 from streamdp.consistency import SEED004_COMBOS
 from streamdp.papers import complete_tree, restaurant_approximation, restaurant_release
 
-RESULTS = Path(__file__).parent / "results"
 ITEMS = 5
 
 
@@ -76,9 +76,13 @@ def convergence(Ts: list[int], rng: np.random.Generator) -> dict[int, dict[str, 
 
 
 def main() -> int:
-    quick = "--quick" in sys.argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    quick = args.quick
     rng = np.random.default_rng(2021)
-    RESULTS.mkdir(exist_ok=True)
+    out = output_dir(args.write)
     Ts = [32, 64, 128, 256, 512, 1024]
     dense_max = 128 if quick else 512
     conv = convergence(Ts[:3] if quick else Ts, rng)
@@ -161,7 +165,7 @@ def main() -> int:
         a = f"{e['approx_s']:.3g} s ({e['approx_iterations']} it)" if "approx_s" in e else "-"
         print(f"T={e['T']:>8}  exact {e['exact_s']:.3g} s   approx {a}")
 
-    (RESULTS / "consistency_restaurant.json").write_text(
+    (out / "consistency_restaurant.json").write_text(
         json.dumps(
             {"convergence": {str(k): v for k, v in conv.items()}, "time": rows, "large": large},
             indent=1,
@@ -193,7 +197,7 @@ def main() -> int:
     axes[2].set(title="run time [seed 004 Fig. 3]", xlabel="T (days)", ylabel="seconds")
     axes[2].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(RESULTS / "consistency_restaurant.png", dpi=110)
+    fig.savefig(out / "consistency_restaurant.png", dpi=110)
     return 0
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_dir import add_write_flag, output_dir
 
 from streamdp.continual import ContinualCounter, build_strategy
 from streamdp.continual.factored_counter import FactoredCounter
@@ -203,8 +204,13 @@ def beyond_fda(say, trials: int) -> dict[int, list[tuple[str, np.ndarray, np.nda
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=500)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write here instead (overrides --write)"
+    )
+    add_write_flag(parser)
     args = parser.parse_args()
+    if args.out is None:
+        args.out = output_dir(args.write)
     args.out.mkdir(parents=True, exist_ok=True)
     lines: list[str] = []
 

@@ -25,13 +25,13 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+from results_dir import add_write_flag, output_dir
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the draws are the test suite's own (tests/)
 
 from tests.test_privacy_float_engine import SCENARIOS, coupled_draw  # noqa: E402
 
-RESULTS = REPO / "benchmarks" / "results"
 PATHS = ("replay", "daemon")
 
 
@@ -41,7 +41,7 @@ def main() -> int:
     parser.add_argument(
         "--scenario", action="append", choices=list(SCENARIOS), help="only these (repeatable)"
     )
-    parser.add_argument("--write", action="store_true", help="write benchmarks/results/")
+    add_write_flag(parser)
     args = parser.parse_args()
     if args.draws < 1:
         parser.error(f"--draws must be >= 1, got {args.draws}")
@@ -93,10 +93,9 @@ def main() -> int:
     ]
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "coupling_engine.md").write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS / 'coupling_engine.md'}")
+    target = output_dir(args.write) / "coupling_engine.md"
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
     return 1 if failures or not all(m for *_, m, _ in rows) else 0
 
 

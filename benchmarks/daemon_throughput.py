@@ -43,10 +43,10 @@ SPEC): on the frozen clock every period stays open until the operator closes it.
 
     .venv/bin/python benchmarks/daemon_throughput.py --engine kafka  # on Apache Kafka (one node)
 
-Writes benchmarks/results/daemon.md and daemon.png (``--engine kafka``: daemon_kafka.md, .png,
-.json; the broker is then a fresh single-node Apache Kafka 4.4.0 per run, started by
-streamdp.broker.KafkaBroker). Shared 2-core machine: compare the ratio
-to the bare consumer measured in the same run, not absolute numbers.
+With --write writes benchmarks/results/ (else benchmarks/out/): daemon.md and daemon.png
+(``--engine kafka``: daemon_kafka.md, .png, .json; the broker is then a fresh single-node Apache
+Kafka 4.4.0 per run, started by streamdp.broker.KafkaBroker). Shared 2-core machine: compare the
+ratio to the bare consumer measured in the same run, not absolute numbers.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
+from results_dir import add_write_flag, output_dir
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
 from streamdp.daemon.routing import InputRecord
@@ -646,7 +647,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=2000.0, help="orders per day")
     parser.add_argument("--latency-days", type=int, default=20)
     parser.add_argument("--profile", action="store_true", help="one cProfile'd worker run")
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    add_write_flag(parser)
     parser.add_argument(
         "--from-json",
         action="store_true",
@@ -681,9 +682,11 @@ def main() -> int:
             raw["engine_eps"],
             raw.get("engine_python_eps"),
         )
-        (RESULTS / f"{stem}.md").write_text(report)
-        plot(stored, RESULTS / f"{stem}.png")
+        out = output_dir(args.write)
+        (out / f"{stem}.md").write_text(report)
+        plot(stored, out / f"{stem}.png")
         print(report)
+        print(f"wrote {out / stem}.md, .png")
         return 0
 
     lines = list(generate("restaurant", args.periods, args.rate, seed=1, spec=parse_spec(SPEC)))
@@ -736,31 +739,29 @@ def main() -> int:
         f"in-process: release service {service_eps:,.0f}/s, engine {engine_eps:,.0f}/s, "
         f"engine on its Python path {engine_python_eps:,.0f}/s"
     )
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        raw = {
-            "events": len(values),
-            "baseline": baseline_name,
-            "service_eps": service_eps,
-            "engine_eps": engine_eps,
-            "engine_python_eps": engine_python_eps,
-            "args": {
-                "runs": args.runs,
-                "periods": args.periods,
-                "rate": args.rate,
-                "latency_days": args.latency_days,
-            },
-            "runs": [vars(r) for r in results],
-        }
-        (RESULTS / f"{stem}.json").write_text(json.dumps(raw, indent=1))
+    out = output_dir(args.write)
+    raw = {
+        "events": len(values),
+        "baseline": baseline_name,
+        "service_eps": service_eps,
+        "engine_eps": engine_eps,
+        "engine_python_eps": engine_python_eps,
+        "args": {
+            "runs": args.runs,
+            "periods": args.periods,
+            "rate": args.rate,
+            "latency_days": args.latency_days,
+        },
+        "runs": [vars(r) for r in results],
+    }
+    (out / f"{stem}.json").write_text(json.dumps(raw, indent=1))
     report = summarise(
         results, len(values), baseline_name, args, service_eps, engine_eps, engine_python_eps
     )
     print(report)
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / f"{stem}.md").write_text(report)
-        plot(results, RESULTS / f"{stem}.png")
+    (out / f"{stem}.md").write_text(report)
+    plot(results, out / f"{stem}.png")
+    print(f"wrote {out / stem}.json, .md, .png")
     return 0
 
 
@@ -778,7 +779,7 @@ def summarise(
     engine_eps: float,
     engine_python_eps: float | None = None,
 ) -> str:
-    command = "`.venv/bin/python benchmarks/daemon_throughput.py"
+    command = "`./run bench daemon_throughput --write"
     engine = getattr(args, "engine", "tansu")
     if engine != "tansu":
         command += f" --engine {engine}"

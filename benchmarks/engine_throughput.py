@@ -9,8 +9,9 @@ Measures, in one run (medians of repeated runs, ratios against baselines measure
 3. consistent-revision time against periods released T (10^2 .. 10^6): the per-node projection
    and Fenwick prefix sums (restaurant combos, 5 counters), and with the records built (<= 10^5).
 
-Writes benchmarks/results/engine.md and benchmarks/results/engine.png. Timings come from a
-shared 2-core machine; compare ratios, not absolute numbers.
+With --write writes benchmarks/results/ (else benchmarks/out/): engine.md and
+benchmarks/results/engine.png. Timings come from a shared 2-core machine; compare ratios, not
+absolute numbers.
 
     .venv/bin/python benchmarks/engine_throughput.py [--quick]
 """
@@ -22,16 +23,14 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
+from results_dir import add_write_flag, output_dir
 
 from streamdp.engine import Engine, parse_spec
 from streamdp.engine.revision import consistent_epochs
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def throughput(scenario: str, periods: int, rate: float, repeats: int) -> tuple[int, float, float]:
@@ -163,7 +162,9 @@ def main() -> int:
         action="store_true",
         help="only print where Engine.consume's time goes on restaurant records (no files)",
     )
+    add_write_flag(parser)
     args = parser.parse_args()
+    out = output_dir(args.write)
     if args.breakdown:
         for name, us in consume_breakdown(40, 2000):
             print(f"{name:<58} {us:6.2f} us CPU per event")
@@ -208,7 +209,6 @@ def main() -> int:
             file=sys.stderr,
         )
 
-    RESULTS.mkdir(exist_ok=True)
     lines = [
         "# Release engine: throughput and period-close time",
         "",
@@ -267,7 +267,7 @@ def main() -> int:
         "![engine](engine.png)",
         "",
     ]
-    (RESULTS / "engine.md").write_text("\n".join(lines))
+    (out / "engine.md").write_text("\n".join(lines))
 
     import matplotlib
 
@@ -297,8 +297,8 @@ def main() -> int:
     axes[2].set_title("consistent revision vs T")
     axes[2].legend()
     fig.tight_layout()
-    fig.savefig(RESULTS / "engine.png", dpi=110)
-    print((RESULTS / "engine.md").read_text())
+    fig.savefig(out / "engine.png", dpi=110)
+    print((out / "engine.md").read_text())
     return 0
 
 

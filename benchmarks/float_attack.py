@@ -27,12 +27,12 @@ import json
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from privacy_audit import clopper_pearson  # benchmarks/ is on sys.path when one runs
+from results_dir import add_write_flag, output_dir
 
 from streamdp.continual.factored_noise import EpochNoise
 from streamdp.continual.fixed_point import fixed_to_float, split_fixed
@@ -43,7 +43,6 @@ from streamdp.engine.stream import stream_strategy
 from streamdp.noise import production_sampler
 from streamdp.noise.sampler import NoiseSampler
 
-RESULTS = Path(__file__).resolve().parent / "results"
 START = 1704067200  # 2024-01-01T00:00:00Z
 SPEC = """
 [sources.people]
@@ -197,10 +196,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=3000, help="runs per side (default 3000)")
     parser.add_argument(
-        "--window", type=float, default=25.0,
+        "--window",
+        type=float,
+        default=25.0,
         help="noise searched per node, in units of its scale (default 25)",
     )
-    parser.add_argument("--write", action="store_true", help="write benchmarks/results/")
+    add_write_flag(parser)
     args = parser.parse_args()
     started = time.perf_counter()
     attacker = Attacker.build(args.window)
@@ -235,10 +236,9 @@ def main() -> None:
         )
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "float_attack.md").write_text(text, encoding="utf-8")
-        print(f"wrote {RESULTS / 'float_attack.md'}")
+    target = output_dir(args.write) / "float_attack.md"
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
 
 
 if __name__ == "__main__":

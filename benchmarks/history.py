@@ -39,8 +39,9 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
+
+from results_dir import add_write_flag, output_dir
 
 from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.outcome import BatchOutcome
@@ -51,7 +52,6 @@ from streamdp.engine.periods import format_instant
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate
 
-RESULTS = Path(__file__).resolve().parent / "results"
 START = 1704067200.0  # 2024-01-01T00:00:00Z
 PERIOD_SECONDS = 60
 #: periods the engine closes per step while building a history (bounds the dropped releases)
@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=10, help="batches per timed pass")
     parser.add_argument("--repeats", type=int, default=5, help="timed passes (median)")
     parser.add_argument("--horizon", type=int, default=4095, help="periods per epoch")
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    add_write_flag(parser)
     args = parser.parse_args(argv)
     histories = [int(h) for h in args.histories.split(",")]
     tune_garbage_collector()  # as a worker process does at start
@@ -238,9 +238,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
     )
     print("\n".join(table))
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "history.md").write_text(text, encoding="utf-8")
+    target = output_dir(args.write) / "history.md"
+    target.write_text(text, encoding="utf-8")
+    print(f"wrote {target}")
     return 0
 
 

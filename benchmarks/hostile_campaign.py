@@ -46,6 +46,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from daemon_throughput import stop_worker
 from prometheus_client.parser import text_string_to_metric_families
+from results_dir import add_write_flag, output_dir
 
 from streamdp.broker import EmbeddedBroker, free_loopback_port
 from streamdp.daemon.settings import DaemonSettings
@@ -55,7 +56,6 @@ from streamdp.engine import parse_spec
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 TOPIC = "restaurant-orders"
 SOURCE_KEY = b"restaurant-orders"
 DEAD_LETTER_TOPIC = "streamdp.dead-letter"
@@ -541,7 +541,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=16)
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    add_write_flag(parser)
     args = parser.parse_args()
     records = plan(args.records, args.seed)
     with tempfile.TemporaryDirectory(prefix="streamdp-hostile-") as tmp:
@@ -555,9 +555,9 @@ def main() -> int:
     )
     text = render(table, failures, totals, result, command)
     print(text)
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "hostile_campaign.md").write_text(text)
+    target = output_dir(args.write) / "hostile_campaign.md"
+    target.write_text(text)
+    print(f"wrote {target}")
     return 1 if failures else 0
 
 

@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from results_dir import add_write_flag, output_dir
 from scipy import stats
 
 from streamdp.engine import Engine, ReleaseRecord, parse_spec
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import generate, release_instant
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _spec(mechanism: str, combos: bool, days: int):  # type: ignore[no-untyped-def]
@@ -108,8 +107,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--days", type=int, default=366)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--out", type=Path, default=None, help="write here instead (overrides --write)"
+    )
+    add_write_flag(parser)
     args = parser.parse_args()
+    if args.out is None:
+        args.out = output_dir(args.write)
     rows = [
         _case(mechanism, combos, args.days, args.runs)
         for mechanism in ("kary_gls", "kary_digits")

@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from daemon_harness import (  # noqa: E402  (the tests' harness: a plain module in tests/)
@@ -66,6 +65,7 @@ from daemon_harness import (  # noqa: E402  (the tests' harness: a plain module 
     record_counts,
     replay_outputs_through_cuts,
 )
+from results_dir import add_write_flag, output_dir  # noqa: E402
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker  # noqa: E402
 from streamdp.daemon.routing import OutputTopics  # noqa: E402
@@ -434,7 +434,7 @@ def main() -> int:
     parser.add_argument("--input-path", choices=("batch", "stream"), default="batch")
     parser.add_argument("--ready-timeout", type=float, default=120.0)
     parser.add_argument("--consume-timeout", type=float, default=240.0)
-    parser.add_argument("--no-results", action="store_true", help="do not write the .md file")
+    add_write_flag(parser)
     args = parser.parse_args()
     command = shlex.join([".venv/bin/python", "benchmarks/kill_campaign.py", *sys.argv[1:]])
     logs = Path(tempfile.mkdtemp(prefix="kill-campaign-"))
@@ -446,9 +446,9 @@ def main() -> int:
         print(f"ABORTED: {error}", flush=True)
     report = render(command, args.engine, checks, facts)
     print(report)
-    if not args.no_results:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "kill_campaign.md").write_text(report)
+    target = output_dir(args.write) / "kill_campaign.md"
+    target.write_text(report)
+    print(f"wrote {target}")
     print(f"logs: {logs}")
     return 1 if any(not ok for _, _, ok in checks) else 0
 

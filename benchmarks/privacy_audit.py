@@ -22,7 +22,8 @@ It also runs the floating-point attack of issue 25 (``float_attack.py``: a one-f
 stream whose released floats an attacker searches bit for bit) with ``--float-trials`` runs per
 side, and reports its lower bound beside the others.
 
-Writes benchmarks/results/privacy_audit.md (with the command that produced it).
+With --write writes benchmarks/results/ (else benchmarks/out/): privacy_audit.md (with the
+command that produced it).
 """
 
 from __future__ import annotations
@@ -32,15 +33,14 @@ import json
 import math
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
+from results_dir import add_write_flag, output_dir
 from scipy.stats import beta
 
 from streamdp.engine import Engine, parse_spec
 from streamdp.noise import production_sampler
 
-RESULTS = Path(__file__).resolve().parent / "results"
 START = 1704067200  # 2024-01-01T00:00:00Z
 SPEC = """
 [sources.people]
@@ -144,9 +144,12 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="2,000 trials (a smoke run)")
     parser.add_argument(
-        "--float-trials", type=int, default=3000,
+        "--float-trials",
+        type=int,
+        default=3000,
         help="runs per side of the floating-point attack (default 3000; 0 skips it)",
     )
+    add_write_flag(parser)
     args = parser.parse_args()
     trials = 2_000 if args.quick else args.trials
     spec = parse_spec(SPEC.format(epsilon=args.epsilon))
@@ -217,9 +220,9 @@ def main() -> None:
         f"Median seconds per variant: {statistics.median(r['seconds'] for _, r in rows):.0f}.",
         "",
     ]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "privacy_audit.md").write_text("\n".join(lines), encoding="utf-8")
-    print(f"wrote {RESULTS / 'privacy_audit.md'}")
+    target = output_dir(args.write) / "privacy_audit.md"
+    target.write_text("\n".join(lines), encoding="utf-8")
+    print(f"wrote {target}")
 
 
 if __name__ == "__main__":

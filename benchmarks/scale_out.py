@@ -30,8 +30,8 @@ CPU-second.
 
     .venv/bin/python benchmarks/scale_out.py [--runs 3] [--sources 8 --partitions 4]
 
-Writes benchmarks/results/scale_out.md and scale_out.json (``--from-json`` re-renders the
-first from the second).
+With --write writes benchmarks/results/ (else benchmarks/out/): scale_out.md and scale_out.json
+(``--from-json`` re-renders the first from the second).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ from daemon_throughput import (
     start_worker,
     stop_worker,
 )
+from results_dir import add_write_flag, output_dir
 
 from streamdp.broker import KafkaBroker, free_loopback_port
 from streamdp.daemon.routing import home_partition
@@ -254,7 +255,7 @@ def run_once(
 
 
 def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[Discarded]) -> str:
-    command = "`.venv/bin/python benchmarks/scale_out.py"
+    command = "`./run bench scale_out --write"
     if (args.runs, args.sources, args.partitions, args.periods, args.rate) != (3, 8, 4, 100, 2000):
         command += (
             f" --runs {args.runs} --sources {args.sources} --partitions {args.partitions}"
@@ -351,7 +352,7 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--periods", type=int, default=100, help="days per source")
     parser.add_argument("--rate", type=float, default=2000.0, help="orders per day")
-    parser.add_argument("--no-write", action="store_true", help="print only")
+    add_write_flag(parser)
     parser.add_argument(
         "--from-json", action="store_true", help="re-render scale_out.md from scale_out.json"
     )
@@ -359,12 +360,14 @@ def main() -> int:
     if args.from_json:
         raw = json.loads((RESULTS / "scale_out.json").read_text())
         for key, value in raw["args"].items():
-            if key not in ("from_json", "no_write"):
+            if key not in ("from_json", "no_write", "write"):
                 setattr(args, key, value)
         stored = [[Window(**w) for w in run] for run in raw["runs"]]
         gone = [Discarded(**d) for d in raw.get("discarded", [])]
-        (RESULTS / "scale_out.md").write_text(report(stored, args, gone))
+        target = output_dir(args.write) / "scale_out.md"
+        target.write_text(report(stored, args, gone))
         print(report(stored, args, gone))
+        print(f"wrote {target}")
         return 0
     if args.partitions < 4 or args.sources < args.partitions:
         parser.error("scale-out needs --partitions >= 4 and at least one source per partition")
@@ -383,15 +386,15 @@ def main() -> int:
                 )
     text = report(runs, args, discarded)
     print(text)
-    if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "scale_out.md").write_text(text)
-        raw = {
-            "args": vars(args),
-            "runs": [[vars(w) for w in run] for run in runs],
-            "discarded": [vars(d) for d in discarded],
-        }
-        (RESULTS / "scale_out.json").write_text(json.dumps(raw, indent=1))
+    out = output_dir(args.write)
+    (out / "scale_out.md").write_text(text)
+    raw = {
+        "args": vars(args),
+        "runs": [[vars(w) for w in run] for run in runs],
+        "discarded": [vars(d) for d in discarded],
+    }
+    (out / "scale_out.json").write_text(json.dumps(raw, indent=1))
+    print(f"wrote {out / 'scale_out.md'} and scale_out.json")
     return 0
 
 

@@ -16,6 +16,10 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
+#: Modules of benchmarks/ that are shared helpers, not programs (no main()).
+HELPERS = {"results_dir"}
+
+
 @pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.stem)
 def test_the_benchmark_imports(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # benchmarks import each other by name
@@ -25,4 +29,46 @@ def test_the_benchmark_imports(path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, spec.name, module)  # dataclasses look their module up
     spec.loader.exec_module(module)
-    assert callable(getattr(module, "main", None)), f"{path.name} has no main()"
+    if path.stem not in HELPERS:
+        assert callable(getattr(module, "main", None)), f"{path.name} has no main()"
+
+
+#: Benchmarks that write no file (nothing to guard with --write), with the reason.
+WRITES_NOTHING = {
+    "bare_consumer": "a helper of daemon_throughput: prints its rate, writes nothing",
+    "results_dir": "the shared --write helper itself, not a benchmark",
+}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [p for p in sorted(BENCHMARKS.glob("*.py")) if p.stem not in WRITES_NOTHING],
+    ids=lambda p: p.stem,
+)
+def test_every_benchmark_writes_the_committed_results_only_with_write(path: Path) -> None:
+    """Issue 26: benchmarks overwrote benchmarks/results/ on every run (a dirty tree), and
+    consistency_large.py without an argument died with IndexError."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(path), "--help"],
+        cwd=BENCHMARKS.parent, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "--write" in done.stdout
+    assert "benchmarks/results/" in done.stdout  # the flag's help says where
+
+
+def test_the_shared_flag_writes_the_committed_results_only_when_asked(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import results_dir
+
+    monkeypatch.setattr(results_dir, "COMMITTED", tmp_path / "results")
+    monkeypatch.setattr(results_dir, "SCRATCH", tmp_path / "out")
+    assert results_dir.output_dir(False) == tmp_path / "out"
+    assert results_dir.output_dir(True) == tmp_path / "results"
+    assert (tmp_path / "out").is_dir()
+    ignored = (BENCHMARKS.parent / ".gitignore").read_text().splitlines()
+    assert "/benchmarks/out/" in ignored
