@@ -44,7 +44,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--tick",
         type=float,
         metavar="SECONDS",
-        help="how often every owned source is advanced to the clock (default 0.5)",
+        help="the heartbeat of the clock's tick, the only step that closes periods (default "
+        "0.5): periods due on time close at their close instant; operators' closes and newly "
+        "assigned sources wait for the next heartbeat; after downtime 32 periods per stream "
+        "close per heartbeat",
     )
     parser.add_argument(
         "--input-volume-metrics",
