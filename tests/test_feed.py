@@ -747,6 +747,10 @@ def test_the_page_fits_a_phone_and_a_desktop(
     assert measure["status"].startswith("Data as of the end of ")
     assert measure["source"].startswith("a file replay")
     document = json.loads((site / "feed.json").read_text())
+    if example != "restaurant":
+        # census-style: the total, a small table per attribute, the cells folded away
+        assert dom.count('<div class="marginal">') == 3
+        assert dom.count('<details class="cells">') == 1
     if example == "hospital":
         census = next(s for s in document["streams"] if s["stream"] == "admissions-census")
         names = [c["counter"] for c in census["counters"]]

@@ -40,6 +40,9 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 .errbar { stroke: #7fa9cf; stroke-width: 1; }
 .zero { stroke: #6b7785; stroke-width: 1; stroke-dasharray: 2 2; }
 .epoch-mark { stroke: #8e6bb0; stroke-width: 1; stroke-dasharray: 4 3; }
+.marginals { display: flex; flex-wrap: wrap; gap: 0 1.5em; }
+.marginal { min-width: 0; max-width: 100%; }
+.marginal h4 { margin: .6em 0 0; }
 .axis { stroke: #6b7785; stroke-width: 1; }
 .tick { font-size: 11px; fill: #394b5e; }
 .legend { font-size: 12px; fill: #1d2733; }

@@ -159,6 +159,24 @@ function periodIndex(stream, epoch, period) {
   return stream.periods.findIndex(p => p[0] === epoch && p[1] === period);
 }
 
+// Census-style counters ("total", "attribute=category", "a=x,b=y,...") grouped for display:
+// {total, marginals: [[attribute, counters]], cells}; null for other kinds of counters.
+function attributeGroups(counters) {
+  const total = counters.filter(c => c.counter === "total");
+  const marginals = new Map();
+  const cells = [];
+  for (const c of counters) {
+    if (c.counter === "total") continue;
+    const parts = c.counter.split(",");
+    if (!parts.every(part => part.includes("="))) return null;
+    if (parts.length > 1) { cells.push(c); continue; }
+    const attribute = parts[0].split("=")[0];
+    if (!marginals.has(attribute)) marginals.set(attribute, []);
+    marginals.get(attribute).push(c);
+  }
+  return marginals.size ? {total: total, marginals: [...marginals], cells: cells} : null;
+}
+
 function streamSection(stream) {
   const sec = el("section", {class: "stream", "data-stream": stream.stream});
   sec.append(el("h2", {}, `Stream ${stream.stream}`));
@@ -212,23 +230,45 @@ function streamSection(stream) {
   const latestIndex = periodIndex(stream, latest.epoch, latest.period);
   sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})`));
-  const table = el("table", {class: "latest"},
-    el("tr", {}, el("th", {}, "counter"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, "consistent count \u00b1 95%"),
-       el("th", {}, "consistent total \u00b1 95%")));
-  for (const c of stream.counters) {
-    const p = valueAt(stream, c, latestIndex);
-    if (!p) continue;
-    table.append(el("tr", {"data-counter": c.counter},
-      el("td", {}, c.counter),
-      el("td", {class: "count"}, `${num(p.noisy_count, 0)} \u00b1 ${num(p.count_half_width95, 0)}`),
-      el("td", {class: "total"}, `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`),
-      el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
-                           : "not yet revised"),
-      el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
-                           : "not yet revised")));
+  const latestTable = (counters, named) => {
+    const table = el("table", {class: "latest"},
+      el("tr", {}, el("th", {}, named ? "category" : "counter"),
+         el("th", {}, "noisy count \u00b1 95%"), el("th", {}, "running total \u00b1 95%"),
+         el("th", {}, "consistent count \u00b1 95%"), el("th", {}, "consistent total \u00b1 95%")));
+    for (const c of counters) {
+      const p = valueAt(stream, c, latestIndex);
+      if (!p) continue;
+      table.append(el("tr", {"data-counter": c.counter},
+        el("td", {}, named ? named(c.counter) : c.counter),
+        el("td", {class: "count"},
+           `${num(p.noisy_count, 0)} \u00b1 ${num(p.count_half_width95, 0)}`),
+        el("td", {class: "total"},
+           `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`),
+        el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
+                             : "not yet revised"),
+        el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
+                             : "not yet revised")));
+    }
+    return el("div", {class: "table-wrap"}, table);
+  };
+  const groups = attributeGroups(stream.counters);
+  if (!groups) {
+    sec.append(latestTable(stream.counters, null));
+  } else {
+    // census-style: the total, one small table per attribute (its marginal), the cells folded
+    sec.append(latestTable(groups.total, null));
+    const grid = el("div", {class: "marginals"});
+    for (const [attribute, members] of groups.marginals) {
+      grid.append(el("div", {class: "marginal"}, el("h4", {}, attribute),
+                     latestTable(members, name => name.slice(attribute.length + 1))));
+    }
+    sec.append(grid);
+    if (groups.cells.length) {
+      sec.append(el("details", {class: "cells"},
+        el("summary", {}, `All ${groups.cells.length} cells (every combination of categories)`),
+        latestTable(groups.cells, null)));
+    }
   }
-  sec.append(el("div", {class: "table-wrap"}, table));
   const rev = stream.consistent_latest;
   if (rev && !cLatest) {
     // the newest revised period, each value beside the release of that same period
