@@ -19,8 +19,8 @@ commit latency (median, p99) and batches/s, on a fresh single-node Apache Kafka 
 
     .venv/bin/python benchmarks/commit_protocols.py [--batches 300] [--nodes 1 3]
 
-With --write writes benchmarks/results/ (else benchmarks/out/): commit_protocols.md. Shared
-2-core machine: compare the two rows of one run, not absolute numbers.
+Prints the table and writes commit_protocols.md to benchmarks/out/ (with --write: the committed
+benchmarks/results/). Shared 2-core machine: compare the two rows of one run, not absolute numbers.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@
   2. SynData: k = 2..8, n = 2^k..2^13: run time per region, iterations, RMSE without and with
      post-processing (eps = 1, Laplace((k+2)/eps)).
 
-    .venv/bin/python benchmarks/consistency_census.py [--quick]
+    .venv/bin/python benchmarks/consistency_census.py [--quick] [--write]
 
-Timings: medians, shared 2-core machine.
+Prints the tables and writes consistency_census.json and .png to benchmarks/out/ (with --write:
+the committed benchmarks/results/). Timings: medians, shared 2-core machine.
 """
 
 from __future__ import annotations
@@ -256,6 +257,7 @@ def main() -> int:
     (out / "consistency_census.json").write_text(
         json.dumps({"census": census, "syndata": syn}, indent=1) + "\n"
     )
+    print(f"wrote {out / 'consistency_census.json'}")
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     names = [r["subset"].replace("Census_", "") for r in census]
@@ -289,6 +291,7 @@ def main() -> int:
     axes[2].legend(fontsize=5, ncol=2)
     fig.tight_layout()
     fig.savefig(out / "consistency_census.png", dpi=110)
+    print(f"wrote {out / 'consistency_census.png'}")
     return 0
 
 

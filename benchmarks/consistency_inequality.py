@@ -5,7 +5,10 @@ zero). Compares the equality-only optimal release (unbiased) with the Dykstra pr
 also keeps every node >= 0 (so running totals never decrease): RMSE, mean error (bias) on days
 whose true count is zero and on the others, and run time. Medians over TRIALS noise draws.
 
-    .venv/bin/python benchmarks/consistency_inequality.py
+    .venv/bin/python benchmarks/consistency_inequality.py [--write]
+
+Prints the table and writes consistency_inequality.json and .png to benchmarks/out/ (with
+--write: the committed benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def main() -> int:
             f"{r['it']:>7.0f}"
         )
     (out / "consistency_inequality.json").write_text(json.dumps(rows, indent=1) + "\n")
+    print(f"wrote {out / 'consistency_inequality.json'}")
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     rates = [r["poisson_rate"] for r in rows]
     ax[0].semilogx(rates, [r["rmse_eq"] for r in rows], "o-", label="equalities only (unbiased)")
@@ -98,6 +102,7 @@ def main() -> int:
         a.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "consistency_inequality.png", dpi=110)
+    print(f"wrote {out / 'consistency_inequality.png'}")
     return 0
 
 

@@ -7,8 +7,9 @@ RSS (resource.getrusage) belongs to that case alone.
     .venv/bin/python benchmarks/consistency_large.py census-exact
     .venv/bin/python benchmarks/consistency_large.py census-fgmc
 
-With --write each writes benchmarks/results/ (else benchmarks/out/):
-consistency_large_<case>.json. Timings: shared 2-core machine.
+Each writes consistency_large_<case>.json to benchmarks/out/ (with --write: the committed
+benchmarks/results/). The case is required (no default: all four in one process would
+mix their peak RSS, and census-fgmc alone peaks near 10 GB). Timings: shared 2-core machine.
 """
 
 from __future__ import annotations
@@ -153,9 +154,10 @@ def main() -> int:
         "census-fgmc": lambda: run_census(True),
     }
     parser = argparse.ArgumentParser(
-        description="one large consistency case (run each in its own process: peak memory)"
+        description="One large consistency case (run each in its own process: its peak RSS).",
+        epilog="No default case: census-fgmc alone peaks near 10 GB; run the cases one by one.",
     )
-    parser.add_argument("case", choices=sorted(runners), help="which case to run")
+    parser.add_argument("case", choices=sorted(runners), help="which case to run (required)")
     add_write_flag(parser)
     args = parser.parse_args()
     result = runners[args.case]()

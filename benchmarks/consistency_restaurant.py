@@ -1,7 +1,7 @@
 """Seed 004 reproduced: the restaurant (5 items, 3 combos, eps = 1, binary trees).
 
-Parts (tables printed; PNGs and consistency_restaurant.md in benchmarks/results/ with --write,
-else in benchmarks/out/):
+Parts (tables printed; consistency_restaurant.json and .png written to benchmarks/out/, with
+--write to the committed benchmarks/results/):
   1. Fig. 1-2: consistency deviation (eq. 14) and error (eq. 15) per iteration of Algorithm 1,
      T = 32..1024, 100 iterations, with the optimal error (exact path == dense) as a line.
   2. Fig. 3: run time of Algorithm 1 (tol 1e-6) vs the dense general solution vs our exact
@@ -9,7 +9,7 @@ else in benchmarks/out/):
      extrapolated by a T^3 fit (stated as such).
   3. Fig. 4: large T (up to 2^20 days): Algorithm 1 and the exact path.
 
-    .venv/bin/python benchmarks/consistency_restaurant.py [--quick]
+    .venv/bin/python benchmarks/consistency_restaurant.py [--quick] [--write]
 
 Timings: medians of repeats, on a shared 2-core machine.
 """
@@ -172,6 +172,7 @@ def main() -> int:
         )
         + "\n"
     )
+    print(f"wrote {out / 'consistency_restaurant.json'}")
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for T, c in conv.items():
@@ -198,6 +199,7 @@ def main() -> int:
     axes[2].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "consistency_restaurant.png", dpi=110)
+    print(f"wrote {out / 'consistency_restaurant.png'}")
     return 0
 
 

@@ -6,7 +6,10 @@ continuous Laplace for the paper's tables; the empirical check runs the real Con
 (exact discrete Laplace, INSECURE seeded sampler for reproducibility) and compares with the exact
 discrete variance.
 
-    .venv/bin/python benchmarks/continual_accuracy.py [--trials 500] [--out benchmarks/results]
+    .venv/bin/python benchmarks/continual_accuracy.py [--trials 500] [--write | --out DIR]
+
+Writes continual_accuracy.md and .png to benchmarks/out/ (with --write: the committed
+benchmarks/results/; an explicit --out DIR wins over both).
 """
 
 from __future__ import annotations
@@ -205,7 +208,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=500)
     parser.add_argument(
-        "--out", type=Path, default=None, help="write here instead (overrides --write)"
+        "--out", type=Path, default=None, help="write into this directory (overrides --write)"
     )
     add_write_flag(parser)
     args = parser.parse_args()
@@ -373,7 +376,8 @@ def main() -> None:
     ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(args.out / "continual_accuracy.png", dpi=110)
-    print(f"wrote {args.out / 'continual_accuracy.md'} and continual_accuracy.png")
+    print(f"wrote {args.out / 'continual_accuracy.md'}")
+    print(f"wrote {args.out / 'continual_accuracy.png'}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ the draws whose outputs were bit-identical; the power check (the same record wit
 coupling moves the output) runs once per case. Seeds are fixed (crc32 of the case), so a
 re-run reproduces the same draws.
 
-Without ``--write`` the table is printed only; ``--write`` also writes
-benchmarks/results/coupling_engine.md.
+Prints the table and writes coupling_engine.md to benchmarks/out/ (with ``--write``: the
+committed benchmarks/results/coupling_engine.md).
 """
 
 from __future__ import annotations

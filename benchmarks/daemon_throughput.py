@@ -43,10 +43,12 @@ SPEC): on the frozen clock every period stays open until the operator closes it.
 
     .venv/bin/python benchmarks/daemon_throughput.py --engine kafka  # on Apache Kafka (one node)
 
-With --write writes benchmarks/results/ (else benchmarks/out/): daemon.md and daemon.png
-(``--engine kafka``: daemon_kafka.md, .png, .json; the broker is then a fresh single-node Apache
-Kafka 4.4.0 per run, started by streamdp.broker.KafkaBroker). Shared 2-core machine: compare the
-ratio to the bare consumer measured in the same run, not absolute numbers.
+Writes daemon.json, daemon.md and daemon.png to benchmarks/out/ (with --write: the committed
+benchmarks/results/; ``--from-json`` reads the committed benchmarks/results/daemon.json and
+writes only the .md and .png). ``--engine kafka``: daemon_kafka.json, .md, .png; the broker is
+then a fresh single-node Apache Kafka 4.4.0 per run, started by streamdp.broker.KafkaBroker.
+Shared 2-core machine: compare the ratio to the bare consumer measured in the same run, not
+absolute numbers.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
-from results_dir import add_write_flag, output_dir
+from results_dir import COMMITTED, add_write_flag, output_dir
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
 from streamdp.daemon.routing import InputRecord
@@ -86,7 +88,6 @@ from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import generate
 
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 TOPIC = "restaurant-orders"
 CONTROL = "streamdp.control"
 SOURCE_KEY = b"restaurant-orders"
@@ -651,7 +652,7 @@ def main() -> int:
     parser.add_argument(
         "--from-json",
         action="store_true",
-        help="re-render daemon.md and daemon.png from results/daemon.json (no new runs)",
+        help="re-render daemon.md and .png from benchmarks/results/daemon.json (no new runs)",
     )
     parser.add_argument(
         "--config",
@@ -668,7 +669,7 @@ def main() -> int:
     args = parser.parse_args()
     stem = "daemon" if args.engine == "tansu" else "daemon_kafka"
     if args.from_json:
-        raw = json.loads((RESULTS / f"{stem}.json").read_text())
+        raw = json.loads((COMMITTED / f"{stem}.json").read_text())  # the committed runs
         stored = [RunResult(**r) for r in raw["runs"]]
         for key in ("runs", "periods", "rate", "latency_days"):
             if key in raw.get("args", {}):
@@ -686,7 +687,8 @@ def main() -> int:
         (out / f"{stem}.md").write_text(report)
         plot(stored, out / f"{stem}.png")
         print(report)
-        print(f"wrote {out / stem}.md, .png")
+        print(f"wrote {out / f'{stem}.md'}")
+        print(f"wrote {out / f'{stem}.png'}")
         return 0
 
     lines = list(generate("restaurant", args.periods, args.rate, seed=1, spec=parse_spec(SPEC)))
@@ -761,7 +763,8 @@ def main() -> int:
     print(report)
     (out / f"{stem}.md").write_text(report)
     plot(results, out / f"{stem}.png")
-    print(f"wrote {out / stem}.json, .md, .png")
+    for suffix in ("json", "md", "png"):
+        print(f"wrote {out / f'{stem}.{suffix}'}")
     return 0
 
 

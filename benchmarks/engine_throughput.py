@@ -9,11 +9,11 @@ Measures, in one run (medians of repeated runs, ratios against baselines measure
 3. consistent-revision time against periods released T (10^2 .. 10^6): the per-node projection
    and Fenwick prefix sums (restaurant combos, 5 counters), and with the records built (<= 10^5).
 
-With --write writes benchmarks/results/ (else benchmarks/out/): engine.md and
-benchmarks/results/engine.png. Timings come from a shared 2-core machine; compare ratios, not
+Writes engine.md and engine.png to benchmarks/out/ (with --write: the committed
+benchmarks/results/). Timings come from a shared 2-core machine; compare ratios, not
 absolute numbers.
 
-    .venv/bin/python benchmarks/engine_throughput.py [--quick]
+    .venv/bin/python benchmarks/engine_throughput.py [--quick] [--write]
 """
 
 from __future__ import annotations
@@ -164,7 +164,6 @@ def main() -> int:
     )
     add_write_flag(parser)
     args = parser.parse_args()
-    out = output_dir(args.write)
     if args.breakdown:
         for name, us in consume_breakdown(40, 2000):
             print(f"{name:<58} {us:6.2f} us CPU per event")
@@ -267,6 +266,7 @@ def main() -> int:
         "![engine](engine.png)",
         "",
     ]
+    out = output_dir(args.write)
     (out / "engine.md").write_text("\n".join(lines))
 
     import matplotlib
@@ -299,6 +299,8 @@ def main() -> int:
     fig.tight_layout()
     fig.savefig(out / "engine.png", dpi=110)
     print((out / "engine.md").read_text())
+    print(f"wrote {out / 'engine.md'}")
+    print(f"wrote {out / 'engine.png'}")
     return 0
 
 

@@ -16,8 +16,8 @@ float64 decoded noise), rebuilt from the engine's stored node noise for comparis
 one gave epsilon >= 5.86 for a claimed 1 in the audit. The true hypothesis must always survive
 (a check that the attacker's model of the pipeline is exact).
 
-Without ``--write`` the table is printed only; ``--write`` also writes
-benchmarks/results/float_attack.md.
+Prints the table and writes float_attack.md to benchmarks/out/ (with ``--write``: the
+committed benchmarks/results/float_attack.md).
 """
 
 from __future__ import annotations

@@ -20,9 +20,10 @@ The garbage collector is tuned as in a worker (``tune_garbage_collector``, at st
 any history is built: the history's objects are scanned by full collections, as a worker's).
 Timed passes of the histories alternate (pass 1 of every history, then pass 2, ...), so a
 change in the shared machine's load hits every row alike. Prints and writes (to
-``benchmarks/results/history.md``) the median over ``--repeats`` passes of ``--batches``
-batches of ``--batch`` records each, as events per wall-clock second and per CPU second of
-the process, each with its ratio to the 10-period row of the same stream.
+``benchmarks/out/history.md``; with ``--write`` the committed ``benchmarks/results/history.md``)
+the median over ``--repeats`` passes of ``--batches`` batches of ``--batch`` records each, as
+events per wall-clock second and per CPU second of the process, each with its ratio to the
+10-period row of the same stream.
 
 With ``--horizon 1`` an epoch rolls at every period, so the history also holds 10^5 epochs:
 each with its own ledger spend and node count (before the ledger kept its runs as entries came,

@@ -20,7 +20,8 @@ and the worker must stay up throughout.
 
     .venv/bin/python benchmarks/hostile_campaign.py [--records 100000] [--seed 16]
 
-Prints a table and writes ``benchmarks/results/hostile_campaign.md`` (with the command line).
+Prints a table and writes ``benchmarks/out/hostile_campaign.md`` (with the command line; with
+``--write`` the committed ``benchmarks/results/hostile_campaign.md``).
 Exits 1 when any check fails.
 """
 

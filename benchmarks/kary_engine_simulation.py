@@ -12,7 +12,10 @@ Streams: the restaurant's five items with its combos (orders must be combos, so 
 is projected onto the combo span and each counter declares sqrt(P_jj) x the strategy's std) and
 the same items without constraints, kary_gls and kary_digits, a year of daily periods.
 
-    .venv/bin/python benchmarks/kary_engine_simulation.py [--runs 400] [--days 366]
+    .venv/bin/python benchmarks/kary_engine_simulation.py [--runs 400] [--days 366] [--write]
+
+Prints the table and writes kary_engine_simulation.md to benchmarks/out/ (with --write: the
+committed benchmarks/results/; an explicit --out DIR wins over both).
 """
 
 from __future__ import annotations
@@ -108,7 +111,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--days", type=int, default=366)
     parser.add_argument(
-        "--out", type=Path, default=None, help="write here instead (overrides --write)"
+        "--out", type=Path, default=None, help="write into this directory (overrides --write)"
     )
     add_write_flag(parser)
     args = parser.parse_args()
@@ -158,6 +161,7 @@ def main() -> None:
     target = args.out / "kary_engine_simulation.md"
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
+    print(f"wrote {target}")
 
 
 if __name__ == "__main__":

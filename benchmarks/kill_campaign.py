@@ -26,9 +26,10 @@ must be exactly what a file replay of the same input publishes.
 
     .venv/bin/python benchmarks/kill_campaign.py [--kills 100] [--engine kafka|tansu]
 
-Prints progress (kill i/N) and a table, writes ``benchmarks/results/kill_campaign.md`` (with the
-command line). Exits 1 when any check fails. Worker and broker logs stay in a temporary
-directory whose path is printed.
+Prints progress (kill i/N) and a table, writes ``benchmarks/out/kill_campaign.md`` (with the
+command line; with ``--write`` the committed ``benchmarks/results/kill_campaign.md``). Exits 1
+when any check fails. Worker and broker logs stay in a temporary directory whose path is
+printed.
 """
 
 from __future__ import annotations

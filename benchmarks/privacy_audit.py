@@ -22,8 +22,8 @@ It also runs the floating-point attack of issue 25 (``float_attack.py``: a one-f
 stream whose released floats an attacker searches bit for bit) with ``--float-trials`` runs per
 side, and reports its lower bound beside the others.
 
-With --write writes benchmarks/results/ (else benchmarks/out/): privacy_audit.md (with the
-command that produced it).
+Writes privacy_audit.md (with the command that produced it) to benchmarks/out/ (with --write:
+the committed benchmarks/results/).
 """
 
 from __future__ import annotations

@@ -8,12 +8,18 @@ a test (figures come from their own runs, recorded in benchmarks/results/).
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+#: The project's interpreter, as the benchmarks are run (``.venv/bin/python benchmarks/x.py``).
+PYTHON = REPO / ".venv" / "bin" / "python"
+if not PYTHON.exists():  # another checkout layout: the interpreter running the tests
+    PYTHON = Path(sys.executable)
 
 
 #: Modules of benchmarks/ that are shared helpers, not programs (no main()).
@@ -47,16 +53,29 @@ WRITES_NOTHING = {
 )
 def test_every_benchmark_writes_the_committed_results_only_with_write(path: Path) -> None:
     """Issue 26: benchmarks overwrote benchmarks/results/ on every run (a dirty tree), and
-    consistency_large.py without an argument died with IndexError."""
-    import subprocess
-
+    consistency_large.py without an argument died with IndexError. Each program's --help must
+    work (exit 0) and offer --write, run as a user runs it: the project's interpreter, from the
+    repository's root."""
     done = subprocess.run(
-        [sys.executable, str(path), "--help"],
-        cwd=BENCHMARKS.parent, capture_output=True, text=True, timeout=120, check=False,
+        [str(PYTHON), str(path.relative_to(REPO)), "--help"],
+        cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--write" in done.stdout
-    assert "benchmarks/results/" in done.stdout  # the flag's help says where
+    assert "benchmarks/results/" in " ".join(done.stdout.split())  # the flag's help says where
+
+
+def test_consistency_large_without_a_case_is_a_usage_error() -> None:
+    """Issue 26: no argument raised IndexError on sys.argv; now argparse's usage, exit 2."""
+    for argv in ([], ["no-such-case"]):
+        done = subprocess.run(
+            [str(PYTHON), "benchmarks/consistency_large.py", *argv],
+            cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr[-2000:]
+        assert done.stderr.startswith("usage: consistency_large.py")
+        assert "census-fgmc" in done.stderr  # the usage lists the cases
+        assert "Traceback" not in done.stderr
 
 
 def test_the_shared_flag_writes_the_committed_results_only_when_asked(
@@ -70,5 +89,5 @@ def test_the_shared_flag_writes_the_committed_results_only_when_asked(
     assert results_dir.output_dir(False) == tmp_path / "out"
     assert results_dir.output_dir(True) == tmp_path / "results"
     assert (tmp_path / "out").is_dir()
-    ignored = (BENCHMARKS.parent / ".gitignore").read_text().splitlines()
+    ignored = (REPO / ".gitignore").read_text().splitlines()
     assert "/benchmarks/out/" in ignored
