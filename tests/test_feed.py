@@ -636,45 +636,35 @@ parent.document.body.dataset.measure = JSON.stringify({
 </script>"""
 
 
-@pytest.fixture(scope="module")
-def hospital_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A static site of a replay of the hospital spec (a census stream of 45 counters over
-    40 days, a monthly flag stream), made with the feed's own command."""
-    work = tmp_path_factory.mktemp("feed-hospital")
+def _replayed_site(work: Path, scenario: str, periods: str, rate: str) -> Path:
+    """A static site of a replay of ``scenario``'s example spec, made with the commands a user
+    runs: synth, replay at the instant synth printed, feed --output-dir."""
     events = work / "events.jsonl"
     said = _streamdp(
-        "synth", "--scenario", "hospital", "--periods", "40", "--rate", "30",
+        "synth", "--scenario", scenario, "--periods", periods, "--rate", rate,
         "--output", str(events), cwd=work,
     )  # fmt: skip
     as_of = re.search(r"--as-of (\S+)", said)
     assert as_of is not None
     _streamdp(
-        "replay", "--config", str(ROOT / "streamdp/examples/hospital.toml"),
+        "replay", "--config", str(ROOT / f"streamdp/examples/{scenario}.toml"),
         "--input", str(events), "--output-dir", str(work / "out"), "--as-of", as_of.group(1),
         cwd=work,
     )  # fmt: skip
     _streamdp("feed", "--from", str(work / "out"), "--output-dir", str(work / "site"), cwd=work)
     return work / "site"
+
+
+@pytest.fixture(scope="module")
+def hospital_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The hospital spec (a census stream of 45 counters over 40 days, a monthly flag)."""
+    return _replayed_site(tmp_path_factory.mktemp("feed-hospital"), "hospital", "40", "30")
 
 
 @pytest.fixture(scope="module")
 def census_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A static site of ten years of the census spec: 355 counters x 120 months."""
-    work = tmp_path_factory.mktemp("feed-census")
-    events = work / "events.jsonl"
-    said = _streamdp(
-        "synth", "--scenario", "census", "--periods", "120", "--rate", "300",
-        "--output", str(events), cwd=work,
-    )  # fmt: skip
-    as_of = re.search(r"--as-of (\S+)", said)
-    assert as_of is not None
-    _streamdp(
-        "replay", "--config", str(ROOT / "streamdp/examples/census.toml"),
-        "--input", str(events), "--output-dir", str(work / "out"), "--as-of", as_of.group(1),
-        cwd=work,
-    )  # fmt: skip
-    _streamdp("feed", "--from", str(work / "out"), "--output-dir", str(work / "site"), cwd=work)
-    return work / "site"
+    """Ten years of the census spec: 355 counters x 120 months."""
+    return _replayed_site(tmp_path_factory.mktemp("feed-census"), "census", "120", "300")
 
 
 @pytest.mark.slow

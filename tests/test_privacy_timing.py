@@ -77,9 +77,8 @@ class BatchClosingService(ReleaseService):
     reading, and publications carry no timestamp (the broker stamps the send)."""
 
     def process(self, batch: Sequence[Any]) -> BatchOutcome:
-        outcome = merged(super().process(batch), super().tick())
+        outcome = merged(super().process(batch), self.tick())
         outcome.released_at = None
-        outcome.publications = [type(p)(p.topic, p.key, p.value) for p in outcome.publications]
         return outcome
 
     def tick(self, at: float | None = None, *, stamp: float | None = None) -> BatchOutcome:

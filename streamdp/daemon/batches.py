@@ -273,7 +273,8 @@ class BatchDriver:
                 await self._commit(outcome)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds
-            self._warn_of_backlogs(service, tick)
+            if service.due(tick.reading):  # (a backlog is due: nothing to look at otherwise)
+                self._warn_of_backlogs(service, tick)
             outcome = service.tick(tick.reading, stamp=tick.wall)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
