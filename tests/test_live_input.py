@@ -94,7 +94,7 @@ def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
         subprocess.run(
             [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv", "--config",
              str(spec_path), "--bootstrap", broker.bootstrap, "--per-second", "20",
-             "--duration", "12"],
+             "--duration", "16"],
             check=True, timeout=120,
         )  # fmt: skip
         stream = next(iter(spec.streams.values()))
@@ -102,6 +102,7 @@ def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
         first = clock.index_of(started)
         last = clock.index_of(time.time()) - 1  # periods wholly inside the run: first+1..last
         counter = stream.counters.names[0]
+        # 16 s of sending spans at least three 5-s periods, two of them whole
         wanted = {f"{stream.name}|{counter}|0|{j + 1}": j for j in range(first + 1, last + 1)}
         assert len(wanted) >= 2
         seen = collect(
