@@ -309,6 +309,24 @@ def test_only_schema_fields_of_release_records_are_taken() -> None:
     assert SECRET not in json.dumps(view.document("test"))
 
 
+def test_record_text_cannot_end_the_pages_data_script() -> None:
+    """A spec's wording reaches the page through the records; "</script>" or "<!--" in it must
+    stay data (escaped in the embedded JSON) and come back unchanged."""
+    from streamdp.feed.page import render_page
+
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    hostile = "</script><script>alert(1)</script><!--"
+    view = FeedView()
+    view.add({**example, "title": hostile, "unit": "<b>u</b>"}, "release")
+    page = render_page(view.document("test"))
+    assert page.count("</script>") == 2  # the data element's and the program's, nothing else
+    assert "<!--" not in page
+    embedded = re.search(r'id="feed-data">(.*?)</script>', page, re.S)
+    assert embedded is not None
+    stream = json.loads(embedded.group(1))["streams"][0]
+    assert (stream["title"], stream["unit"]) == (hostile, "<b>u</b>")
+
+
 def _chromium() -> str:
     found = shutil.which("chromium")
     if found is not None:
@@ -349,6 +367,10 @@ def test_browser_draws_the_charts_with_the_data(
     periods = len(values)
     assert periods >= 12
     assert f'data-stream="{stream["stream"]}"' in dom
+    # headed by the spec's wording (restaurant.toml's title, description and unit)
+    assert "<h2>Items sold by the restaurant</h2>" in dom
+    assert '<p class="description">Units of each menu item sold per day' in dom
+    assert ": running total (items sold) (line)" in dom
     charts = re.findall(r'<svg [^>]*class="chart-(totals|counts)"[^>]*>', dom)
     assert sorted(charts) == ["counts", "totals"], charts
     assert dom.count(f'data-points="{periods}"') == 2  # both charts drew every period

@@ -4,6 +4,7 @@ per-source epsilon cap is enforced with exact decimal arithmetic."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
@@ -211,3 +212,49 @@ def test_a_source_may_be_named_like_its_own_topic() -> None:
     assert spec.source_of_topic("a") is spec.sources["a"]
     assert spec.source_of_topic("b-topic") is spec.sources["b"]
     assert spec.source_of_topic("b") is spec.sources["b"]
+
+
+WORDED = GOOD.format(cap="1.0", ea="0.5", eb="0.5").replace(
+    "[streams.a]\n",
+    '[streams.a]\ntitle = "HIV-positive admissions"\n'
+    'description = "Admissions of patients recorded as HIV-positive.\\nMonthly."\n'
+    'unit = "admissions"\n',
+)
+
+
+def test_a_streams_wording_is_read_and_left_out_of_the_fingerprint() -> None:
+    plain = parse_spec(GOOD.format(cap="1.0", ea="0.5", eb="0.5"))
+    worded = parse_spec(WORDED)
+    about = worded.streams["a"].about
+    assert about.title == "HIV-positive admissions"
+    assert about.description == "Admissions of patients recorded as HIV-positive.\nMonthly."
+    assert about.fields() == {
+        "title": "HIV-positive admissions",
+        "description": "Admissions of patients recorded as HIV-positive.\nMonthly.",
+        "unit": "admissions",
+    }
+    assert plain.streams["a"].about.fields() == {}
+    # rewording restores state; any other change does not
+    assert worded.fingerprints() == plain.fingerprints()
+    assert parse_spec(WORDED.replace("horizon = 12", "horizon = 13", 1)).fingerprint() != (
+        plain.fingerprint()
+    )
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('title = ""', "field 'title': must be non-empty text"),
+        ("unit = 3", "field 'unit': must be non-empty text, got 3"),
+        ('title = "two\\nlines"', "field 'title': holds a control character"),
+        ('description = "bell\\u0007"', "line breaks are allowed here"),
+        (f'unit = "{"u" * 41}"', "field 'unit': is 41 characters; at most 40 are allowed"),
+    ],
+)
+def test_bad_wording_is_refused_with_the_field_and_the_rule(line: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_spec(
+            GOOD.format(cap="1.0", ea="0.5", eb="0.5").replace(
+                "[streams.a]\n", f"[streams.a]\n{line}\n"
+            )
+        )

@@ -40,11 +40,14 @@ def test_over_delta_is_refused_with_its_new_name() -> None:
 
 def _legacy_fingerprint(raw: dict) -> str:
     """The fingerprint the first format stored: the same canonical JSON, old key names (an
-    independent re-statement of the rule, not a call of the code under test)."""
+    independent re-statement of the rule, not a call of the code under test). The first format
+    had no wording keys (``title``, ``description``, ``unit``): the example's, added since, were
+    not in the stored configuration."""
     old_names = {"sensitivity": "delta", "mechanism": "strategy", "over_sensitivity": "over_delta"}
+    wording = ("title", "description", "unit")
     legacy = dict(raw)
     legacy["streams"] = {
-        name: {old_names.get(k, k): v for k, v in table.items()}
+        name: {old_names.get(k, k): v for k, v in table.items() if k not in wording}
         for name, table in raw["streams"].items()
     }
     text = json.dumps(legacy, sort_keys=True, separators=(",", ":"), default=str)

@@ -67,6 +67,9 @@ class ReleaseRecord:
     noise_secure: bool
     # the counter's position among the stream's counters as declared (readers order by it)
     counter_index: int = 0
+    # the stream's wording from its spec (``title``, ``description``, ``unit``; the declared
+    # ones only, :class:`streamdp.engine.spec.StreamAbout`)
+    about: dict[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -95,6 +98,7 @@ class ReleaseRecord:
             "noise": self.noise,
             "noise_secure": self.noise_secure,
             "counter_index": self.counter_index,
+            **self.about,
         }
 
     def to_json(self) -> str:

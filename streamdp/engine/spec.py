@@ -106,6 +106,29 @@ class ConstraintSpec:
 
 
 @dataclass(frozen=True)
+class StreamAbout:
+    """What a stream counts, in words for its readers: a ``title``, a plain ``description`` and
+    the ``unit`` of its counts (e.g. "admissions"). Optional and public: every release record
+    carries them, and the feed page heads the stream with them. Wording only: changing it
+    changes no count, so it is left out of the configuration fingerprint
+    (:data:`PRESENTATION_KEYS`)."""
+
+    title: str | None = None
+    description: str | None = None
+    unit: str | None = None
+
+    def fields(self) -> dict[str, str]:
+        """The declared ones, as release-record fields (absent ones left out)."""
+        named = {"title": self.title, "description": self.description, "unit": self.unit}
+        return {key: value for key, value in named.items() if value is not None}
+
+
+#: The keys of a stream's table that only word it (:class:`StreamAbout`): a snapshot restores
+#: under a configuration that differs from its own in these alone.
+PRESENTATION_KEYS = ("title", "description", "unit")
+
+
+@dataclass(frozen=True)
 class ConsistencySpec:
     """When consistent revisions are published: after every ``every_periods`` closed periods
     (0 = never on a count) and/or when an epoch ends (``at_epoch_end``)."""
@@ -134,6 +157,7 @@ class StreamSpec:
     on_epoch_end: EpochEnd = "roll"
     over_sensitivity: OverSensitivity = "reject"
     max_future_periods: int = 0
+    about: StreamAbout = field(default_factory=StreamAbout)
 
 
 @dataclass(frozen=True)
@@ -155,15 +179,16 @@ class EngineSpec:
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def fingerprint(self) -> str:
-        """SHA-256 of the canonical configuration (snapshots refuse a different spec)."""
-        return config_sha256(self.raw)
+        """SHA-256 of the canonical configuration (snapshots refuse a different spec), its
+        wording (:data:`PRESENTATION_KEYS`) left out."""
+        return config_sha256(without_presentation(self.raw))
 
     def fingerprints(self) -> tuple[str, str]:
         """:meth:`fingerprint` and the fingerprint of the same configuration written with the
         first format's key names (:data:`~streamdp.engine.renamed_keys.RENAMED_KEYS`): a state
         stored before the keys were renamed restores once the operator renames them, and under
         no other configuration."""
-        legacy = with_first_format_keys(self.raw)
+        legacy = with_first_format_keys(without_presentation(self.raw))
         if legacy is None:
             return self.fingerprint(), self.fingerprint()
         return self.fingerprint(), config_sha256(legacy)
@@ -174,3 +199,19 @@ class EngineSpec:
             if topic in (source.topic, source.name):
                 return source
         return None
+
+
+def without_presentation(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """``raw`` with every stream's :data:`PRESENTATION_KEYS` removed (a copy; ``raw`` kept)."""
+    out = dict(raw)
+    streams = raw.get("streams")
+    if isinstance(streams, Mapping):
+        out["streams"] = {
+            name: (
+                {k: v for k, v in table.items() if k not in PRESENTATION_KEYS}
+                if isinstance(table, Mapping)
+                else table
+            )
+            for name, table in streams.items()
+        }
+    return out

@@ -52,6 +52,7 @@ def release_records(
     number = int if integral else float
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
+    about = spec.about.fields()
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -72,6 +73,7 @@ def release_records(
             noise=name,
             noise_secure=secure,
             counter_index=c,
+            about=about,
         )
         for c, counter_name in enumerate(names)
     ]

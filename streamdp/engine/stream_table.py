@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from streamdp.engine.config_reader import ConfigReader
 from streamdp.engine.spec import (
+    PRESENTATION_KEYS,
     ConsistencySpec,
     ConstraintSpec,
     CounterSpec,
@@ -26,6 +27,7 @@ from streamdp.engine.spec import (
     PeriodSpec,
     PeriodUnit,
     SourceSpec,
+    StreamAbout,
     StreamSpec,
 )
 from streamdp.errors import ConfigError
@@ -35,8 +37,11 @@ MAX_HORIZON = 10_000_000
 _STREAM_KEYS = (
     "source", "epsilon", "sensitivity", "horizon", "period", "counters", "constraints", "mechanism",
     "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_sensitivity",
-    "max_future_periods", "branching",
+    "max_future_periods", "branching", *PRESENTATION_KEYS,
 )  # fmt: skip
+#: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
+#: a paragraph and a column label, carried by every release record.
+ABOUT_LIMITS = {"title": 120, "description": 1000, "unit": 40}
 _PERIOD_KEYS = ("unit", "start", "timezone", "length")
 _CONSISTENCY_KEYS = ("every_periods", "at_epoch_end")
 
@@ -134,7 +139,31 @@ def read_stream(
         on_epoch_end=on_epoch_end,
         over_sensitivity=over_sensitivity,
         max_future_periods=max_future,
+        about=_about(ctx, table),
     )
+
+
+def _about(ctx: ConfigReader, table: Mapping[str, Any]) -> StreamAbout:
+    """The stream's optional wording: one line of printable text each, within
+    :data:`ABOUT_LIMITS` (the description may hold line breaks)."""
+    words: dict[str, str | None] = {}
+    for key, limit in ABOUT_LIMITS.items():
+        value = table.get(key)
+        if value is not None:
+            if not isinstance(value, str) or not value.strip():
+                raise ctx.fail(key, f"must be non-empty text, got {value!r}")
+            value = value.strip()
+            allowed_breaks = "\n" if key == "description" else ""
+            if any(not (c.isprintable() or c in allowed_breaks) for c in value):
+                raise ctx.fail(
+                    key,
+                    "holds a control character; use plain text"
+                    + (" (line breaks are allowed here)" if key == "description" else ""),
+                )
+            if len(value) > limit:
+                raise ctx.fail(key, f"is {len(value)} characters; at most {limit} are allowed")
+        words[key] = value
+    return StreamAbout(**words)
 
 
 #: Significant digits of a stream's epsilon that the noise maths reads exactly (float's DBL_DIG).

@@ -128,7 +128,8 @@ class FeedView:
         return rows
 
     def document(self, source: str) -> dict[str, Any]:
-        """The JSON the page draws (``feed.json``): per stream its mechanism, epsilon per epoch
+        """The JSON the page draws (``feed.json``): per stream its wording (``title``,
+        ``description``, ``unit``: null when the spec declares none), mechanism, epsilon per epoch
         and summed over epochs, its released periods once (``periods``: ``[epoch, period,
         start, end]``), and per counter, in declared order, its series as columns aligned with
         ``periods`` (``noisy_count``, ``count_std``, ``noisy_total``, ``total_std``, and
@@ -167,6 +168,10 @@ class FeedView:
             out.append(
                 {
                     "stream": name,
+                    # the wording of the newest release (a spec may reword a stream)
+                    "title": None if latest is None else latest.title,
+                    "description": None if latest is None else latest.description,
+                    "unit": None if latest is None else latest.unit,
                     "mechanism": None if latest is None else latest.mechanism,
                     "objective": None if latest is None else latest.objective,
                     "horizon": None if latest is None else latest.horizon,

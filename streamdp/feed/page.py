@@ -21,6 +21,7 @@ body { font: 15px/1.45 system-ui, sans-serif; margin: 1.5em auto; max-width: 110
 h1 { font-size: 1.6em; margin-bottom: .2em; }
 h2 { border-top: 2px solid #c9d3de; padding-top: .6em; margin-top: 1.6em; }
 .facts { color: #394b5e; }
+.description { white-space: pre-line; max-width: 60em; }
 .warning { background: #fde2e1; border: 1px solid #c0392b; padding: .4em .7em; }
 .explain { background: #f2f5f8; padding: .5em 1em; border-radius: 4px; }
 .explain dt { font-weight: 600; }
@@ -88,8 +89,9 @@ carry their own standard deviation, the table shows their own 95% band).</dd>
 
 def render_page(document: dict[str, Any]) -> str:
     """The whole page with ``document`` (:meth:`FeedView.document`) embedded as its data."""
-    # "</" must not appear inside the script element: escape it the JSON way
-    data = json.dumps(document, separators=(",", ":")).replace("</", "<\\/")
+    # no "<" inside the script element ("</script>", "<!--" in a record's text would end or
+    # bend it): every one escaped the JSON way, which JSON.parse reads back unchanged
+    data = json.dumps(document, separators=(",", ":")).replace("<", "\\u003c")
     script = page_script()
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'

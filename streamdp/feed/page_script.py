@@ -179,10 +179,13 @@ function attributeGroups(counters) {
 
 function streamSection(stream) {
   const sec = el("section", {class: "stream", "data-stream": stream.stream});
-  sec.append(el("h2", {}, `Stream ${stream.stream}`));
+  sec.append(el("h2", {}, stream.title || `Stream ${stream.stream}`));
+  if (stream.description) sec.append(el("p", {class: "description"}, stream.description));
+  const unit = stream.unit ? ` (${stream.unit})` : "";
   const eps = stream.epsilon_per_epoch.map(e => `epoch ${e.epoch}: \u03b5 = ${e.epsilon}`);
   sec.append(el("p", {class: "facts"},
-    `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
+    (stream.title ? `Stream ${stream.stream}. ` : "")
+    + `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
     + `horizon ${stream.horizon} periods per epoch, `
     + `sensitivity ${stream.sensitivity} per event, noise ${stream.noise}. `
     + `Privacy loss per epoch (event level): ${eps.join("; ") || "\u2013"}. `
@@ -215,10 +218,10 @@ function streamSection(stream) {
                                    hi: p.noisy_count + p.count_half_width95, label: label(p),
                                    epoch: p.epoch}));
   const totalChart = chart(
-    `${current}: running total (line), 95% band (shaded), consistent total (dashed)`,
+    `${current}: running total${unit} (line), 95% band (shaded), consistent total (dashed)`,
     totals, {line: true});
   totalChart.setAttribute("class", "chart-totals");
-  const countChart = chart(`${current}: noisy count per period, with 95% interval`,
+  const countChart = chart(`${current}: noisy count${unit} per period, with 95% interval`,
                            counts, {line: false});
   countChart.setAttribute("class", "chart-counts");
   sec.append(totalChart, countChart);

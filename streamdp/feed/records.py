@@ -40,6 +40,10 @@ class Release:
     noise_secure: bool
     # the counter's declared position (None: a record written before releases carried it)
     counter_index: int | None = None
+    # the stream's wording from its spec, when declared (ReleaseRecord.about)
+    title: str | None = None
+    description: str | None = None
+    unit: str | None = None
 
     def row(self) -> dict[str, Any]:
         """The period's values with their 95% half-widths (docs/consuming.md section 4)."""
@@ -175,6 +179,7 @@ def parse_release(record: object) -> Release | None:
         stream, counter, epoch, period, start, end, count, total, count_std, total_std,
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
         None if index is None or index < 0 else index,
+        _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
     )  # fmt: skip
 
 
