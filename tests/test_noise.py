@@ -1,5 +1,6 @@
 """Noise samplers: exact distribution (chi-square, >= 1e5 samples, p < 1e-6) with power checks,
-the exact discrete-Laplace variance, and the production/insecure separation."""
+the exact discrete-Laplace and discrete-Gaussian variances, and the production/insecure
+separation."""
 
 from __future__ import annotations
 
@@ -16,6 +17,11 @@ from streamdp.noise import (
     OpenDPDiscreteLaplace,
     discrete_laplace_variance,
     production_sampler,
+)
+from streamdp.noise.gaussian import (
+    GaussianNoiseSampler,
+    discrete_gaussian_rho,
+    discrete_gaussian_variance,
 )
 
 N_SAMPLES = 100_000
@@ -102,3 +108,91 @@ def test_secure_sampler_ignores_labels() -> None:
     a = sampler.discrete_laplace(50.0, 200, label="x")
     b = sampler.discrete_laplace(50.0, 200, label="x")
     assert not np.array_equal(a, b)
+
+
+def _chi2_discrete_gaussian_pvalue(samples: np.ndarray, sigma: float) -> float:
+    """Chi-square goodness of fit against the discrete Gaussian pmf (computed here by direct
+    normalisation, independently of the code under test): every integer with expected count
+    >= 20 a bin, the two tails merged into one each."""
+    from scipy import stats
+
+    n = samples.size
+    support = np.arange(-int(40 * sigma) - 3, int(40 * sigma) + 4)
+    weights = np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma * sigma))
+    pmf = weights / weights.sum()
+    inner = support[n * pmf >= 20]
+    K = int(inner.max())
+    ks = np.arange(-K, K + 1)
+    expected = n * pmf[np.isin(support, ks)]
+    tail = (n - expected.sum()) / 2.0
+    observed = np.array(
+        [np.sum(samples < -K)] + [np.sum(samples == k) for k in ks] + [np.sum(samples > K)],
+        dtype=np.float64,
+    )
+    exp_all = np.concatenate([[tail], expected, [tail]])
+    keep = exp_all > 0
+    return float(
+        stats.chisquare(observed[keep], exp_all[keep] * observed.sum() / exp_all.sum()).pvalue
+    )
+
+
+@pytest.mark.parametrize("sigma", [0.6, 3.0])
+def test_opendp_discrete_gaussian_matches_its_pmf_and_rejects_30pct_off(sigma: float) -> None:
+    sampler = production_sampler()
+    assert isinstance(sampler, GaussianNoiseSampler)
+    samples = sampler.discrete_gaussian(sigma, N_SAMPLES)
+    assert samples.shape == (N_SAMPLES,)
+    assert samples.dtype == np.int64
+    assert _chi2_discrete_gaussian_pvalue(samples, sigma) > P_THRESHOLD
+    for off in (1.3, 1 / 1.3):  # power, both directions
+        wrong = sampler.discrete_gaussian(sigma * off, N_SAMPLES)
+        assert _chi2_discrete_gaussian_pvalue(wrong, sigma) < P_THRESHOLD
+
+
+def test_insecure_discrete_gaussian_matches_its_pmf_and_is_reproducible() -> None:
+    sigma = 2.2
+    samples = InsecureSeededSampler(7).discrete_gaussian(sigma, N_SAMPLES)
+    assert _chi2_discrete_gaussian_pvalue(samples, sigma) > P_THRESHOLD
+    assert _chi2_discrete_gaussian_pvalue(samples, sigma * 1.3) < P_THRESHOLD
+    again = InsecureSeededSampler(7).discrete_gaussian(sigma, N_SAMPLES)
+    np.testing.assert_array_equal(samples, again)
+    labelled = InsecureSeededSampler(7).discrete_gaussian(sigma, 50, label="s|e0|n1")
+    np.testing.assert_array_equal(
+        labelled, InsecureSeededSampler(7).discrete_gaussian(sigma, 50, label="s|e0|n1")
+    )
+
+
+@pytest.mark.parametrize("sigma", [0.2, 0.7, 1.0, 1.5, 3.0, 12.0])
+def test_discrete_gaussian_variance_is_exact_and_below_sigma_squared(sigma: float) -> None:
+    from fractions import Fraction
+
+    # a reference in exact rationals from decimal expansions of the weights (mpmath-free):
+    # direct summation with the weights in float, accumulated in Fraction (no cancellation)
+    support = range(-int(40 * sigma) - 3, int(40 * sigma) + 4)
+    weights = [Fraction(math.exp(-(k * k) / (2 * sigma * sigma))) for k in support]
+    mass = sum(weights, Fraction(0))
+    second = sum((Fraction(k * k) * w for k, w in zip(support, weights, strict=True)), Fraction(0))
+    reference = float(second / mass)
+    variance = discrete_gaussian_variance(sigma)
+    assert variance == pytest.approx(reference, rel=1e-13)
+    assert variance <= sigma * sigma
+    if sigma <= 0.7:  # far from sigma^2 at small sigma: the report must not say sigma^2
+        assert variance < 0.9999 * sigma * sigma
+
+
+def test_opendp_discrete_gaussian_rho_is_delta_squared_over_two_sigma_squared() -> None:
+    from streamdp.noise.opendp_sampler import opendp_gaussian_rho
+
+    for sigma, delta in ((2.0, 1), (1.5, 3), (10.0, 7)):
+        assert opendp_gaussian_rho(sigma, delta) == pytest.approx(
+            discrete_gaussian_rho(sigma, delta), rel=1e-12
+        )
+        assert opendp_gaussian_rho(sigma, delta) >= delta * delta / (2 * sigma * sigma)
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan, 2.0**41, 2.0**-41])
+def test_discrete_gaussian_sigma_outside_the_safe_range_is_refused(bad: float) -> None:
+    with pytest.raises(ConfigError, match="sigma"):
+        InsecureSeededSampler(1).discrete_gaussian(bad, 3)
+    with pytest.raises(ConfigError, match="sigma"):
+        discrete_gaussian_variance(bad)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streamdp.noise.gaussian import GaussianNoiseSampler, discrete_gaussian_variance
 from streamdp.noise.insecure import InsecureSeededSampler
 from streamdp.noise.opendp_sampler import OpenDPDiscreteLaplace
 from streamdp.noise.sampler import (
@@ -11,9 +12,11 @@ from streamdp.noise.sampler import (
 )
 
 __all__ = [
+    "GaussianNoiseSampler",
     "InsecureSeededSampler",
     "NoiseSampler",
     "OpenDPDiscreteLaplace",
+    "discrete_gaussian_variance",
     "discrete_laplace_variance",
     "laplace_variance",
     "production_sampler",

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.noise.gaussian import check_sigma
 from streamdp.noise.sampler import check_scale, check_size
 
 
@@ -25,6 +26,7 @@ class InsecureSeededSampler:
     """
 
     name = "insecure-seeded-numpy"
+    gaussian_name = "insecure-seeded-numpy-gaussian"
     secure = False
 
     def __init__(self, seed: int) -> None:
@@ -46,6 +48,32 @@ class InsecureSeededSampler:
         a = rng.geometric(p, size=n)
         c = rng.geometric(p, size=n)
         return (a - c).astype(np.int64)
+
+    def discrete_gaussian(
+        self, sigma: float, size: int, *, label: str = ""
+    ) -> npt.NDArray[np.int64]:
+        """``size`` i.i.d. draws with ``P(k) ~ exp(-k^2 / (2 sigma^2))``; shape ``(size,)``.
+
+        Canonne, Kamath and Steinke's rejection sampler (2020, Algorithm 3) in floating point:
+        a discrete Laplace proposal of scale ``t = floor(sigma) + 1``, kept with probability
+        ``exp(-(|y| - sigma^2 / t)^2 / (2 sigma^2))``. Labelled draws as for
+        :meth:`discrete_laplace`.
+        """
+        s = check_sigma(sigma)
+        n = check_size(size)
+        rng = self._rng if not label else self._keyed(label)
+        t = math.floor(s) + 1
+        p = -math.expm1(-1.0 / t)
+        out = np.empty(n, dtype=np.int64)
+        filled = 0
+        while filled < n:
+            want = max(2 * (n - filled), 16)
+            y = rng.geometric(p, size=want) - rng.geometric(p, size=want)
+            keep = rng.random(want) < np.exp(-((np.abs(y) - s * s / t) ** 2) / (2.0 * s * s))
+            accepted = y[keep][: n - filled]
+            out[filled : filled + accepted.size] = accepted
+            filled += accepted.size
+        return out
 
     def _keyed(self, label: str) -> np.random.Generator:
         digest = hashlib.sha256(label.encode("utf-8")).digest()
