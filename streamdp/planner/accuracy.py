@@ -29,7 +29,6 @@ from streamdp.continual.strategy import (
     objectives_for,
 )
 from streamdp.continual.variance import (
-    Noise,
     check_noise,
     scale_variances,
     variance_profile,
@@ -53,14 +52,15 @@ class ReleaseAccuracy:
 
 @dataclass(frozen=True)
 class Plan:
-    """Expected accuracy of one configuration; variances in counts^2."""
+    """Expected accuracy of one configuration; variances in counts^2. Under zCDP
+    (:mod:`streamdp.planner.zcdp`) ``epsilon`` is the (epsilon, delta) bound of ``privacy``."""
 
     mechanism: str
     objective: str
     horizon: int
     epsilon: float
     sensitivity: float
-    noise: Noise
+    noise: str  # a Noise of streamdp.continual.variance, or "discrete-gaussian" under zCDP
     mean_variance: float
     max_variance: float
     releases: list[ReleaseAccuracy] = field(default_factory=list)
@@ -69,6 +69,9 @@ class Plan:
     state_values_per_counter: int = 0
     branching: int | None = None
     level_budgets: tuple[float, ...] = ()
+    # the privacy definition and its parameters (streamdp.continual.definitions): pure epsilon
+    # unless planned under zCDP (then also rho and the delta ``epsilon`` is stated at)
+    privacy: dict[str, object] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON-ready data."""
@@ -88,6 +91,7 @@ class Plan:
             "state_values_per_counter": self.state_values_per_counter,
             "branching": self.branching,
             "level_budgets": list(self.level_budgets),
+            "privacy": self.privacy or {"definition": "pure", "epsilon": self.epsilon},
             "releases": [
                 {
                     "t": r.t,

@@ -18,9 +18,13 @@ from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import compare, plan
 from streamdp.planner.report import StreamPlan, render_comparison, render_streams, render_table
 from streamdp.planner.target import epsilon_for_std, planned_std
+from streamdp.planner.zcdp import ZCDP_MECHANISMS, compare_definitions, plan_zcdp
 
 #: Flags that describe one configuration; --config takes all of them from the spec instead.
-_CONFIGURATION_FLAGS = ("mechanism", "objective", "branching", "horizon", "epsilon", "sensitivity")
+_CONFIGURATION_FLAGS = (
+    "mechanism", "objective", "branching", "horizon", "epsilon", "sensitivity", "rho", "delta",
+    "l2_sensitivity", "buffers",
+)  # fmt: skip
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -36,9 +40,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--mechanism",
-        choices=ALL_MECHANISMS,
+        choices=tuple(dict.fromkeys((*ALL_MECHANISMS, *ZCDP_MECHANISMS))),
         default=None,
-        help="how the tree of noisy partial sums is laid out and weighted (default fda)",
+        help=(
+            "how the noisy partial sums are laid out and weighted (default fda; under --rho "
+            "default blt, and one of " + ", ".join(ZCDP_MECHANISMS) + ")"
+        ),
     )
     parser.add_argument(
         "--objective",
@@ -64,12 +71,46 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="privacy budget per epoch (event-level); not with --target-std, which finds it",
     )
     parser.add_argument(
+        "--rho",
+        type=float,
+        default=None,
+        help=(
+            "plan under rho-zCDP with discrete Gaussian noise instead of epsilon-DP: the zCDP "
+            "budget per epoch; --sensitivity is then the L2 bound"
+        ),
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=None,
+        help=(
+            "the delta zCDP losses are also stated at as (epsilon, delta)-DP (default 1e-10); "
+            "with --compare, compare both definitions at matched (--epsilon, --delta)"
+        ),
+    )
+    parser.add_argument(
+        "--l2-sensitivity",
+        type=float,
+        default=None,
+        help=(
+            "with --compare --delta: the L2 bound of one event for the zCDP rows (default "
+            "--sensitivity, the L1 bound, which is never smaller)"
+        ),
+    )
+    parser.add_argument(
+        "--buffers",
+        type=int,
+        default=None,
+        help="buffers of the blt mechanism under --rho (default 3; its state per counter)",
+    )
+    parser.add_argument(
         "--sensitivity",
         type=float,
         default=None,
         help=(
             "the sensitivity Delta (required without --config): the most one event changes "
-            "the sum of the stream's counters in a period"
+            "the sum of the stream's counters in a period (under --rho the L2 bound: the most "
+            "it moves the vector of the stream's counters, in L2 norm)"
         ),
     )
     parser.add_argument(
@@ -172,6 +213,36 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_zcdp(args: argparse.Namespace) -> int:
+    """``plan --rho``: one zCDP counter (:func:`streamdp.planner.zcdp.plan_zcdp`)."""
+    clashing = _given(args, ("epsilon", "target_std"))
+    if args.noise != "discrete-laplace":
+        clashing.append("--noise")
+    if clashing:
+        raise ConfigError(
+            f"--rho plans a zCDP counter with discrete Gaussian noise; drop {', '.join(clashing)}"
+        )
+    mechanism = "blt" if args.mechanism is None else args.mechanism
+    if args.buffers is not None and mechanism != "blt":
+        raise ConfigError(f"--buffers applies to --mechanism blt only, not {mechanism}")
+    objective = "total" if args.objective is None else args.objective
+    result = plan_zcdp(
+        mechanism,
+        objective,
+        args.horizon,
+        args.rho,
+        args.sensitivity,
+        delta=1e-10 if args.delta is None else args.delta,
+        branching=args.branching,
+        buffers=3 if args.buffers is None else args.buffers,
+    )
+    if args.format == "json":
+        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(result) + "\n")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the plan (or the comparison, or the epsilon for a target); bad values raise
     ConfigError (one line, exit 2)."""
@@ -186,19 +257,37 @@ def run(args: argparse.Namespace) -> int:
             "the largest combo for restaurant orders), or --config SPEC.toml to plan a spec's"
         )
     sensitivity = args.sensitivity
+    if args.rho is not None and not args.compare:
+        return _run_zcdp(args)
     if args.compare:
         clashing = _given(args, ("mechanism", "objective", "branching", "target_std"))
         if clashing:
             raise ConfigError(f"--compare plans every mechanism; drop {', '.join(clashing)}")
-        if args.epsilon is None:
-            raise ConfigError("--compare needs --epsilon")
-        results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
+        if args.epsilon is None or args.rho is not None:
+            raise ConfigError(
+                "--compare needs --epsilon (with --delta, the zCDP mechanisms are compared at "
+                "the rho matching (epsilon, delta); --rho is not taken)"
+            )
+        if args.delta is None:
+            if args.l2_sensitivity is not None:
+                raise ConfigError("--l2-sensitivity applies to --compare with --delta only")
+            results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
+        else:
+            l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity
+            results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
         if args.format == "json":
             sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
         else:
             sys.stdout.write(render_comparison(results) + "\n")
         return 0
+    if args.delta is not None or args.l2_sensitivity is not None:
+        raise ConfigError("--delta and --l2-sensitivity apply under --rho or with --compare only")
     mechanism = "fda" if args.mechanism is None else args.mechanism
+    if mechanism not in ALL_MECHANISMS:
+        raise ConfigError(
+            f"--mechanism {mechanism} is a zCDP counter (discrete Gaussian noise): give --rho "
+            "instead of --epsilon"
+        )
     objective = "total" if args.objective is None else args.objective
     check_objective_flag(mechanism, objective)
     if args.target_std is not None:

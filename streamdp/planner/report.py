@@ -23,12 +23,22 @@ def _describe(result: Plan) -> str:
     return f"{result.mechanism} (k={result.branching}, level budgets {budgets})"
 
 
+def _privacy(result: Plan) -> str:
+    privacy = result.privacy
+    if privacy.get("definition") == "zcdp":
+        return (
+            f"rho {privacy['rho']:g} (zCDP; (epsilon {privacy['epsilon']:.6g}, delta "
+            f"{privacy['delta']:g})-DP)  L2"
+        )
+    return f"epsilon {result.epsilon:g}"
+
+
 def render_table(result: Plan) -> str:
     """Human-readable summary with the 95% error bound of the running total at a few t."""
     lines = [
         (
             f"mechanism {_describe(result)}  objective {result.objective}  "
-            f"horizon {result.horizon}  epsilon {result.epsilon:g}  "
+            f"horizon {result.horizon}  {_privacy(result)}  "
             f"sensitivity {result.sensitivity:g}  noise {result.noise}"
         ),
         (
@@ -50,9 +60,13 @@ def render_table(result: Plan) -> str:
         for r in result.releases
     ]
     lines.append("")
+    how = (
+        "the normal quantile of the exact variance (discrete Gaussian noise)"
+        if result.privacy.get("definition") == "zcdp"
+        else "the exact noise distribution (normal quantile when more than 64 nodes are combined)"
+    )
     lines.append(
-        "95% bound: P(|noisy total - true total| <= bound) >= 0.95, from the exact noise "
-        "distribution (normal quantile when more than 64 nodes are combined). Published band: "
+        f"95% bound: P(|noisy total - true total| <= bound) >= 0.95, from {how}. Published band: "
         "the 95% interval the releases' readers draw (feed page, dashboards, docs/consuming.md "
         "section 4), 2.12 std + 1, which holds on every read path and so is a little wider."
     )
@@ -60,24 +74,39 @@ def render_table(result: Plan) -> str:
 
 
 def render_comparison(results: list[Plan]) -> str:
-    """One row per mechanism: running-total and period-count variances, state per counter."""
+    """One row per mechanism: running-total and period-count variances, state per counter;
+    with zCDP rows (``plan --compare --delta``), each row's definition and noise."""
     first = results[0]
-    lines = [
-        (
+    zcdp = [r for r in results if r.privacy.get("definition") == "zcdp"]
+    if not zcdp:
+        header = (
             f"horizon {first.horizon}  epsilon {first.epsilon:g}  "
             f"sensitivity {first.sensitivity:g}  noise {first.noise}  (variances in counts^2)"
-        ),
+        )
+    else:
+        pure = [r for r in results if r not in zcdp]
+        matched = zcdp[0].privacy
+        header = (
+            f"horizon {first.horizon}  matched (epsilon {pure[0].epsilon if pure else ''}, "
+            f"delta {matched['delta']:g}): pure rows epsilon-DP, discrete Laplace, L1 "
+            f"sensitivity {pure[0].sensitivity if pure else '-'}; zCDP rows rho "
+            f"{matched['rho']:.6g} (epsilon {matched['epsilon']:.6g} at that delta), discrete "
+            f"Gaussian, L2 sensitivity {zcdp[0].sensitivity:g}  (variances in counts^2)"
+        )
+    lines = [
+        header,
         "",
         (
-            f"{'mechanism':<13} {'objective':<9} {'k':>3} {'mean total':>12} {'max total':>12} "
-            f"{'mean count':>12} {'stored/counter':>15}"
+            f"{'definition':<10} {'mechanism':<13} {'objective':<9} {'k':>3} {'mean total':>12} "
+            f"{'max total':>12} {'mean count':>12} {'stored/counter':>15}"
         ),
     ]
     for r in results:
         k = "" if r.branching is None else str(r.branching)
+        definition = "zCDP" if r in zcdp else "pure"
         lines.append(
-            f"{r.mechanism:<13} {r.objective:<9} {k:>3} {r.mean_variance:>12.6g} "
-            f"{r.max_variance:>12.6g} {r.mean_count_variance:>12.6g} "
+            f"{definition:<10} {r.mechanism:<13} {r.objective:<9} {k:>3} "
+            f"{r.mean_variance:>12.6g} {r.max_variance:>12.6g} {r.mean_count_variance:>12.6g} "
             f"{r.state_values_per_counter:>15}"
         )
     return "\n".join(lines)
