@@ -27,12 +27,14 @@ import numpy.typing as npt
 
 from streamdp.continual.counter_checks import check_bank, int_vector
 from streamdp.continual.counter_state import continual_state, restore_continual
+from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas, node_variances
 from streamdp.continual.node_budgets import node_scales
 from streamdp.continual.privacy import check_privacy
 from streamdp.continual.releases import PeriodRelease
 from streamdp.continual.strategy import Strategy
 from streamdp.continual.variance import scale_variances
 from streamdp.errors import HorizonError, StateError
+from streamdp.noise.gaussian import gaussian_sampler
 from streamdp.noise.sampler import NoiseSampler
 
 Int64Array = npt.NDArray[np.int64]
@@ -56,8 +58,11 @@ class ContinualCounter:
         carry: Int64Array | None = None,
         carry_variance: float = 0.0,
         noise_label: str = "",
+        gaussian: GaussianBudget | None = None,
     ) -> None:
+        # under zCDP (``gaussian``) ``epsilon`` is the (epsilon, delta) bound, reported only
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
+        self.gaussian = gaussian
         check_bank(width, epoch, carry_variance)
         self.strategy = strategy
         self.width = int(width)
@@ -70,8 +75,12 @@ class ContinualCounter:
             else int_vector(carry, self.width, "carry")
         )
         self.carry_variance = float(carry_variance)
-        self._scales = node_scales(strategy, self.epsilon, self.sensitivity)
-        self._node_var = scale_variances(self._scales, "discrete-laplace")
+        if gaussian is None:  # discrete Laplace: node scales b_i
+            self._scales = node_scales(strategy, self.epsilon, self.sensitivity)
+            self._node_var = scale_variances(self._scales, "discrete-laplace")
+        else:  # discrete Gaussian: node sigmas
+            self._scales = gaussian_node_sigmas(strategy, gaussian)
+            self._node_var = node_variances(self._scales)
         self._closed = 0
         self._pending: dict[int, Int64Array] = {}  # raw sums of final nodes with an open parent
         self._noisy: list[Int64Array] = []  # noisy node t at index t-1
@@ -158,11 +167,13 @@ class ContinualCounter:
     def _draw(self, t: int) -> Int64Array:
         """Fresh noise for node ``t`` (labelled by stream, epoch and node when labelled)."""
         scale = float(self._scales[t - 1])
-        if self.noise_label:
-            label = f"{self.noise_label}|e{self.epoch}|n{t}"
+        label = f"{self.noise_label}|e{self.epoch}|n{t}" if self.noise_label else ""
+        if self.gaussian is None:
             noise = np.asarray(self.sampler.discrete_laplace(scale, self.width, label=label))
         else:
-            noise = np.asarray(self.sampler.discrete_laplace(scale, self.width))
+            noise = np.asarray(
+                gaussian_sampler(self.sampler).discrete_gaussian(scale, self.width, label=label)
+            )
         if noise.shape != (self.width,):
             raise StateError(
                 f"sampler {self.sampler.name!r} returned shape {noise.shape}, expected "
@@ -221,6 +232,7 @@ class ContinualCounter:
             carry=self._last_total + self.carry,
             carry_variance=self.total_variance(self._closed) + self.carry_variance,
             noise_label=self.noise_label,
+            gaussian=self.gaussian,
         )
 
     # ------------------------------------------------------------------ persistence

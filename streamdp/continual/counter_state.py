@@ -15,6 +15,7 @@ import numpy as np
 
 from streamdp.continual.bank_state import bank_state, check_state_header, periods_closed
 from streamdp.continual.counter_checks import int_vector
+from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.strategy import build_strategy
 from streamdp.errors import ConfigError, StateError
 from streamdp.noise.sampler import NoiseSampler
@@ -38,6 +39,8 @@ def continual_state(counter: ContinualCounter, *, with_nodes: bool) -> dict[str,
         **bank_state(counter),
         "pending": [[j, counter._pending[j].tolist()] for j in sorted(counter._pending)],
     }
+    if counter.gaussian is not None:  # a zCDP counter: its budget rebuilds the same sigmas
+        out["gaussian"] = counter.gaussian.to_dict()
     if with_nodes:
         out["noisy_nodes"] = [v.tolist() for v in counter._noisy]
     return out
@@ -61,6 +64,7 @@ def restore_continual(
             carry=np.asarray(state["carry"], dtype=np.int64),
             carry_variance=state["carry_variance"],
             noise_label=state.get("noise_label", ""),
+            gaussian=(GaussianBudget.from_dict(state["gaussian"]) if "gaussian" in state else None),
         )
         closed = periods_closed(state, strategy.horizon)
         noisy = [int_vector(v, counter.width, "noisy node") for v in state["noisy_nodes"]]

@@ -30,7 +30,7 @@ GAUSSIAN_OBJECTIVES = ("total", "minimax")
 _SEARCH_BRANCHINGS = tuple(range(2, 9))
 
 
-def gaussian_node_variances(strategy: KaryStrategy) -> FloatArray:
+def unit_node_variances(strategy: KaryStrategy) -> FloatArray:
     """``sigma_l^2 = 1 / budgets[l]`` of every node (``Delta_2 = 1``, ``rho = 1/2``, continuous
     Gaussian); shape ``(nodes,)``."""
     per_level = 1.0 / np.asarray(strategy.budgets, dtype=np.float64)
@@ -39,7 +39,7 @@ def gaussian_node_variances(strategy: KaryStrategy) -> FloatArray:
 
 
 def _score(strategy: KaryStrategy, objective: str) -> float:
-    total = strategy.total_variances(gaussian_node_variances(strategy))
+    total = strategy.total_variances(unit_node_variances(strategy))
     return float(total.mean() if objective == "total" else total.max())
 
 

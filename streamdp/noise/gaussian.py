@@ -87,3 +87,14 @@ class GaussianNoiseSampler(NoiseSampler, Protocol):
     def discrete_gaussian(
         self, sigma: float, size: int, *, label: str = ""
     ) -> npt.NDArray[np.int64]: ...
+
+
+def gaussian_sampler(sampler: NoiseSampler) -> GaussianNoiseSampler:
+    """``sampler`` as one that draws the discrete Gaussian, or :class:`ConfigError` if it cannot
+    (a zCDP stream needs one; both of streamdp's samplers can)."""
+    if not isinstance(sampler, GaussianNoiseSampler):
+        raise ConfigError(
+            f"sampler {getattr(sampler, 'name', sampler)!r} cannot draw the discrete Gaussian a "
+            "zCDP stream needs"
+        )
+    return sampler

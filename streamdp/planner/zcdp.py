@@ -28,7 +28,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from streamdp.continual.definitions import DEFAULT_DELTA, PureLoss, ZcdpLoss, rho_for_epsilon
-from streamdp.continual.kary_gaussian import gaussian_node_variances, optimise_gaussian_gls
+from streamdp.continual.kary_gaussian import optimise_gaussian_gls, unit_node_variances
 from streamdp.continual.matrix_factorization import (
     ToeplitzFactorization,
     optimise_blt,
@@ -82,7 +82,7 @@ def _unit_variances(
         )
     if mechanism == "kary_gls":
         gls = optimise_gaussian_gls(horizon, objective, branching)
-        node_var = gaussian_node_variances(gls)
+        node_var = unit_node_variances(gls)
         return (
             gls.total_variances(node_var),
             gls.count_variances(node_var),
