@@ -49,6 +49,7 @@ class CoupledSampler:
     strategies: Mapping[str, object]  # label -> the stream's strategy
     footprints: Sequence[Footprint] = ()
     name: str = "insecure-seeded-numpy"
+    gaussian_name: str = "insecure-seeded-numpy-gaussian"
     secure: bool = False
     _base: InsecureSeededSampler = field(init=False)
 
@@ -58,7 +59,15 @@ class CoupledSampler:
     def discrete_laplace(
         self, scale: float, size: int, *, label: str = ""
     ) -> npt.NDArray[np.int64]:
-        noise = self._base.discrete_laplace(scale, size, label=label)
+        return self._shifted(self._base.discrete_laplace(scale, size, label=label), label)
+
+    def discrete_gaussian(
+        self, sigma: float, size: int, *, label: str = ""
+    ) -> npt.NDArray[np.int64]:
+        return self._shifted(self._base.discrete_gaussian(sigma, size, label=label), label)
+
+    def _shifted(self, noise: npt.NDArray[np.int64], label: str) -> npt.NDArray[np.int64]:
+        """``noise`` minus every footprint on the draw ``label`` names (none when unlabelled)."""
         if not label:
             return noise
         stream, epoch_text, node_text = label.rsplit("|", 2)

@@ -31,6 +31,13 @@ class IndexedSampler:
         p = -np.expm1(-1.0 / scale)
         return (rng.geometric(p, size) - rng.geometric(p, size)).astype(np.int64)
 
+    gaussian_name = "test-indexed-gaussian"
+
+    def discrete_gaussian(self, sigma: float, size: int, *, label: str = "") -> np.ndarray:
+        rng = np.random.default_rng([self.seed, self.calls])
+        self.calls += 1
+        return np.rint(rng.normal(0.0, sigma, size)).astype(np.int64)  # shape only matters
+
 
 def _example_text(name: str) -> str:
     return (
@@ -58,6 +65,8 @@ def _scenario_spec(scenario: str):
     base, _, mechanism = scenario.partition("+")
     if base == "restaurant-rolling":
         return _restaurant_rolling_spec(mechanism or "fda")
+    if mechanism == "zcdp":  # the zCDP example of the base (census_zcdp.toml)
+        return parse_spec(_example_text(f"{base}_zcdp").replace("horizon = 120", "horizon = 8"))
     if not mechanism:
         return example_spec(base)
     text = _example_text(base).replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
@@ -71,6 +80,7 @@ def _scenario_spec(scenario: str):
         ("hospital", 70, 8),
         ("restaurant-rolling+kary_gls", 30, 15),
         ("hospital+kary_digits", 70, 8),
+        ("census+zcdp", 12, 10),  # discrete Gaussian nodes, epochs of 8 months
     ],
 )
 def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,10 @@ SCENARIOS = {
     "hiv+kary_gls": ("hiv", "kary_gls", 4, 10.0),
     "hospital+kary_gls": ("hospital", "kary_gls", 5, 5.0),
     "hospital+kary_digits": ("hospital", "kary_digits", 5, 5.0),
+    # zCDP streams (issue 27): discrete Gaussian node noise, the same coupling
+    "census+zcdp": ("census", "zcdp", 3, 8.0),
+    "restaurant+zcdp": ("restaurant", "zcdp", 6, 6.0),
+    "hospital+zcdp": ("hospital", "zcdp", 5, 5.0),
 }
 DRAWS = 20
 
@@ -52,8 +57,33 @@ def _spec(scenario: str) -> EngineSpec:
     spec = example_spec(base)
     if not mechanism:
         return spec
+    if mechanism == "zcdp":
+        return as_zcdp(spec)
     streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}
     return replace(spec, streams=streams)
+
+
+def as_zcdp(spec: EngineSpec) -> EngineSpec:
+    """``spec`` with every stream a rho = 0.5 zCDP stream on the binary tree (its kind's L2
+    bound) and every source capping rho."""
+    streams = {
+        name: replace(
+            stream,
+            mechanism="binary",
+            objective="total",
+            rho=Decimal("0.5"),
+            delta=Decimal("1e-10"),
+            l2_squared=stream_kind(stream.counters.kind).l2_squared_bound(
+                stream.counters, stream.constraints, stream.sensitivity
+            ),
+        )
+        for name, stream in spec.streams.items()
+    }
+    sources = {
+        name: replace(source, epsilon_cap=None, rho_cap=Decimal(len(streams)))
+        for name, source in spec.sources.items()
+    }
+    return replace(spec, streams=streams, sources=sources)
 
 
 def _records(scenario: str, spec: EngineSpec) -> list[tuple[str, float]]:

@@ -18,6 +18,7 @@ from streamdp.continual.counter import ContinualCounter
 from streamdp.continual.counter_state import STATE_KIND as CONTINUAL_KIND
 from streamdp.continual.factored_counter import FactoredCounter
 from streamdp.continual.factored_state import STATE_KIND as FACTORED_KIND
+from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.strategy import Strategy
 from streamdp.errors import ConfigError, StateError
@@ -98,11 +99,18 @@ def open_bank(
     *,
     noise_label: str = "",
     projection: FloatArray | None = None,
+    gaussian: GaussianBudget | None = None,
 ) -> CounterBank:
     """A fresh epoch-0 bank for ``strategy``. ``projection`` applies to the k-ary strategies
     only (their noise is known at the epoch's start; see
-    :class:`~streamdp.continual.factored_counter.FactoredCounter`)."""
+    :class:`~streamdp.continual.factored_counter.FactoredCounter`). ``gaussian``: a zCDP
+    stream's budget (discrete Gaussian node noise; one-node-per-period strategies)."""
     if isinstance(strategy, KaryStrategy):
+        if gaussian is not None:
+            raise ConfigError(
+                f"{strategy.mechanism} does not run under zCDP in this version (plan it with "
+                "streamdp plan --rho)"
+            )
         return FactoredCounter(
             strategy,
             epsilon,
@@ -117,7 +125,9 @@ def open_bank(
             f"{strategy.mechanism} draws each node when its period closes, so its releases "
             "cannot be projected at publication; its consistency comes from revisions"
         )
-    return ContinualCounter(strategy, epsilon, sensitivity, width, sampler, noise_label=noise_label)
+    return ContinualCounter(
+        strategy, epsilon, sensitivity, width, sampler, noise_label=noise_label, gaussian=gaussian
+    )
 
 
 def restore_bank(

@@ -101,7 +101,7 @@ class Board:
                 epsilon=str(stream.epsilon),
                 unit=_period_word(stream.period.unit, stream.period.length_seconds),
             )
-        self.caps = {name: float(source.epsilon_cap) for name, source in spec.sources.items()}
+        self.caps = {name: float(source.cap) for name, source in spec.sources.items()}
         self.spent: dict[str, float] = {}
         self.sequential: dict[str, float] = {}
         self.dead_letters: Counter[str] = Counter()

@@ -88,7 +88,9 @@ class Engine(RecordIntake, EnginePersistence):
             raise ValueError(f"pace must be >= 1 period per step, got {pace}")
         self.pace = pace
         self.ledger = BudgetLedger(
-            {name: s.epsilon_cap for name, s in spec.sources.items()}, ledger_backend
+            {name: s.cap for name, s in spec.sources.items()},
+            ledger_backend,
+            units={name: _unit(s) for name, s in spec.sources.items()},
         )
         self.streams: dict[str, StreamRuntime] = {
             name: StreamRuntime(s, sampler, self._spend) for name, s in spec.streams.items()
@@ -125,7 +127,8 @@ class Engine(RecordIntake, EnginePersistence):
         return recorded
 
     def epsilon_spent(self) -> dict[str, Decimal]:
-        """Event-level epsilon spent per source, from the durable ledger."""
+        """Event-level epsilon (rho for a zCDP source) spent per source, from the durable
+        ledger."""
         return {name: self.ledger.spent(name) for name in self.spec.sources}
 
     # ------------------------------------------------------------------ control
@@ -309,3 +312,8 @@ class Engine(RecordIntake, EnginePersistence):
         noise) of streams ``ids_of`` (``noise_of``) inside the hot state: the next
         :meth:`take_changes` hands them out whole, so that they get stored on their own."""
         self._changes.hand_out_again(ids_of=ids_of, noise_of=noise_of)
+
+
+def _unit(source: SourceSpec) -> str:
+    """The ledger unit of ``source``'s budget: rho for zCDP, epsilon for pure DP."""
+    return "rho" if source.definition == "zcdp" else "epsilon"

@@ -1,4 +1,4 @@
-"""The privacy budget ledger: every epsilon spend, recorded durably before it is used.
+"""The privacy budget ledger: every epsilon (or rho) spend, recorded durably before it is used.
 
 Accounting (DESIGN §2). A stream spends its epsilon once per epoch: the epoch's whole tree is
 eps-DP for one event over its horizon. Under event-level DP the epochs of a stream hold disjoint
@@ -15,7 +15,9 @@ epoch. The daemon uses :class:`MemoryLedgerBackend` and makes the ledger durable
 of the source's state: the ledger is part of the engine snapshot, and the daemon stores that
 snapshot (its changelog-backed table) before it publishes any output of the batch, so a spend
 is durable before anything that used it is public (docs/architecture.md, the commit protocol).
-Amounts are exact decimals.
+Amounts are exact decimals. A zCDP source (issue 27) spends rho by the same rules: zCDP
+composes additively across streams like pure DP, and epochs of disjoint events in parallel;
+its entries say ``"rho"`` where a pure source's say ``"epsilon"``.
 """
 
 from __future__ import annotations
@@ -33,33 +35,37 @@ from streamdp.errors import BudgetError, StateError
 
 @dataclass(frozen=True)
 class LedgerEntry:
-    """One spend: ``epsilon`` of ``source`` by ``stream`` for its ``epoch``."""
+    """One spend: ``amount`` of ``source`` by ``stream`` for its ``epoch``, in the source's
+    ``unit``: ``"epsilon"`` (pure DP) or ``"rho"`` (zCDP)."""
 
     seq: int
     source: str
     stream: str
     epoch: int
-    epsilon: Decimal
+    amount: Decimal
+    unit: str = "epsilon"
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (epsilon as exact decimal text)."""
+        """JSON-able form (the amount as exact decimal text, under its unit's name)."""
         return {
             "seq": self.seq,
             "source": self.source,
             "stream": self.stream,
             "epoch": self.epoch,
-            "epsilon": str(self.epsilon),
+            self.unit: str(self.amount),
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
         try:
+            unit = "rho" if "rho" in data else "epsilon"
             return cls(
                 seq=int(data["seq"]),
                 source=str(data["source"]),
                 stream=str(data["stream"]),
                 epoch=int(data["epoch"]),
-                epsilon=Decimal(str(data["epsilon"])),
+                amount=Decimal(str(data[unit])),
+                unit=unit,
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as error:
             raise StateError(f"ledger entry {dict(data)!r} is malformed: {error!r}") from None
@@ -124,12 +130,19 @@ class JsonLinesLedgerBackend:
 class BudgetLedger:
     """Spends per (source, stream, epoch); caps enforced per source at event level."""
 
-    def __init__(self, caps: Mapping[str, Decimal], backend: LedgerBackend | None = None) -> None:
+    def __init__(
+        self,
+        caps: Mapping[str, Decimal],
+        backend: LedgerBackend | None = None,
+        units: Mapping[str, str] | None = None,
+    ) -> None:
         self.caps = dict(caps)
+        # source -> "epsilon" or "rho" (its definition's unit; epsilon unless named)
+        self.units = {source: (units or {}).get(source, "epsilon") for source in self.caps}
         self.backend: LedgerBackend = backend if backend is not None else MemoryLedgerBackend()
         self._entries: list[LedgerEntry] = []
         self._index: dict[tuple[str, int], LedgerEntry] = {}
-        # (source, stream, epsilon) -> spans [first epoch, last epoch] of consecutive epochs, in
+        # (source, stream, amount) -> spans [first epoch, last epoch] of consecutive epochs, in
         # the order the entries came: :meth:`state`'s runs, kept as entries are added (O(1)
         # each), so a checkpoint costs the runs, not the epochs
         self._runs: dict[tuple[str, str, Decimal], list[list[int]]] = {}
@@ -142,21 +155,21 @@ class BudgetLedger:
         key = (entry.stream, entry.epoch)
         known = self._index.get(key)
         if known is not None:
-            if known.epsilon != entry.epsilon or known.source != entry.source:
+            if (known.amount, known.unit, known.source) != (entry.amount, entry.unit, entry.source):
                 raise StateError(
                     f"ledger has two different spends for stream {entry.stream!r} epoch "
-                    f"{entry.epoch}: {known.epsilon} and {entry.epsilon}"
+                    f"{entry.epoch}: {known.unit} {known.amount} and {entry.unit} {entry.amount}"
                 )
             return
         self._entries.append(entry)
         self._index[key] = entry
-        spans = self._runs.setdefault((entry.source, entry.stream, entry.epsilon), [])
+        spans = self._runs.setdefault((entry.source, entry.stream, entry.amount), [])
         if spans and spans[-1][1] == entry.epoch - 1:
             spans[-1][1] = entry.epoch
         else:
             spans.append([entry.epoch, entry.epoch])
         per_stream = self._largest.setdefault(entry.source, {})
-        per_stream[entry.stream] = max(per_stream.get(entry.stream, Decimal(0)), entry.epsilon)
+        per_stream[entry.stream] = max(per_stream.get(entry.stream, Decimal(0)), entry.amount)
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
@@ -166,40 +179,48 @@ class BudgetLedger:
         return (stream, epoch) in self._index
 
     def spent(self, source: str) -> Decimal:
-        """Event-level epsilon spent on ``source``: sum over streams of max over epochs.
-        O(streams): the maxima are kept as entries are added."""
+        """Event-level amount (epsilon, or rho for a zCDP source) spent on ``source``: sum over
+        streams of max over epochs. O(streams): the maxima are kept as entries are added."""
         return sum(self._largest.get(source, {}).values(), Decimal(0))
 
     def sequential_spent(self, source: str) -> Decimal:
-        """Sum of every epoch's epsilon on ``source`` (what user-level DP would charge)."""
-        return sum((e.epsilon for e in self._entries if e.source == source), Decimal(0))
+        """Sum of every epoch's amount on ``source`` (what user-level DP would charge)."""
+        return sum((e.amount for e in self._entries if e.source == source), Decimal(0))
 
-    def record_epoch(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> bool:
-        """Durably record that ``stream`` spends ``epsilon`` of ``source`` in ``epoch``.
+    def record_epoch(self, source: str, stream: str, epoch: int, amount: Decimal) -> bool:
+        """Durably record that ``stream`` spends ``amount`` (epsilon, or rho for a zCDP
+        source) of ``source`` in ``epoch``.
 
         Idempotent: returns False when already recorded (same amount). Raises
         :class:`BudgetError` when the source's cap would be exceeded; nothing is written then.
         """
+        unit = self.units.get(source, "epsilon")
         known = self._index.get((stream, epoch))
         if known is not None:
-            if known.epsilon != epsilon:
+            if known.amount != amount or known.unit != unit:
                 raise BudgetError(
-                    f"stream {stream!r} epoch {epoch} was recorded with epsilon {known.epsilon}, "
-                    f"now asked for {epsilon}; an epoch's epsilon cannot change"
+                    f"stream {stream!r} epoch {epoch} was recorded with {known.unit} "
+                    f"{known.amount}, now asked for {unit} {amount}; an epoch's budget cannot "
+                    "change"
                 )
             return False
         cap = self.caps.get(source)
         if cap is None:
-            raise BudgetError(f"source {source!r} has no epsilon cap configured")
+            raise BudgetError(f"source {source!r} has no {unit} cap configured")
         previous = self._largest.get(source, {}).get(stream, Decimal(0))
-        after = self.spent(source) - previous + max(previous, epsilon)
+        after = self.spent(source) - previous + max(previous, amount)
         if after > cap:
             raise BudgetError(
-                f"stream {stream!r} epoch {epoch} would bring source {source!r} to epsilon "
+                f"stream {stream!r} epoch {epoch} would bring source {source!r} to {unit} "
                 f"{after}, over its cap {cap}; nothing was released"
             )
         entry = LedgerEntry(
-            seq=len(self._entries) + 1, source=source, stream=stream, epoch=epoch, epsilon=epsilon
+            seq=len(self._entries) + 1,
+            source=source,
+            stream=stream,
+            epoch=epoch,
+            amount=amount,
+            unit=unit,
         )
         self.backend.append(entry.to_dict())  # durable before anything depends on it
         self._add(entry)
@@ -207,14 +228,20 @@ class BudgetLedger:
 
     def state(self) -> list[dict[str, Any]]:
         """Every entry as JSON-able data, compactly: consecutive epochs of one stream with the
-        same epsilon form one run ``{"source", "stream", "epsilon", "epochs": [first, last]}``,
+        same amount form one run ``{"source", "stream", "epsilon" (or "rho"), "epochs": [first,
+        last]}``,
         so a stream rolling an epoch every period does not grow the state by an entry each
         time (issue 17: a horizon-1 stream's state passed the producer's 1 MB limit). Runs of
-        one (source, stream, epsilon) are grouped, in the order of their first entry. O(runs):
+        one (source, stream, amount) are grouped, in the order of their first entry. O(runs):
         the runs are kept as entries are added, never rebuilt from the entries."""
         return [
-            {"source": source, "stream": stream, "epsilon": str(epsilon), "epochs": list(span)}
-            for (source, stream, epsilon), spans in self._runs.items()
+            {
+                "source": source,
+                "stream": stream,
+                self.units.get(source, "epsilon"): str(amount),
+                "epochs": list(span),
+            }
+            for (source, stream, amount), spans in self._runs.items()
             for span in spans
         ]
 
@@ -231,7 +258,8 @@ class BudgetLedger:
                 source=entry.source,
                 stream=entry.stream,
                 epoch=entry.epoch,
-                epsilon=entry.epsilon,
+                amount=entry.amount,
+                unit=entry.unit,
             )
             self.backend.append(fresh.to_dict())
             self._add(fresh)

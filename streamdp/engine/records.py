@@ -68,8 +68,9 @@ class ReleaseRecord:
     # the counter's position among the stream's counters as declared (readers order by it)
     counter_index: int = 0
     # the stream's wording from its spec (``title``, ``description``, ``unit``; the declared
-    # ones only, :class:`streamdp.engine.spec.StreamAbout`)
-    about: dict[str, str] = field(default_factory=dict)
+    # ones only, :class:`streamdp.engine.spec.StreamAbout`) and, for a zCDP stream, its
+    # privacy fields (stream_releases.zcdp_fields): optional fields, present when they apply
+    optional_fields: dict[str, object] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -98,7 +99,7 @@ class ReleaseRecord:
             "noise": self.noise,
             "noise_secure": self.noise_secure,
             "counter_index": self.counter_index,
-            **self.about,
+            **self.optional_fields,
         }
 
     def to_json(self) -> str:

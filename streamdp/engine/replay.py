@@ -48,6 +48,8 @@ class ReplaySummary:
     revisions: dict[str, int] = field(default_factory=dict)
     epsilon_spent: dict[str, Decimal] = field(default_factory=dict)
     epsilon_caps: dict[str, Decimal] = field(default_factory=dict)
+    # source -> "epsilon" or "rho" (a zCDP source's spend and cap are rho)
+    units: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     def render(self, *, show_counts: bool = False) -> str:
@@ -69,9 +71,9 @@ class ReplaySummary:
             f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
             for name, n in self.periods_released.items()
         ]
-        lines.append("epsilon spent per source (event level):")
+        lines.append("budget spent per source (event level):")
         lines += [
-            f"  {name}: {spent} of cap {self.epsilon_caps[name]}"
+            f"  {name}: {self.units.get(name, 'epsilon')} {spent} of cap {self.epsilon_caps[name]}"
             for name, spent in self.epsilon_spent.items()
         ]
         return "\n".join(lines)
@@ -161,7 +163,8 @@ def replay(
     summary.periods_released = {n: engine.stats.periods_released.get(n, 0) for n in spec.streams}
     summary.revisions = {n: engine.stats.revisions.get(n, 0) for n in spec.streams}
     summary.epsilon_spent = engine.epsilon_spent()
-    summary.epsilon_caps = {n: s.epsilon_cap for n, s in spec.sources.items()}
+    summary.epsilon_caps = {n: s.cap for n, s in spec.sources.items()}
+    summary.units = dict(engine.ledger.units)
     return summary
 
 

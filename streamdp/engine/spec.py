@@ -18,6 +18,7 @@ from decimal import Decimal
 from functools import cached_property
 from typing import Any, Literal
 
+from streamdp.continual.definitions import Definition
 from streamdp.engine.fingerprint import config_sha256
 from streamdp.engine.renamed_keys import with_first_format_keys
 
@@ -158,16 +159,47 @@ class StreamSpec:
     over_sensitivity: OverSensitivity = "reject"
     max_future_periods: int = 0
     about: StreamAbout = field(default_factory=StreamAbout)
+    # rho-zCDP (issue 27): ``rho`` per epoch (exact), the ``delta`` its (epsilon, delta) bound
+    # is stated at, and the squared L2 bound of one event (from the kind). None for pure-DP
+    # streams. Under zCDP ``epsilon`` is that (epsilon, delta) bound, for reports only.
+    rho: Decimal | None = None
+    delta: Decimal | None = None
+    l2_squared: int = 0
+
+    @property
+    def definition(self) -> Definition:
+        """``"zcdp"`` for a rho-zCDP stream, ``"pure"`` for an epsilon-DP one."""
+        return "pure" if self.rho is None else "zcdp"
+
+    @property
+    def budget(self) -> Decimal:
+        """What the stream spends per epoch in its definition's unit: rho or epsilon."""
+        return self.epsilon if self.rho is None else self.rho
 
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """An input source: its topic (or file label), the event kind it carries, its epsilon cap."""
+    """An input source: its topic (or file label), the event kind it carries, and its cap:
+    epsilon (pure DP) or rho (zCDP), which the budgets of the streams reading it add up to."""
 
     name: str
     topic: str
     kind: SourceKind
-    epsilon_cap: Decimal
+    epsilon_cap: Decimal | None
+    # a zCDP source caps rho instead (issue 27); exactly one of the two caps is set
+    rho_cap: Decimal | None = None
+
+    @property
+    def definition(self) -> Definition:
+        """The privacy definition of every stream reading this source."""
+        return "pure" if self.rho_cap is None else "zcdp"
+
+    @property
+    def cap(self) -> Decimal:
+        """The cap in the definition's unit: rho for zCDP sources, epsilon otherwise."""
+        cap = self.epsilon_cap if self.rho_cap is None else self.rho_cap
+        assert cap is not None  # the loader sets exactly one
+        return cap
 
 
 @dataclass(frozen=True)

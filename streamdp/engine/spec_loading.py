@@ -25,7 +25,7 @@ from streamdp.engine.spec import EngineSpec, SourceKind, SourceSpec, StreamSpec
 from streamdp.engine.stream_table import read_stream
 from streamdp.errors import ConfigError
 
-_SOURCE_KEYS = ("topic", "kind", "epsilon_cap")
+_SOURCE_KEYS = ("topic", "kind", "epsilon_cap", "rho_cap")
 
 
 def load_spec(path: str | Path) -> EngineSpec:
@@ -72,10 +72,18 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
         if "kind" not in table:
             raise ctx.fail("kind", "missing; say which event kind it carries: order or person")
         kind = cast(SourceKind, ctx.choice(table["kind"], "kind", ("order", "person")))
-        if "epsilon_cap" not in table:
-            raise ctx.fail("epsilon_cap", "missing; every source needs a total epsilon cap")
-        cap = ctx.epsilon(table["epsilon_cap"], "epsilon_cap")
-        sources[name] = SourceSpec(name=name, topic=topic, kind=kind, epsilon_cap=cap)
+        if ("epsilon_cap" in table) == ("rho_cap" in table):
+            raise ctx.fail(
+                "epsilon_cap",
+                "give exactly one cap: epsilon_cap for pure-DP streams (the default), or "
+                'rho_cap for zCDP streams (privacy = { definition = "zcdp", rho = ... })',
+            )
+        if "rho_cap" in table:
+            rho_cap = ctx.epsilon(table["rho_cap"], "rho_cap")
+            sources[name] = SourceSpec(name, topic, kind, epsilon_cap=None, rho_cap=rho_cap)
+        else:
+            cap = ctx.epsilon(table["epsilon_cap"], "epsilon_cap")
+            sources[name] = SourceSpec(name=name, topic=topic, kind=kind, epsilon_cap=cap)
     # records name their source or its topic interchangeably (a replay maps either one to the
     # source): a source named like another source's topic would make that mapping ambiguous
     for name in sources:
@@ -95,12 +103,13 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
 
     for source in sources.values():
         members = [s for s in streams.values() if s.source == source.name]
-        total = sum((s.epsilon for s in members), Decimal(0))
-        if total > source.epsilon_cap:
-            listing = " + ".join(f"{s.name} ({s.epsilon})" for s in members)
+        unit = "rho" if source.definition == "zcdp" else "epsilon"
+        total = sum((s.budget for s in members), Decimal(0))
+        if total > source.cap:
+            listing = " + ".join(f"{s.name} ({s.budget})" for s in members)
             raise ConfigError(
-                f"{origin}: source {source.name!r}: the streams reading it spend epsilon "
-                f"{listing} = {total}, over its epsilon_cap {source.epsilon_cap}; lower their "
-                "epsilons or raise the cap (streams over one source compose: their epsilons add)"
+                f"{origin}: source {source.name!r}: the streams reading it spend {unit} "
+                f"{listing} = {total}, over its {unit}_cap {source.cap}; lower their "
+                f"{unit}s or raise the cap (streams over one source compose: their {unit}s add)"
             )
     return EngineSpec(sources=sources, streams=streams, raw=dict(data))

@@ -17,12 +17,14 @@ must be stored like the input topic.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.bank import CounterBank, open_bank
+from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.strategy import Strategy, build_any_strategy
 from streamdp.engine.open_periods import OpenPeriods
@@ -105,14 +107,18 @@ class StreamRuntime:
         self.next_deadline = self._deadline()
 
     def _fresh_counter(self) -> CounterBank:
+        spec = self.spec
         return open_bank(
             self.strategy,
-            float(self.spec.epsilon),
-            float(self.spec.sensitivity),
+            float(spec.epsilon),
+            float(spec.sensitivity),
             self.width,
             self.sampler,
-            noise_label=self.spec.name,
+            noise_label=spec.name,
             projection=self._projection,
+            gaussian=(
+                None if spec.rho is None else GaussianBudget(Fraction(spec.rho), spec.l2_squared)
+            ),
         )
 
     @property
@@ -236,7 +242,7 @@ class StreamRuntime:
         period = index + 1
         # the spend is durable before the noise is drawn and anything is released; if it
         # raises (cap, backend failure) nothing has changed
-        self._spend(self.spec.source, self.spec.name, epoch, self.spec.epsilon)
+        self._spend(self.spec.source, self.spec.name, epoch, self.spec.budget)
         release = self.nodes.close_period(epoch, period, self.periods.counts_of(j))
         self.periods.close(j)
         out: list[ReleaseRecord | ConsistentRecord] = list(

@@ -4,6 +4,8 @@ constraint span at publication)."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import numpy.typing as npt
 
@@ -22,6 +24,20 @@ def scaled_stds(std: float, scale: FloatArray | None, width: int) -> list[float]
         return [std] * width
     out: list[float] = (std * scale).tolist()
     return out
+
+
+def zcdp_fields(spec: StreamSpec) -> dict[str, object]:
+    """A zCDP stream's release fields (issue 27): ``privacy_definition``, ``rho`` per epoch,
+    the ``delta`` the record's ``epsilon`` is stated at, and ``l2_sensitivity`` (the L2 bound
+    of one event; ``sensitivity`` stays its L1 bound). Empty for a pure-DP stream."""
+    if spec.rho is None:
+        return {}
+    return {
+        "privacy_definition": "zcdp",
+        "rho": float(spec.rho),
+        "delta": float(spec.delta) if spec.delta is not None else None,
+        "l2_sensitivity": math.sqrt(spec.l2_squared),
+    }
 
 
 def release_records(
@@ -46,13 +62,17 @@ def release_records(
     # projected at publication: sqrt(P_jj) per counter
     count_stds = scaled_stds(float(release.count_std), scale, len(names))
     total_stds = scaled_stds(float(release.total_std), scale, len(names))
-    name, secure = sampler.name, bool(sampler.secure)
+    # a zCDP stream's noise is the sampler's discrete Gaussian: named as such
+    name = (
+        sampler.name if spec.rho is None else str(getattr(sampler, "gaussian_name", sampler.name))
+    )
+    secure = bool(sampler.secure)
     # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
     # numbers: rounding them would change the variance they declare
     number = int if integral else float
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
-    about = spec.about.fields()
+    optional = {**spec.about.fields(), **zcdp_fields(spec)}
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -73,7 +93,7 @@ def release_records(
             noise=name,
             noise_secure=secure,
             counter_index=c,
-            about=about,
+            optional_fields=optional,
         )
         for c, counter_name in enumerate(names)
     ]

@@ -10,7 +10,7 @@ and Delta are refused when their exact noise scales leave the sampler's safe ran
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import ROUND_DOWN, Context, Decimal
+from decimal import ROUND_CEILING, ROUND_DOWN, Context, Decimal
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -37,8 +37,11 @@ MAX_HORIZON = 10_000_000
 _STREAM_KEYS = (
     "source", "epsilon", "sensitivity", "horizon", "period", "counters", "constraints", "mechanism",
     "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_sensitivity",
-    "max_future_periods", "branching", *PRESENTATION_KEYS,
+    "max_future_periods", "branching", "privacy", *PRESENTATION_KEYS,
 )  # fmt: skip
+_PRIVACY_KEYS = ("definition", "rho", "delta")
+#: Mechanisms a zCDP stream runs in the worker (the others are planned with ``plan --rho``).
+ZCDP_WORKER_MECHANISMS = ("binary",)
 #: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
 #: a paragraph and a column label, carried by every release record.
 ABOUT_LIMITS = {"title": 120, "description": 1000, "unit": 40}
@@ -51,16 +54,22 @@ def read_stream(
 ) -> StreamSpec:
     """The stream ``name`` of ``table`` (its ``source`` one of ``sources``), validated."""
     ctx.only(table, _STREAM_KEYS, "")
-    for required in ("source", "epsilon", "sensitivity", "horizon", "period", "counters"):
+    for required in ("source", "sensitivity", "horizon", "period", "counters"):
         if required not in table:
             raise ctx.fail(required, "missing (required for every stream)")
+    if "privacy" not in table and "epsilon" not in table:
+        raise ctx.fail(
+            "epsilon",
+            'missing: give epsilon (pure DP), or privacy = { definition = "zcdp", rho = ... }',
+        )
     source_name = table["source"]
     if source_name not in sources:
         raise ctx.fail(
             "source", f"unknown source {source_name!r}; configured: {', '.join(sources)}"
         )
     source = sources[source_name]
-    epsilon = ctx.epsilon(table["epsilon"], "epsilon")
+    rho, delta = _privacy(ctx, table, source)
+    epsilon = ctx.epsilon(table["epsilon"], "epsilon") if rho is None else _zcdp_epsilon(rho, delta)
     sensitivity = ctx.integer(table["sensitivity"], "sensitivity", 1)
     horizon = ctx.integer(table["horizon"], "horizon", 1, MAX_HORIZON)
     period = _period(ctx, ctx.table(table["period"], "period"))
@@ -121,7 +130,19 @@ def read_stream(
     stream_kind(counters.kind).check_contribution_bound(
         ctx, counters, constraints, sensitivity, over_sensitivity
     )
-    _check_noise_limits(ctx, epsilon, sensitivity, mechanism, objective, horizon, branching)
+    l2_squared = 0
+    if rho is None:
+        _check_noise_limits(ctx, epsilon, sensitivity, mechanism, objective, horizon, branching)
+    else:
+        if mechanism not in ZCDP_WORKER_MECHANISMS:
+            raise ctx.fail(
+                "mechanism",
+                f"{mechanism!r} does not run under zCDP in this version; zCDP streams run "
+                f"{', '.join(ZCDP_WORKER_MECHANISMS)} (compare the zCDP counters with "
+                "streamdp plan --rho)",
+            )
+        l2_squared = stream_kind(counters.kind).l2_squared_bound(counters, constraints, sensitivity)
+        _check_gaussian_limits(ctx, rho, l2_squared, mechanism, objective, horizon)
     return StreamSpec(
         name=name,
         source=source.name,
@@ -140,7 +161,77 @@ def read_stream(
         over_sensitivity=over_sensitivity,
         max_future_periods=max_future,
         about=_about(ctx, table),
+        rho=rho,
+        delta=delta,
+        l2_squared=l2_squared,
     )
+
+
+def _privacy(
+    ctx: ConfigReader, table: Mapping[str, Any], source: SourceSpec
+) -> tuple[Decimal | None, Decimal | None]:
+    """``(rho, delta)`` of a zCDP stream (``privacy = { definition = "zcdp", rho = R,
+    delta = D }``, delta 1e-10 unless given), ``(None, None)`` for a pure-DP one; either way
+    the definition must be its source's."""
+    if "privacy" not in table:
+        if source.definition == "zcdp":
+            raise ctx.fail(
+                "privacy",
+                f"missing: source {source.name!r} caps rho (zCDP), so its streams say "
+                'privacy = { definition = "zcdp", rho = ... } instead of epsilon',
+            )
+        return None, None
+    privacy = ctx.table(table["privacy"], "privacy")
+    ctx.only(privacy, _PRIVACY_KEYS, "privacy")
+    definition = ctx.choice(privacy.get("definition"), "privacy.definition", ("zcdp",))
+    if "epsilon" in table:
+        raise ctx.fail(
+            "epsilon",
+            f"a {definition} stream spends rho, not epsilon; drop epsilon (its (epsilon, delta) "
+            "bound is reported from rho)",
+        )
+    if source.definition != "zcdp":
+        raise ctx.fail(
+            "privacy",
+            f"source {source.name!r} caps epsilon (pure DP); a zCDP stream needs a source with "
+            "rho_cap (the losses of two definitions do not add)",
+        )
+    if "rho" not in privacy:
+        raise ctx.fail("privacy.rho", "missing: the zCDP budget per epoch, e.g. 0.5")
+    rho = ctx.epsilon(privacy["rho"], "privacy.rho")
+    delta = ctx.epsilon(privacy.get("delta", Decimal("1e-10")), "privacy.delta")
+    if delta >= 1:
+        raise ctx.fail("privacy.delta", f"must be below 1, got {delta}")
+    return rho, delta
+
+
+def _zcdp_epsilon(rho: Decimal, delta: Decimal | None) -> Decimal:
+    """The (epsilon, delta) bound of ``rho`` as an exact decimal rounded up (reports only)."""
+    from fractions import Fraction
+
+    from streamdp.continual.definitions import zcdp_epsilon
+
+    assert delta is not None
+    bound = zcdp_epsilon(Fraction(rho), Fraction(delta))
+    return Context(prec=EPSILON_DIGITS, rounding=ROUND_CEILING).plus(Decimal(bound))
+
+
+def _check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
+    ctx: ConfigReader, rho: Decimal, l2_squared: int, mechanism: str, objective: str, horizon: int
+) -> None:
+    """Refuse a rho whose node sigmas leave the discrete Gaussian sampler's safe range."""
+    from fractions import Fraction
+
+    from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas
+    from streamdp.continual.strategy import build_strategy
+
+    try:
+        gaussian_node_sigmas(
+            build_strategy(mechanism, objective, horizon),
+            GaussianBudget(Fraction(rho), l2_squared),
+        )
+    except ConfigError as error:
+        raise ctx.fail("privacy.rho", str(error)) from None
 
 
 def _about(ctx: ConfigReader, table: Mapping[str, Any]) -> StreamAbout:

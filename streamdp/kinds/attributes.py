@@ -136,6 +136,13 @@ class AttributesKind:
             )
         refuse_clip(reader, over_sensitivity)
 
+    def l2_squared_bound(
+        self, counters: CounterSpec, constraints: ConstraintSpec, sensitivity: int
+    ) -> int:
+        """A record adds 1 to k + 2 counters (total, one category per attribute, one cell):
+        squared L2 norm k + 2, where its L1 norm, and so the sensitivity, is k + 2 too."""
+        return len(counters.attributes) + 2
+
     def extractor(self, spec: StreamSpec) -> Extractor:
         return AttributeExtractor(spec)
 

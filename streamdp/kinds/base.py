@@ -60,6 +60,14 @@ class StreamKind(Protocol):
         ``over_sensitivity`` the kind cannot honour."""
         ...
 
+    def l2_squared_bound(
+        self, counters: CounterSpec, constraints: ConstraintSpec, sensitivity: int
+    ) -> int:
+        """The most one admitted event can add to the squared L2 norm of the stream's
+        counter vector in its period (an integer: contributions are integers), given the L1
+        bound ``sensitivity`` the extractor enforces; zCDP streams calibrate on it."""
+        ...
+
     def extractor(self, spec: StreamSpec) -> Extractor:
         """The stream's event-to-increments function."""
         ...

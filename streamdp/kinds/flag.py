@@ -48,6 +48,12 @@ class FlagKind:
     ) -> None:
         refuse_clip(reader, over_sensitivity)
 
+    def l2_squared_bound(
+        self, counters: CounterSpec, constraints: ConstraintSpec, sensitivity: int
+    ) -> int:
+        """A flagged record adds 1 to the one counter."""
+        return 1
+
     def extractor(self, spec: StreamSpec) -> Extractor:
         return FlagExtractor(spec)
 

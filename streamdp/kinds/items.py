@@ -101,6 +101,16 @@ class ItemsKind:
                 "use 'reject'",
             )
 
+    def l2_squared_bound(
+        self, counters: CounterSpec, constraints: ConstraintSpec, sensitivity: int
+    ) -> int:
+        """Orders that must be combos: the largest combo's sum of squared quantities; else an
+        order of at most ``sensitivity`` units (L1, enforced or clipped), whose squared L2 norm
+        is largest with every unit on one item: ``sensitivity^2``."""
+        if constraints.kind == "combos" and constraints.orders_must_be_combos:
+            return max(sum(q * q for q in quantities) for _, quantities in constraints.combos)
+        return sensitivity * sensitivity
+
     def extractor(self, spec: StreamSpec) -> Extractor:
         return ItemExtractor(spec)
 
