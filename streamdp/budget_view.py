@@ -38,6 +38,10 @@ class StreamBudget:
     source: str
     epsilon_per_epoch: Epsilon
     epsilon_spent: Epsilon
+    # "rho" for a zCDP stream: then the two amounts above are rho (issue 27), and
+    # ``zcdp_epsilon`` is the (epsilon, delta) bound of its rho per epoch
+    unit: str = "epsilon"
+    zcdp_epsilon: Epsilon | None = None
 
     @property
     def next_epoch_epsilon(self) -> Decimal:
@@ -58,6 +62,8 @@ class SourceBudget:
     epsilon_spent: Epsilon
     # user level: the sum over every epoch (see BudgetLedger.sequential_spent)
     sequential_spent: Epsilon = 0.0
+    # "rho" for a zCDP source: then every amount above is rho (issue 27)
+    unit: str = "epsilon"
 
     @property
     def epsilon_headroom(self) -> Decimal:

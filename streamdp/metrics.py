@@ -82,25 +82,34 @@ class _LedgerCollector(Collector):
         with self._lock:
             provider = self._provider
         view = provider()
-        spent = _gauge_family("streamdp_epsilon_spent")
-        per_epoch = _gauge_family("streamdp_stream_epsilon")
-        next_epoch = _gauge_family("streamdp_stream_next_epoch_epsilon")
+        families = {name: _gauge_family(name) for name in BUDGET_METRICS}
         for entry in view.streams:
+            unit = entry.unit  # "epsilon" (pure DP) or "rho" (zCDP): the families it feeds
             labels = [entry.stream, entry.source]
-            spent.add_metric(labels, _finite(entry.epsilon_spent))
-            per_epoch.add_metric(labels, _finite(entry.epsilon_per_epoch))
-            next_epoch.add_metric(labels, _finite(entry.next_epoch_epsilon))
-        source_spent = _gauge_family("streamdp_source_epsilon_spent")
-        cap = _gauge_family("streamdp_source_epsilon_cap")
-        sequential = _gauge_family("streamdp_source_epsilon_sequential_spent")
-        headroom = _gauge_family("streamdp_source_epsilon_headroom")
+            families[f"streamdp_{unit}_spent"].add_metric(labels, _finite(entry.epsilon_spent))
+            families[f"streamdp_stream_{unit}"].add_metric(labels, _finite(entry.epsilon_per_epoch))
+            families[f"streamdp_stream_next_epoch_{unit}"].add_metric(
+                labels, _finite(entry.next_epoch_epsilon)
+            )
+            if entry.zcdp_epsilon is not None:
+                families["streamdp_stream_zcdp_epsilon"].add_metric(
+                    labels, _finite(entry.zcdp_epsilon)
+                )
         for source in view.sources:
-            source_spent.add_metric([source.source], _finite(source.epsilon_spent))
-            cap.add_metric([source.source], _finite(source.epsilon_cap))
-            sequential.add_metric([source.source], _finite(source.sequential_spent))
+            unit = source.unit
+            label = [source.source]
+            families[f"streamdp_source_{unit}_spent"].add_metric(
+                label, _finite(source.epsilon_spent)
+            )
+            families[f"streamdp_source_{unit}_cap"].add_metric(label, _finite(source.epsilon_cap))
+            families[f"streamdp_source_{unit}_sequential_spent"].add_metric(
+                label, _finite(source.sequential_spent)
+            )
             # an over-cap ledger shows as negative headroom (StreamdpSourceBudgetExceeded)
-            headroom.add_metric([source.source], _finite(source.epsilon_headroom, signed=True))
-        yield from (spent, per_epoch, next_epoch, source_spent, cap, sequential, headroom)
+            families[f"streamdp_source_{unit}_headroom"].add_metric(
+                label, _finite(source.epsilon_headroom, signed=True)
+            )
+        yield from families.values()
 
 
 def _gauge_family(name: str) -> GaugeMetricFamily:

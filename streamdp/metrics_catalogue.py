@@ -100,6 +100,59 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "ledger refuses that spend (the worker stops) when this exceeds "
         "streamdp_source_epsilon_headroom.",
     ),
+    # --- the same for zCDP streams and sources (issue 27): amounts in rho --------------------
+    MetricSpec(
+        "streamdp_rho_spent",
+        "gauge",
+        ("stream", "source"),
+        "Rho the durable ledger records as spent by this zCDP stream on this input source in "
+        "its current epoch (event level).",
+    ),
+    MetricSpec(
+        "streamdp_stream_rho",
+        "gauge",
+        ("stream", "source"),
+        "Rho the zCDP stream is configured to spend per epoch.",
+    ),
+    MetricSpec(
+        "streamdp_stream_zcdp_epsilon",
+        "gauge",
+        ("stream", "source"),
+        "The (epsilon, delta)-DP bound of the zCDP stream's rho per epoch, epsilon = rho + "
+        "2 sqrt(rho ln(1/delta)) rounded up, at the delta its spec states (/status shows it).",
+    ),
+    MetricSpec(
+        "streamdp_source_rho_spent",
+        "gauge",
+        ("source",),
+        "Rho spent on this zCDP input source by all streams reading it (they compose: sum).",
+    ),
+    MetricSpec(
+        "streamdp_source_rho_cap",
+        "gauge",
+        ("source",),
+        "Rho cap the configuration declares for this zCDP input source.",
+    ),
+    MetricSpec(
+        "streamdp_source_rho_sequential_spent",
+        "gauge",
+        ("source",),
+        "Rho summed over every epoch of every stream of this zCDP source (user level; the "
+        "event-level spend is streamdp_source_rho_spent).",
+    ),
+    MetricSpec(
+        "streamdp_source_rho_headroom",
+        "gauge",
+        ("source",),
+        "Rho cap minus event-level spend of this zCDP input source (exact decimal arithmetic).",
+    ),
+    MetricSpec(
+        "streamdp_stream_next_epoch_rho",
+        "gauge",
+        ("stream", "source"),
+        "Event-level rho the zCDP stream's next ledger spend adds to its source (as "
+        "streamdp_stream_next_epoch_epsilon for pure streams).",
+    ),
     # --- horizon and epochs ----------------------------------------------------------------
     MetricSpec(
         "streamdp_horizon_periods",
@@ -240,6 +293,14 @@ BUDGET_METRICS = (
     "streamdp_source_epsilon_sequential_spent",
     "streamdp_source_epsilon_headroom",
     "streamdp_stream_next_epoch_epsilon",
+    "streamdp_rho_spent",
+    "streamdp_stream_rho",
+    "streamdp_stream_zcdp_epsilon",
+    "streamdp_source_rho_spent",
+    "streamdp_source_rho_cap",
+    "streamdp_source_rho_sequential_spent",
+    "streamdp_source_rho_headroom",
+    "streamdp_stream_next_epoch_rho",
 )
 
 

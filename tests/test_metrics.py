@@ -38,6 +38,14 @@ UNITLESS_GAUGES = {
     "streamdp_source_epsilon_sequential_spent",
     "streamdp_source_epsilon_headroom",
     "streamdp_stream_next_epoch_epsilon",
+    "streamdp_rho_spent",
+    "streamdp_stream_rho",
+    "streamdp_stream_zcdp_epsilon",
+    "streamdp_source_rho_spent",
+    "streamdp_source_rho_cap",
+    "streamdp_source_rho_sequential_spent",
+    "streamdp_source_rho_headroom",
+    "streamdp_stream_next_epoch_rho",
     "streamdp_periods_released",
     "streamdp_epoch",
     "streamdp_release_stddev",
@@ -58,8 +66,12 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
             streams=(
                 StreamBudget("orders", "orders", 1.0, 0.25),
                 StreamBudget("orders_hourly", "orders", 0.5, 0.5),
+                StreamBudget("census", "people", 0.5, 0.5, "rho", 7.29),
             ),
-            sources=(SourceBudget("orders", 2.0, 0.75),),
+            sources=(
+                SourceBudget("orders", 2.0, 0.75),
+                SourceBudget("people", 1.0, 0.5, 0.5, "rho"),
+            ),
         )
     )
     metrics.configure_stream(
@@ -241,6 +253,17 @@ def test_headroom_and_next_epoch_spend_are_exact_decimals() -> None:
     assert (headroom, needed) == (0.1, 0.1)
     assert not needed > headroom  # the alert's comparison: this spend is accepted
     assert 0.3 - 0.2 < 0.1  # what a float subtraction would have said
+
+
+def test_a_zcdp_stream_and_source_show_in_the_rho_families_only() -> None:
+    table = samples(populated())
+    assert value(table, "streamdp_rho_spent", stream="census", source="people") == 0.5
+    assert value(table, "streamdp_stream_zcdp_epsilon", stream="census", source="people") == 7.29
+    assert value(table, "streamdp_source_rho_cap", source="people") == 1.0
+    assert value(table, "streamdp_source_rho_headroom", source="people") == 0.5
+    labelled = {labels for (name, labels) in table if name.startswith("streamdp_source_epsilon")}
+    assert frozenset({("source", "people")}) not in labelled  # never mixed into epsilon
+    assert frozenset({("source", "orders")}) in labelled
 
 
 def test_over_cap_ledger_shows_negative_headroom() -> None:

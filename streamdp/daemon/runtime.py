@@ -57,15 +57,16 @@ class WorkerRuntime:
         sources: list[SourceBudget] = []
         for name, engine in service.engines().items():
             spent = engine.ledger.spent(name)
-            cap = self.spec.sources[name].epsilon_cap
+            source = self.spec.sources[name]
+            unit = engine.ledger.units.get(name, "epsilon")
             sources.append(
                 # exact decimals: the headroom gauge subtracts them (metrics.SourceBudget)
-                SourceBudget(name, cap, spent, engine.ledger.sequential_spent(name))
+                SourceBudget(name, source.cap, spent, engine.ledger.sequential_spent(name), unit)
             )
             per_stream: dict[str, Decimal] = {}
             for entry in engine.ledger.entries:
                 per_stream[entry.stream] = max(
-                    per_stream.get(entry.stream, Decimal(0)), entry.epsilon
+                    per_stream.get(entry.stream, Decimal(0)), entry.amount
                 )
             for stream, stream_spec in self.spec.streams.items():
                 if stream_spec.source == name:
@@ -73,8 +74,10 @@ class WorkerRuntime:
                         StreamBudget(
                             stream,
                             name,
-                            stream_spec.epsilon,
+                            stream_spec.budget,
                             per_stream.get(stream, Decimal(0)),
+                            unit,
+                            None if stream_spec.rho is None else stream_spec.epsilon,
                         )
                     )
         return BudgetView(tuple(streams), tuple(sources))
@@ -96,20 +99,26 @@ class WorkerRuntime:
             entry: dict[str, Any] = {
                 "source": stream_spec.source,
                 "owned_here": engine is not None,
+                "privacy_definition": stream_spec.definition,
+                # under zCDP: the (epsilon, delta) bound of rho_per_epoch (reports only)
                 "epsilon_per_epoch": str(stream_spec.epsilon),
                 "horizon": stream_spec.horizon,
                 "mechanism": stream_spec.mechanism,
                 "objective": stream_spec.objective,
             }
+            if stream_spec.rho is not None:
+                entry["rho_per_epoch"] = str(stream_spec.rho)
+                entry["delta"] = str(stream_spec.delta)
             if engine is not None:
                 runtime = engine.streams[name]
                 entry["periods_released"] = runtime.closed
                 entry["epoch"] = runtime.counter.epoch
                 entry["periods_released_this_epoch"] = runtime.counter.periods_closed
                 entry["revision"] = runtime.revision
-                entry["epsilon_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
+                unit = engine.ledger.units.get(stream_spec.source, "epsilon")
+                entry[f"{unit}_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
                 # user level: summed over epochs (event level composes epochs in parallel)
-                entry["epsilon_sequential_spent_on_source"] = str(
+                entry[f"{unit}_sequential_spent_on_source"] = str(
                     engine.ledger.sequential_spent(stream_spec.source)
                 )
             streams[name] = entry
