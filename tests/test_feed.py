@@ -771,3 +771,36 @@ def test_the_page_fits_a_phone_and_a_desktop(
         monthly = next(s for s in document["streams"] if s["stream"] == "hiv-admissions")
         assert monthly["latest_period"] is not None
         assert "Jan 2024" in dom or "Feb 2024" in dom  # months in words
+
+
+@pytest.mark.tool
+def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> None:
+    """A census stream under zCDP (census_zcdp.toml): the page states rho per epoch with the
+    (epsilon, delta) it implies, the JSON carries rho per epoch, and releases.csv its rho and
+    delta (empty for pure-DP rows)."""
+    events = tmp_path / "events.jsonl"
+    said = _streamdp(
+        "synth", "--scenario", "census", "--periods", "3", "--rate", "10",
+        "--output", str(events), cwd=tmp_path,
+    )  # fmt: skip
+    as_of = re.search(r"--as-of (\S+)", said)
+    assert as_of is not None
+    out = tmp_path / "out"
+    _streamdp(
+        "replay", "--config", str(ROOT / "streamdp/examples/census_zcdp.toml"),
+        "--input", str(events), "--output-dir", str(out), "--as-of", as_of.group(1),
+        "--insecure-seed", "3", cwd=tmp_path,
+    )  # fmt: skip
+    site = tmp_path / "site"
+    _streamdp("feed", "--from", str(out), "--output-dir", str(site), cwd=tmp_path)
+    stream = json.loads((site / "feed.json").read_text())["streams"][0]
+    assert stream["rho_per_epoch"] == [{"epoch": 0, "rho": 0.5, "delta": 1e-10}]
+    assert stream["rho_sum_over_epochs"] == 0.5
+    rows = list(csv.DictReader(io.StringIO((site / "releases.csv").read_text())))
+    assert {(r["rho"], r["delta"], r["noise"]) for r in rows} == {
+        ("0.5", "1e-10", "insecure-seeded-numpy-gaussian")
+    }
+    dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())
+    assert "<h2>Census-style person counts (zCDP)</h2>" in dom
+    assert "zero-concentrated DP): epoch 0: ρ = 0.5, that is (ε, δ) = (7.286, 1e-10)" in dom
+    assert "ρ = 0.5." in dom

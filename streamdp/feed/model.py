@@ -37,6 +37,8 @@ RELEASE_COLUMNS = (
     "sensitivity",
     "noise",
     "noise_secure",
+    "rho",
+    "delta",
 )
 #: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
 CONSISTENT_COLUMNS = (
@@ -141,8 +143,11 @@ class FeedView:
         for name in self.streams():
             releases = [self.releases[k] for k in sorted(self.releases) if k[0] == name]
             epsilon_per_epoch: dict[int, float] = {}
+            rho_per_epoch: dict[int, tuple[float, float]] = {}  # zCDP: (rho, delta)
             for release in releases:
                 epsilon_per_epoch[release.epoch] = release.epsilon
+                if release.rho is not None and release.delta is not None:
+                    rho_per_epoch[release.epoch] = (release.rho, release.delta)
             latest = max(releases, key=lambda r: (r.epoch, r.period), default=None)
             periods = sorted({(r.epoch, r.period, r.period_start, r.period_end) for r in releases})
             position = {(e, p): i for i, (e, p, _, _) in enumerate(periods)}
@@ -183,6 +188,17 @@ class FeedView:
                         for e in sorted(epsilon_per_epoch)
                     ],
                     "epsilon_sum_over_epochs": math.fsum(epsilon_per_epoch.values()),
+                    # zCDP streams: rho (and the delta of each epsilon above) per epoch, and
+                    # rho summed over epochs (zCDP composes by adding rho)
+                    "rho_per_epoch": [
+                        {"epoch": e, "rho": rho, "delta": delta}
+                        for e, (rho, delta) in sorted(rho_per_epoch.items())
+                    ],
+                    "rho_sum_over_epochs": (
+                        math.fsum(rho for rho, _ in rho_per_epoch.values())
+                        if rho_per_epoch
+                        else None
+                    ),
                     "latest_period": None
                     if latest is None
                     else {
@@ -236,6 +252,8 @@ def to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
 
 
 def _cell(value: object) -> str:
+    if value is None:  # a field that does not apply (rho of a pure-DP release)
+        return ""
     if isinstance(value, float):
         return repr(value)
     return str(value)

@@ -183,14 +183,22 @@ function streamSection(stream) {
   if (stream.description) sec.append(el("p", {class: "description"}, stream.description));
   const unit = stream.unit ? ` (${stream.unit})` : "";
   const eps = stream.epsilon_per_epoch.map(e => `epoch ${e.epoch}: \u03b5 = ${e.epsilon}`);
+  const zcdp = stream.rho_per_epoch && stream.rho_per_epoch.length ? stream.rho_per_epoch : null;
+  const loss = zcdp
+    ? "Privacy loss per epoch (event level, zero-concentrated DP): "
+      + zcdp.map(e => `epoch ${e.epoch}: \u03c1 = ${e.rho}, that is (\u03b5, \u03b4) = `
+                 + `(${num(stream.epsilon_per_epoch.find(p => p.epoch === e.epoch).epsilon, 3)}, `
+                 + `${e.delta})`).join("; ")
+      + ". Summed over all epochs (what one person contributing in every epoch could lose): "
+      + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}.`
+    : `Privacy loss per epoch (event level): ${eps.join("; ") || "\u2013"}. `
+      + "Summed over all epochs (what one person contributing in every epoch could lose): "
+      + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`;
   sec.append(el("p", {class: "facts"},
     (stream.title ? `Stream ${stream.stream}. ` : "")
     + `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
     + `horizon ${stream.horizon} periods per epoch, `
-    + `sensitivity ${stream.sensitivity} per event, noise ${stream.noise}. `
-    + `Privacy loss per epoch (event level): ${eps.join("; ") || "\u2013"}. `
-    + "Summed over all epochs (what one person contributing in every epoch could lose): "
-    + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`));
+    + `sensitivity ${stream.sensitivity} per event, noise ${stream.noise}. ` + loss));
   if (!stream.noise_secure) {
     sec.append(el("p", {class: "warning"}, "These releases used the INSECURE seeded test "
                 + "sampler: they are NOT private and must not be published."));

@@ -44,6 +44,9 @@ class Release:
     title: str | None = None
     description: str | None = None
     unit: str | None = None
+    # a zCDP stream's rho per epoch and the delta its epsilon is stated at (None: pure DP)
+    rho: float | None = None
+    delta: float | None = None
 
     def row(self) -> dict[str, Any]:
         """The period's values with their 95% half-widths (docs/consuming.md section 4)."""
@@ -65,6 +68,9 @@ class Release:
             "sensitivity": self.sensitivity,
             "noise": self.noise,
             "noise_secure": self.noise_secure,
+            # zCDP streams only (empty for pure DP): epsilon above is their (epsilon, delta) bound
+            "rho": self.rho,
+            "delta": self.delta,
         }
 
 
@@ -138,6 +144,16 @@ def _number_map(value: object) -> dict[str, float] | None:
     return out
 
 
+def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
+    """``(rho, delta)`` of a zCDP release (both positive numbers), else ``(None, None)``."""
+    if record.get("privacy_definition") != "zcdp":
+        return None, None
+    rho, delta = _number(record.get("rho")), _number(record.get("delta"))
+    if rho is None or delta is None or rho <= 0 or not 0 < delta < 1:
+        return None, None
+    return rho, delta
+
+
 def parse_release(record: object) -> Release | None:
     """The release in ``record`` (a decoded JSON value), or None when it is not a well-formed
     release record (another kind, a missing or mistyped field): such records are not shown."""
@@ -180,6 +196,7 @@ def parse_release(record: object) -> Release | None:
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
         None if index is None or index < 0 else index,
         _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
+        *_zcdp(record),
     )  # fmt: skip
 
 
