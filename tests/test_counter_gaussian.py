@@ -149,3 +149,35 @@ def test_a_sampler_without_the_discrete_gaussian_is_refused() -> None:
     )
     with pytest.raises(ConfigError, match="cannot draw the discrete Gaussian"):
         counter.close_period(np.zeros(2, dtype=np.int64))
+
+
+def test_kary_gls_levels_spend_at_most_rho_exactly_and_declare_the_simulated_variance() -> None:
+    """The k-ary GLS tree under zCDP (budgets tuned for the Gaussian): one record touches one
+    block per level, so the levels' l2^2 / (2 sigma_l^2) add up to at most rho exactly; the
+    fixed-point GLS releases have the declared variance (simulation, power check)."""
+    from streamdp.continual.factored_counter import FactoredCounter
+    from streamdp.continual.factored_noise import level_sigmas
+    from streamdp.continual.kary_gaussian import optimise_gaussian_gls
+
+    horizon, width, trials = 9, 3, 3000
+    strategy = optimise_gaussian_gls(horizon, "total")
+    sigmas = level_sigmas(strategy, BUDGET)
+    spent = sum((Fraction(BUDGET.l2_squared) / (2 * Fraction(s) ** 2) for s in sigmas), Fraction(0))
+    assert spent <= BUDGET.rho
+    assert float(spent) == pytest.approx(0.3, rel=1e-9)  # and the budget is used, not wasted
+    noise = np.empty((horizon, trials * width))
+    for trial in range(trials):
+        counter = FactoredCounter(
+            strategy, 1.0, 5.0, width, InsecureSeededSampler(trial), gaussian=BUDGET
+        )
+        for t in range(horizon):
+            release = counter.close_period(np.zeros(width, dtype=np.int64))
+            noise[t, trial * width : (trial + 1) * width] = release.noisy_total
+    probe = FactoredCounter(strategy, 1.0, 5.0, width, InsecureSeededSampler(0), gaussian=BUDGET)
+    for t in (1, 5, 9):
+        declared = probe.total_variance(t)
+        assert variance_z_pvalue(noise[t - 1], declared) > P_THRESHOLD
+        assert variance_z_pvalue(noise[t - 1], 1.3 * declared) < P_THRESHOLD
+    state = probe.state()
+    assert state["gaussian"] == BUDGET.to_dict()
+    assert FactoredCounter.from_state(state, InsecureSeededSampler(0)).gaussian == BUDGET

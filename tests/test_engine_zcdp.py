@@ -84,7 +84,9 @@ def test_default_delta_is_1e_10_and_streams_on_a_source_add_their_rhos() -> None
         (("rho = 0.5", "rho = 0"), "privacy.rho"),
         (("rho = 0.5", "rho = 0.5, delta = 1.5"), "must be below 1"),
         (("rho = 0.5", "rh0 = 0.5"), "unknown key"),
-        (('mechanism = "binary"', 'mechanism = "kary_gls"'), "does not run under zCDP"),
+        (('mechanism = "binary"', 'mechanism = "kary_digits"'), "does not run under zCDP"),
+        (('mechanism = "binary"', 'mechanism = "kary_gls"\nobjective = "count"'),
+         "'count' is not tuned under zCDP"),
         (("rho = 0.5", "rho = 1e30"), "safe range"),
     ],
 )  # fmt: skip
@@ -134,13 +136,26 @@ def test_a_zcdp_replay_records_rho_and_says_so_in_every_release(tmp_path: Path) 
         assert record["sensitivity"] == 5
         assert record["epsilon"] == pytest.approx(7.2861404244, rel=1e-10)
         assert record["noise"] == "insecure-seeded-numpy-gaussian"
-        assert isinstance(record["noisy_total"], int)  # sums of integer noisy nodes
-    # sigma^2 = l2^2 / (2 rho / levels): N = 120 has 7 levels, equal shares
+        assert record["mechanism"] == "kary_gls"
+    # projected onto the hierarchy at publication: consistent when released
+    period_1 = {r["counter"]: r["noisy_total"] for r in releases if r["period"] == 1}
+    female, male = period_1["sex=female"], period_1["sex=male"]
+    assert female + male == pytest.approx(period_1["total"], abs=1e-6)
     first = releases[0]
-    assert first["total_std"] == pytest.approx(math.sqrt(5 * 7 / (2 * 0.5)), rel=1e-9)
     # a zCDP release without its fields is refused by the schema
     broken = {k: v for k, v in first.items() if k != "rho"}
     assert not jsonschema.Draft202012Validator(schema).is_valid(broken)
+
+
+def test_the_binary_tree_declares_sigma_squared_per_level() -> None:
+    """sigma^2 = l2^2 / (2 rho / levels): N = 12 has 4 Fenwick levels with equal shares, and
+    at this sigma the discrete Gaussian's variance is sigma^2 to float precision."""
+    spec = parse_spec(FLAG.format(rho="0.5"))
+    engine = Engine(spec, sampler=InsecureSeededSampler(1))
+    out = engine.advance_clock(release_instant(spec, 1))
+    first = json.loads(out[0].to_json())
+    assert first["total_std"] == pytest.approx(math.sqrt(1 * 4 / (2 * 0.5)), rel=1e-9)
+    assert isinstance(first["noisy_total"], int)  # sums of integer noisy nodes
 
 
 def test_the_ledger_of_a_zcdp_source_counts_rho_and_its_state_says_so() -> None:

@@ -48,6 +48,8 @@ SCENARIOS = {
     "census+zcdp": ("census", "zcdp", 3, 8.0),
     "restaurant+zcdp": ("restaurant", "zcdp", 6, 6.0),
     "hospital+zcdp": ("hospital", "zcdp", 5, 5.0),
+    "census+zcdp_gls": ("census", "zcdp_gls", 3, 8.0),  # projected at publication
+    "hospital+zcdp_gls": ("hospital", "zcdp_gls", 5, 5.0),
 }
 DRAWS = 20
 
@@ -57,19 +59,19 @@ def _spec(scenario: str) -> EngineSpec:
     spec = example_spec(base)
     if not mechanism:
         return spec
-    if mechanism == "zcdp":
-        return as_zcdp(spec)
+    if mechanism in ("zcdp", "zcdp_gls"):
+        return as_zcdp(spec, "kary_gls" if mechanism == "zcdp_gls" else "binary")
     streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}
     return replace(spec, streams=streams)
 
 
-def as_zcdp(spec: EngineSpec) -> EngineSpec:
-    """``spec`` with every stream a rho = 0.5 zCDP stream on the binary tree (its kind's L2
+def as_zcdp(spec: EngineSpec, mechanism: str) -> EngineSpec:
+    """``spec`` with every stream a rho = 0.5 zCDP stream of ``mechanism`` (its kind's L2
     bound) and every source capping rho."""
     streams = {
         name: replace(
             stream,
-            mechanism="binary",
+            mechanism=mechanism,
             objective="total",
             rho=Decimal("0.5"),
             delta=Decimal("1e-10"),

@@ -106,11 +106,6 @@ def open_bank(
     :class:`~streamdp.continual.factored_counter.FactoredCounter`). ``gaussian``: a zCDP
     stream's budget (discrete Gaussian node noise; one-node-per-period strategies)."""
     if isinstance(strategy, KaryStrategy):
-        if gaussian is not None:
-            raise ConfigError(
-                f"{strategy.mechanism} does not run under zCDP in this version (plan it with "
-                "streamdp plan --rho)"
-            )
         return FactoredCounter(
             strategy,
             epsilon,
@@ -119,6 +114,7 @@ def open_bank(
             sampler,
             noise_label=noise_label,
             projection=projection,
+            gaussian=gaussian,
         )
     if projection is not None:
         raise ConfigError(

@@ -42,6 +42,7 @@ from streamdp.continual.counter_checks import check_bank, int_vector
 from streamdp.continual.factored_blocks import blocks_ending
 from streamdp.continual.factored_noise import EpochNoise, project_rows
 from streamdp.continual.factored_state import factored_state, restore_factored
+from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.privacy import check_privacy
 from streamdp.continual.releases import FactoredRelease
@@ -69,7 +70,9 @@ class FactoredCounter:
         noise_label: str = "",
         node_noise: Int64Array | None = None,
         projection: FloatArray | None = None,
+        gaussian: GaussianBudget | None = None,
     ) -> None:
+        # under zCDP (``gaussian``) ``epsilon`` is the (epsilon, delta) bound, reported only
         self.epsilon, self.sensitivity = check_privacy(epsilon, sensitivity)
         check_bank(width, epoch, carry_variance)
         self.strategy = strategy
@@ -83,7 +86,10 @@ class FactoredCounter:
         if self.carry.shape != (self.width,):
             raise ConfigError(f"carry must have shape ({self.width},), got {self.carry.shape}")
         self.carry_variance = float(carry_variance)
-        self._noise = EpochNoise(strategy, epsilon, self.sensitivity, self.width, projection)
+        self.gaussian = gaussian
+        self._noise = EpochNoise(
+            strategy, epsilon, self.sensitivity, self.width, projection, gaussian=gaussian
+        )
         if node_noise is not None:
             self.adopt_noise(node_noise)
         self._total_var = strategy.total_variances(self._noise.node_var)
@@ -286,6 +292,7 @@ class FactoredCounter:
             carry_variance=self.total_variance(self._closed) + self.carry_variance,
             noise_label=self.noise_label,
             projection=self._noise.projection,
+            gaussian=self.gaussian,
         )
 
     @property

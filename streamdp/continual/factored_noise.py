@@ -17,10 +17,13 @@ the counter, which applies it to the noisy totals (never to the noise alone: a f
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.fixed_point import fixed_to_float, split_fixed
+from streamdp.continual.gaussian_budgets import GaussianBudget, exact_sigma
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import exact_scale
 from streamdp.continual.privacy import (
@@ -31,6 +34,12 @@ from streamdp.continual.privacy import (
     exact_epsilon,
 )
 from streamdp.errors import ConfigError, StateError
+from streamdp.noise.gaussian import (
+    MAX_GAUSSIAN_SIGMA,
+    MIN_GAUSSIAN_SIGMA,
+    discrete_gaussian_variance,
+    gaussian_sampler,
+)
 from streamdp.noise.sampler import NoiseSampler, discrete_laplace_variance
 
 Int64Array = npt.NDArray[np.int64]
@@ -58,6 +67,25 @@ def level_scales(strategy: KaryStrategy, epsilon: Epsilon, sensitivity: float) -
     return scales
 
 
+def level_sigmas(strategy: KaryStrategy, gaussian: GaussianBudget) -> list[float]:
+    """Discrete Gaussian sigma of each level under zCDP: level ``l`` spends
+    ``rho * budget_l`` (a record touches one block per level and the budgets add up to at most
+    1 exactly), its sigma rounded up until ``l2^2 / (2 sigma^2)`` is at most that share in
+    exact rationals. :class:`ConfigError` outside the sampler's safe range."""
+    sigmas = [
+        exact_sigma(gaussian.l2_squared, gaussian.rho * Fraction(share))
+        for share in strategy.budgets
+    ]
+    for level, sigma in enumerate(sigmas):
+        if not MIN_GAUSSIAN_SIGMA <= sigma <= MAX_GAUSSIAN_SIGMA:
+            raise ConfigError(
+                f"rho {float(gaussian.rho):.6g} with squared L2 bound {gaussian.l2_squared} gives "
+                f"level {level} of {strategy.mechanism} the sigma {sigma:.6g}, outside the "
+                "sampler's safe range [2^-40, 2^40]"
+            )
+    return sigmas
+
+
 def draw_epoch_noise(  # noqa: PLR0917 - the counter's noise parameters, in its own order
     strategy: KaryStrategy,
     scales: list[float],
@@ -65,19 +93,24 @@ def draw_epoch_noise(  # noqa: PLR0917 - the counter's noise parameters, in its 
     sampler: NoiseSampler,
     noise_label: str,
     epoch: int,
+    *,
+    gaussian: bool = False,
 ) -> Int64Array:
     """Every node's noise of ``epoch``, shape ``(nodes, width)``, one sampler call per level;
-    the whole epoch's draw happens here. :class:`StateError` if the sampler returns a wrong
-    shape."""
+    the whole epoch's draw happens here: discrete Laplace of the level's scale, or with
+    ``gaussian`` the discrete Gaussian of the level's sigma. :class:`StateError` if the sampler
+    returns a wrong shape."""
     parts = []
     for level, blocks in enumerate(strategy.blocks):
         scale = scales[level]
         size = blocks * width
-        if noise_label:
-            label = f"{noise_label}|e{epoch}|L{level}"
-            noise = np.asarray(sampler.discrete_laplace(scale, size, label=label))
+        label = f"{noise_label}|e{epoch}|L{level}" if noise_label else ""
+        if gaussian:
+            noise = np.asarray(
+                gaussian_sampler(sampler).discrete_gaussian(scale, size, label=label)
+            )
         else:
-            noise = np.asarray(sampler.discrete_laplace(scale, size))
+            noise = np.asarray(sampler.discrete_laplace(scale, size, label=label))
         if noise.shape != (size,):
             raise StateError(
                 f"sampler {sampler.name!r} returned shape {noise.shape}, expected ({size},)"
@@ -113,11 +146,18 @@ class EpochNoise:
         sensitivity: float,
         width: int,
         projection: FloatArray | None,
+        *,
+        gaussian: GaussianBudget | None = None,
     ) -> None:
         self.strategy = strategy
         self.width = width
-        self.scales = level_scales(strategy, epsilon, sensitivity)
-        level_var = np.array([discrete_laplace_variance(b) for b in self.scales])
+        self.gaussian = gaussian
+        if gaussian is None:  # discrete Laplace scales per level
+            self.scales = level_scales(strategy, epsilon, sensitivity)
+            level_var = np.array([discrete_laplace_variance(b) for b in self.scales])
+        else:  # zCDP: discrete Gaussian sigmas per level
+            self.scales = level_sigmas(strategy, gaussian)
+            level_var = np.array([discrete_gaussian_variance(s) for s in self.scales])
         self.node_var: FloatArray = level_var[strategy.node_levels]
         self.projection: FloatArray | None = None
         if projection is not None:
@@ -154,7 +194,13 @@ class EpochNoise:
         if self.nodes is None:
             self._set(
                 draw_epoch_noise(
-                    self.strategy, self.scales, self.width, sampler, noise_label, epoch
+                    self.strategy,
+                    self.scales,
+                    self.width,
+                    sampler,
+                    noise_label,
+                    epoch,
+                    gaussian=self.gaussian is not None,
                 )
             )
         assert self.nodes is not None

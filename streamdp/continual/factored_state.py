@@ -25,6 +25,7 @@ import numpy.typing as npt
 from streamdp.continual.bank_state import bank_state, check_state_header, periods_closed
 from streamdp.continual.counter_checks import int_vector
 from streamdp.continual.factored_blocks import finalised_nodes
+from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.errors import ConfigError, StateError
 from streamdp.noise.sampler import NoiseSampler
@@ -56,6 +57,8 @@ def factored_state(
         "exact_total": counter._exact_total.tolist(),
         "block_start": counter._block_start.tolist(),
     }
+    if counter.gaussian is not None:  # a zCDP counter: its budget rebuilds the same sigmas
+        out["gaussian"] = counter.gaussian.to_dict()
     if with_nodes:
         out["noisy_nodes"] = [v.tolist() for v in counter._final]
     return out
@@ -89,6 +92,7 @@ def restore_factored(
             carry_variance=state["carry_variance"],
             noise_label=state.get("noise_label", ""),
             projection=projection,
+            gaussian=(GaussianBudget.from_dict(state["gaussian"]) if "gaussian" in state else None),
         )
         noise = state.get("node_noise")
         if noise is not None:

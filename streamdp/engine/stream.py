@@ -26,6 +26,7 @@ import numpy.typing as npt
 from streamdp.continual.bank import CounterBank, open_bank
 from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
+from streamdp.continual.kary_gaussian import optimise_gaussian_gls
 from streamdp.continual.strategy import Strategy, build_any_strategy
 from streamdp.engine.open_periods import OpenPeriods
 from streamdp.engine.periods import PeriodClock
@@ -45,6 +46,9 @@ SpendHook = Callable[[str, str, int, Any], object]
 def stream_strategy(spec: StreamSpec) -> Strategy | KaryStrategy:
     """The stream's strategy (cached: a k-ary strategy is optimised for the spec's objective
     and exact horizon once per process). Raises :class:`ConfigError` if it cannot be built."""
+    if spec.rho is not None and spec.mechanism == "kary_gls":
+        # under zCDP the level budgets are tuned for the Gaussian (variance ~ 1 / budget)
+        return optimise_gaussian_gls(spec.horizon, spec.objective, spec.branching)
     return build_any_strategy(spec.mechanism, spec.objective, spec.horizon, spec.branching)
 
 

@@ -41,7 +41,7 @@ _STREAM_KEYS = (
 )  # fmt: skip
 _PRIVACY_KEYS = ("definition", "rho", "delta")
 #: Mechanisms a zCDP stream runs in the worker (the others are planned with ``plan --rho``).
-ZCDP_WORKER_MECHANISMS = ("binary",)
+ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls")
 #: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
 #: a paragraph and a column label, carried by every release record.
 ABOUT_LIMITS = {"title": 120, "description": 1000, "unit": 40}
@@ -141,8 +141,13 @@ def read_stream(
                 f"{', '.join(ZCDP_WORKER_MECHANISMS)} (compare the zCDP counters with "
                 "streamdp plan --rho)",
             )
+        if mechanism == "kary_gls" and objective == "count":
+            raise ctx.fail(
+                "objective",
+                "'count' is not tuned under zCDP; kary_gls takes 'total' or 'minimax' there",
+            )
         l2_squared = stream_kind(counters.kind).l2_squared_bound(counters, constraints, sensitivity)
-        _check_gaussian_limits(ctx, rho, l2_squared, mechanism, objective, horizon)
+        _check_gaussian_limits(ctx, rho, l2_squared, mechanism, objective, horizon, branching)
     return StreamSpec(
         name=name,
         source=source.name,
@@ -217,19 +222,29 @@ def _zcdp_epsilon(rho: Decimal, delta: Decimal | None) -> Decimal:
 
 
 def _check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
-    ctx: ConfigReader, rho: Decimal, l2_squared: int, mechanism: str, objective: str, horizon: int
+    ctx: ConfigReader,
+    rho: Decimal,
+    l2_squared: int,
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    branching: int | None,
 ) -> None:
-    """Refuse a rho whose node sigmas leave the discrete Gaussian sampler's safe range."""
+    """Refuse a rho whose node (or level) sigmas leave the discrete Gaussian sampler's safe
+    range; a kary_gls stream's level budgets are tuned here once (cached for the worker)."""
     from fractions import Fraction
 
+    from streamdp.continual.factored_noise import level_sigmas
     from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas
+    from streamdp.continual.kary_gaussian import optimise_gaussian_gls
     from streamdp.continual.strategy import build_strategy
 
+    budget = GaussianBudget(Fraction(rho), l2_squared)
     try:
-        gaussian_node_sigmas(
-            build_strategy(mechanism, objective, horizon),
-            GaussianBudget(Fraction(rho), l2_squared),
-        )
+        if mechanism == "kary_gls":
+            level_sigmas(optimise_gaussian_gls(horizon, objective, branching), budget)
+        else:
+            gaussian_node_sigmas(build_strategy(mechanism, objective, horizon), budget)
     except ConfigError as error:
         raise ctx.fail("privacy.rho", str(error)) from None
 
