@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+from fractions import Fraction
 from typing import Any
 
+from streamdp.continual.definitions import DEFAULT_DELTA
 from streamdp.continual.kary_config import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
 from streamdp.continual.variance import NOISES
@@ -174,9 +177,18 @@ def _run_config(args: argparse.Namespace) -> int:
         out: list[str] = []
         data: dict[str, Any] = {}
         for name, stream in spec.streams.items():
-            results = compare(
-                stream.horizon, float(stream.epsilon), float(stream.sensitivity), args.noise
-            )
+            if stream.rho is not None:  # zCDP: both definitions at its (epsilon, delta)
+                results = compare_definitions(
+                    stream.horizon,
+                    float(stream.epsilon),
+                    float(stream.sensitivity),
+                    math.sqrt(stream.l2_squared),
+                    Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+                )
+            else:
+                results = compare(
+                    stream.horizon, float(stream.epsilon), float(stream.sensitivity), args.noise
+                )
             data[name] = [r.as_dict() for r in results]
             out += [f"stream {name}", render_comparison(results), ""]
         text = json.dumps(data, indent=2) if args.format == "json" else "\n".join(out).rstrip()
@@ -184,7 +196,27 @@ def _run_config(args: argparse.Namespace) -> int:
         return 0
     rows: list[StreamPlan] = []
     for name, stream in spec.streams.items():
-        if args.target_std is None:
+        if stream.rho is not None:
+            if args.target_std is not None:
+                raise ConfigError(
+                    f"--target-std finds an epsilon; stream {name!r} is zCDP (it spends rho): "
+                    "plan it without --target-std, or with --rho and its flags"
+                )
+            rows.append(
+                StreamPlan(
+                    name,
+                    plan_zcdp(
+                        stream.mechanism,
+                        stream.objective,
+                        stream.horizon,
+                        Fraction(stream.rho),
+                        math.sqrt(stream.l2_squared),
+                        delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+                        branching=stream.branching,
+                    ),
+                )
+            )
+        elif args.target_std is None:
             result = plan(
                 stream.mechanism,
                 stream.objective,

@@ -139,6 +139,8 @@ def render_streams(rows: list[StreamPlan], target: float | None) -> str:
     for row in rows:
         r = row.plan
         mechanism = r.mechanism if r.objective == "total" else f"{r.mechanism}/{r.objective}"
+        if r.privacy.get("definition") == "zcdp":
+            mechanism += " (zCDP)"
         lines.append(
             f"{row.stream:<22} {mechanism:<18} {r.horizon:>6} {r.epsilon:>8.4g} "
             f"{r.sensitivity:>5g} {math.sqrt(r.mean_variance):>9.4g} "
@@ -155,5 +157,10 @@ def render_streams(rows: list[StreamPlan], target: float | None) -> str:
         lines += [
             "epsilon: per epoch (event-level); standard deviations in counts: mean and max over",
             "the horizon of the running total's, mean of the period count's",
+        ]
+    if any(row.plan.privacy.get("definition") == "zcdp" for row in rows):
+        lines += [
+            "(zCDP): the stream spends rho; its epsilon is the (epsilon, delta) bound of that rho",
+            "at the delta its spec states, and its sens. the L2 bound of one event",
         ]
     return "\n".join(lines)
