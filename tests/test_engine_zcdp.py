@@ -131,7 +131,7 @@ def test_a_zcdp_replay_records_rho_and_says_so_in_every_release(tmp_path: Path) 
     for record in releases:
         jsonschema.validate(record, schema)
         assert record["privacy_definition"] == "zcdp"
-        assert (record["rho"], record["delta"]) == (0.5, 1e-10)
+        assert (record["rho"], record["privacy_delta"]) == (0.5, 1e-10)
         assert record["l2_sensitivity"] == math.sqrt(5)
         assert record["sensitivity"] == 5
         assert record["epsilon"] == pytest.approx(7.2861404244, rel=1e-10)

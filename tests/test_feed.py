@@ -797,7 +797,7 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     assert stream["rho_per_epoch"] == [{"epoch": 0, "rho": 0.5, "delta": 1e-10}]
     assert stream["rho_sum_over_epochs"] == 0.5
     rows = list(csv.DictReader(io.StringIO((site / "releases.csv").read_text())))
-    assert {(r["rho"], r["delta"], r["noise"]) for r in rows} == {
+    assert {(r["rho"], r["privacy_delta"], r["noise"]) for r in rows} == {
         ("0.5", "1e-10", "insecure-seeded-numpy-gaussian")
     }
     dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())

@@ -23,7 +23,7 @@ def runs_by_walking(entries: tuple[LedgerEntry, ...]) -> list[dict[str, Any]]:
     """The runs as ``BudgetLedger.state`` built them before (db2c901): one walk of every entry."""
     runs: dict[tuple[str, str, Decimal], list[list[int]]] = {}
     for e in entries:
-        spans = runs.setdefault((e.source, e.stream, e.epsilon), [])
+        spans = runs.setdefault((e.source, e.stream, e.amount), [])
         if spans and spans[-1][1] == e.epoch - 1:
             spans[-1][1] = e.epoch
         else:
@@ -40,7 +40,7 @@ def spent_by_walking(entries: tuple[LedgerEntry, ...], source: str) -> Decimal:
     per_stream: dict[str, Decimal] = {}
     for entry in entries:
         if entry.source == source:
-            per_stream[entry.stream] = max(per_stream.get(entry.stream, Decimal(0)), entry.epsilon)
+            per_stream[entry.stream] = max(per_stream.get(entry.stream, Decimal(0)), entry.amount)
     return sum(per_stream.values(), Decimal(0))
 
 
@@ -67,7 +67,7 @@ def _snapshot(rng: random.Random, home: dict[str, tuple[str, Decimal]]) -> list[
 
 def _disagrees(ledger: BudgetLedger, entries: list[dict[str, Any]]) -> bool:
     """Whether a snapshot holds an amount for a known epoch that differs from the ledger's."""
-    known = {(e.stream, e.epoch): e.epsilon for e in ledger.entries}
+    known = {(e.stream, e.epoch): e.amount for e in ledger.entries}
     for raw in entries:
         first, last = raw["epochs"] if "epochs" in raw else (raw["epoch"], raw["epoch"])
         for epoch in range(first, last + 1):
@@ -103,7 +103,7 @@ def test_kept_runs_and_maxima_equal_a_walk_of_every_entry(seed: int) -> None:
             stream = rng.choice(STREAMS)
             source, usual = home[stream]
             epoch, epsilon = rng.randint(0, 40), _epsilon_of(rng, usual)
-            known = {(e.stream, e.epoch): e.epsilon for e in ledger.entries}
+            known = {(e.stream, e.epoch): e.amount for e in ledger.entries}
             if known.get((stream, epoch), epsilon) != epsilon:
                 with pytest.raises(BudgetError, match="cannot change"):
                     ledger.record_epoch(source, stream, epoch, epsilon)

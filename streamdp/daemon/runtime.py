@@ -108,7 +108,7 @@ class WorkerRuntime:
             }
             if stream_spec.rho is not None:
                 entry["rho_per_epoch"] = str(stream_spec.rho)
-                entry["delta"] = str(stream_spec.delta)
+                entry["privacy_delta"] = str(stream_spec.delta)
             if engine is not None:
                 runtime = engine.streams[name]
                 entry["periods_released"] = runtime.closed

@@ -28,14 +28,15 @@ def scaled_stds(std: float, scale: FloatArray | None, width: int) -> list[float]
 
 def zcdp_fields(spec: StreamSpec) -> dict[str, object]:
     """A zCDP stream's release fields (issue 27): ``privacy_definition``, ``rho`` per epoch,
-    the ``delta`` the record's ``epsilon`` is stated at, and ``l2_sensitivity`` (the L2 bound
+    the ``privacy_delta`` the record's ``epsilon`` is stated at (not ``delta``: schema version
+    1 used that name for the sensitivity), and ``l2_sensitivity`` (the L2 bound
     of one event; ``sensitivity`` stays its L1 bound). Empty for a pure-DP stream."""
     if spec.rho is None:
         return {}
     return {
         "privacy_definition": "zcdp",
         "rho": float(spec.rho),
-        "delta": float(spec.delta) if spec.delta is not None else None,
+        "privacy_delta": float(spec.delta) if spec.delta is not None else None,
         "l2_sensitivity": math.sqrt(spec.l2_squared),
     }
 

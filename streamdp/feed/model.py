@@ -38,7 +38,7 @@ RELEASE_COLUMNS = (
     "noise",
     "noise_secure",
     "rho",
-    "delta",
+    "privacy_delta",
 )
 #: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
 CONSISTENT_COLUMNS = (

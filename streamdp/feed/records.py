@@ -70,7 +70,7 @@ class Release:
             "noise_secure": self.noise_secure,
             # zCDP streams only (empty for pure DP): epsilon above is their (epsilon, delta) bound
             "rho": self.rho,
-            "delta": self.delta,
+            "privacy_delta": self.delta,
         }
 
 
@@ -148,7 +148,7 @@ def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
     """``(rho, delta)`` of a zCDP release (both positive numbers), else ``(None, None)``."""
     if record.get("privacy_definition") != "zcdp":
         return None, None
-    rho, delta = _number(record.get("rho")), _number(record.get("delta"))
+    rho, delta = _number(record.get("rho")), _number(record.get("privacy_delta"))
     if rho is None or delta is None or rho <= 0 or not 0 < delta < 1:
         return None, None
     return rho, delta
