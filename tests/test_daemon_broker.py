@@ -521,3 +521,54 @@ def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker,
     assert never in line, line
     assert "none fetched" in line, line
     _a_replacement_publishes_the_replay(broker, start, scenario, config, app_id, T, expected)
+
+
+def _hospital_as_zcdp(text: str) -> str:
+    """The scenario's hospital half under rho-zCDP: its source caps rho, the census stream runs
+    kary_gls (projected onto the hierarchy at publication), the HIV stream the binary tree."""
+    restaurant, hospital = text.split("[sources.hospital-admissions]", 1)
+    hospital = hospital.replace("epsilon_cap = 1.0", "rho_cap = 1.0", 1)
+    census, hiv = hospital.split("[streams.hiv-admissions]", 1)
+    census = census.replace(
+        "epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "kary_gls"', 1
+    )
+    hiv = hiv.replace(
+        "epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "binary"', 1
+    )
+    return f"{restaurant}[sources.hospital-admissions]{census}[streams.hiv-admissions]{hiv}"
+
+
+def test_zcdp_streams_run_in_the_worker_and_equal_their_replay(broker, setup) -> None:
+    """Issue 27: a census stream (kary_gls) and a flag stream (binary tree) under zCDP beside
+    the restaurant's pure-DP stream: the worker publishes exactly the replay's records, which
+    say rho and the discrete Gaussian, and /metrics shows the rho its ledger recorded."""
+    make, start = setup
+    scenario, config, app_id, T = make(periods=20)
+    scenario.spec_text = _hospital_as_zcdp(scenario.spec_text)
+    config.write_text(scenario.spec_text)
+    assert scenario.spec.streams["admissions-census"].definition == "zcdp"
+    assert scenario.spec.sources["hospital-admissions"].definition == "zcdp"
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    produce(broker, lines_as_records(scenario))
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    expected = replay_outputs(scenario, T)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    _values(seen, expected, T)
+    census = [json.loads(v) for v in expected[T.releases].values() if '"admissions-census"' in v]
+    assert census
+    assert all(r["privacy_definition"] == "zcdp" and r["rho"] == 0.5 for r in census)
+    assert {r["noise"] for r in census} == {"insecure-seeded-numpy-gaussian"}
+    rho: dict[str, float] = {}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and rho.get("hospital-admissions") != 0.5:
+        for family in text_string_to_metric_families(worker.metrics()):
+            if family.name == "streamdp_source_rho_spent":
+                rho = {s.labels["source"]: s.value for s in family.samples}
+        time.sleep(0.5)
+    assert rho == {"hospital-admissions": 0.5}  # the census stream's; HIV not released yet
+    status = worker.status()
+    assert status is not None
+    assert status["streams"]["admissions-census"]["privacy_definition"] == "zcdp"
+    assert status["streams"]["admissions-census"]["rho_per_epoch"] == "0.5"
+    assert worker.stop() == 0, worker.log_tail()
