@@ -523,14 +523,17 @@ def test_an_input_topic_the_client_never_fetches_ends_the_worker_with_75(broker,
     _a_replacement_publishes_the_replay(broker, start, scenario, config, app_id, T, expected)
 
 
-def _hospital_as_zcdp(text: str) -> str:
+def _hospital_as_zcdp(text: str, census_mechanism: str) -> str:
     """The scenario's hospital half under rho-zCDP: its source caps rho, the census stream runs
-    kary_gls (projected onto the hierarchy at publication), the HIV stream the binary tree."""
+    ``census_mechanism`` (kary_gls or blt: projected onto the hierarchy at publication), the
+    HIV stream the binary tree."""
     restaurant, hospital = text.split("[sources.hospital-admissions]", 1)
     hospital = hospital.replace("epsilon_cap = 1.0", "rho_cap = 1.0", 1)
     census, hiv = hospital.split("[streams.hiv-admissions]", 1)
     census = census.replace(
-        "epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "kary_gls"', 1
+        "epsilon = 0.5",
+        f'privacy = {{ definition = "zcdp", rho = 0.5 }}\nmechanism = "{census_mechanism}"',
+        1,
     )
     hiv = hiv.replace(
         "epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "binary"', 1
@@ -538,13 +541,17 @@ def _hospital_as_zcdp(text: str) -> str:
     return f"{restaurant}[sources.hospital-admissions]{census}[streams.hiv-admissions]{hiv}"
 
 
-def test_zcdp_streams_run_in_the_worker_and_equal_their_replay(broker, setup) -> None:
-    """Issue 27: a census stream (kary_gls) and a flag stream (binary tree) under zCDP beside
-    the restaurant's pure-DP stream: the worker publishes exactly the replay's records, which
-    say rho and the discrete Gaussian, and /metrics shows the rho its ledger recorded."""
+@pytest.mark.parametrize("census_mechanism", ["kary_gls", "blt"])
+def test_zcdp_streams_run_in_the_worker_and_equal_their_replay(
+    broker, setup, census_mechanism: str
+) -> None:
+    """Issue 27: a census stream (kary_gls, or the lattice BLT with its O(buffers) state) and
+    a flag stream (binary tree) under zCDP beside the restaurant's pure-DP stream: the worker
+    publishes exactly the replay's records, which say rho and the discrete Gaussian, and
+    /metrics shows the rho its ledger recorded."""
     make, start = setup
     scenario, config, app_id, T = make(periods=20)
-    scenario.spec_text = _hospital_as_zcdp(scenario.spec_text)
+    scenario.spec_text = _hospital_as_zcdp(scenario.spec_text, census_mechanism)
     config.write_text(scenario.spec_text)
     assert scenario.spec.streams["admissions-census"].definition == "zcdp"
     assert scenario.spec.sources["hospital-admissions"].definition == "zcdp"
@@ -558,6 +565,7 @@ def test_zcdp_streams_run_in_the_worker_and_equal_their_replay(broker, setup) ->
     census = [json.loads(v) for v in expected[T.releases].values() if '"admissions-census"' in v]
     assert census
     assert all(r["privacy_definition"] == "zcdp" and r["rho"] == 0.5 for r in census)
+    assert {r["mechanism"] for r in census} == {census_mechanism}
     assert {r["noise"] for r in census} == {"insecure-seeded-numpy-gaussian"}
     rho: dict[str, float] = {}
     deadline = time.monotonic() + 60

@@ -65,8 +65,11 @@ def _scenario_spec(scenario: str):
     base, _, mechanism = scenario.partition("+")
     if base == "restaurant-rolling":
         return _restaurant_rolling_spec(mechanism or "fda")
-    if mechanism == "zcdp":  # the zCDP example of the base (census_zcdp.toml)
-        return parse_spec(_example_text(f"{base}_zcdp").replace("horizon = 120", "horizon = 8"))
+    if mechanism.startswith("zcdp"):  # the zCDP example of the base (census_zcdp.toml)
+        text = _example_text(f"{base}_zcdp").replace("horizon = 120", "horizon = 8")
+        if mechanism == "zcdp_blt":
+            text = text.replace('mechanism = "kary_gls"', 'mechanism = "blt"')
+        return parse_spec(text)
     if not mechanism:
         return example_spec(base)
     text = _example_text(base).replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
@@ -81,6 +84,7 @@ def _scenario_spec(scenario: str):
         ("restaurant-rolling+kary_gls", 30, 15),
         ("hospital+kary_digits", 70, 8),
         ("census+zcdp", 12, 10),  # discrete Gaussian nodes, epochs of 8 months
+        ("census+zcdp_blt", 12, 10),  # the lattice BLT: buffers and noisy values restored
     ],
 )
 def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> None:

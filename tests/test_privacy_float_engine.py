@@ -30,6 +30,7 @@ from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.stream import stream_strategy
 from streamdp.kinds import stream_kind
+from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
 from tests.coupling import CoupledSampler, Footprint
 
@@ -90,6 +91,11 @@ def as_zcdp(spec: EngineSpec, mechanism: str) -> EngineSpec:
 
 def _records(scenario: str, spec: EngineSpec) -> list[tuple[str, float]]:
     base, _, periods, rate = SCENARIOS[scenario]
+    return _generated(base, periods, rate, spec)
+
+
+def _generated(base: str, periods: int, rate: float, spec: EngineSpec) -> list[tuple[str, float]]:
+    """The scenario's records, each arriving a minute after its event time."""
     out = []
     for line in generate(base, periods, rate, seed=11, spec=spec):
         ts = parse_instant(json.loads(line.text)["event_time"])
@@ -206,3 +212,75 @@ def test_a_counted_record_under_the_coupling_changes_no_published_byte(
         equal, moved = coupled_draw(scenario, path, rng, tmp_path / str(draw), power=draw == 0)
         assert equal, f"draw {draw}: a counted record changed published bytes"
         assert moved in (None, True)
+
+
+class _ZeroGaussian(InsecureSeededSampler):
+    """No noise at all (a test device): the noisy values it leads to are the encoding F."""
+
+    def discrete_gaussian(self, sigma: float, size: int, *, label: str = "") -> Any:
+        return np.zeros(size, dtype=np.int64)
+
+
+class _ShiftedGaussian(InsecureSeededSampler):
+    """Seeded labelled draws minus ``shifts[label]`` (the BLT coupling: D' gets z - (F' - F),
+    a shift that depends on the data, so it is computed from the two encodings)."""
+
+    def __init__(self, seed: int, shifts: dict[str, Any]) -> None:
+        super().__init__(seed)
+        self.shifts = shifts
+
+    def discrete_gaussian(self, sigma: float, size: int, *, label: str = "") -> Any:
+        noise = super().discrete_gaussian(sigma, size, label=label)
+        shift = self.shifts.get(label)
+        return noise if shift is None else noise - shift
+
+
+def _encodings(spec: EngineSpec, records: list[tuple[str, float]], periods: int) -> dict[str, Any]:
+    """Per draw label, the BLT encoding F of the data (the noisy values under zero noise)."""
+    from streamdp.engine import Engine
+
+    engine = Engine(spec, sampler=_ZeroGaussian(0))
+    for text, _ in records:
+        engine.ingest(text)
+    engine.advance_clock(release_instant(spec, periods))
+    out = {}
+    for name, runtime in engine.streams.items():
+        for epoch, values in enumerate(runtime.node_values()):
+            for t, row in enumerate(values, start=1):
+                out[f"{name}|e{epoch}|n{t}"] = np.asarray(row, dtype=np.int64)
+    return out
+
+
+@pytest.mark.parametrize("path", ["replay", "daemon"])
+@pytest.mark.parametrize("base", ["census", "restaurant", "hospital"])
+def test_blt_streams_under_the_coupling_change_no_published_byte(
+    base: str, path: str, tmp_path: Path
+) -> None:
+    """The lattice BLT (issue 27): D with noise z and D + one counted record with noise
+    z - (F(D') - F(D)) have the same noisy values, so every published byte is equal; without
+    the shift the record moves the output (power)."""
+    periods, rate = {"census": (3, 8.0), "restaurant": (6, 6.0), "hospital": (5, 5.0)}[base]
+    spec = as_zcdp(example_spec(base), "blt")
+    records = _generated(base, periods, rate, spec)
+    rng = np.random.default_rng(zlib.crc32(f"blt|{base}|{path}".encode()))
+
+    def run(data: list[tuple[str, float]], sampler: Any, label: str) -> list[str]:
+        if path == "replay":
+            return _via_replay(spec, data, periods, sampler, tmp_path / label)
+        return _via_daemon(spec, data, periods, sampler)
+
+    for draw in range(6):
+        extra = None
+        while extra is None:
+            extra = _with_extra(spec, records, int(rng.integers(len(records))))
+        neighbour, _ = extra
+        before = _encodings(spec, records, periods)
+        after = _encodings(spec, neighbour, periods)
+        shifts = {k: after[k] - before[k] for k in before if (after[k] != before[k]).any()}
+        assert shifts, "the extra record changed no encoding"
+        seed = int(rng.integers(2**31))
+        published = run(records, _ShiftedGaussian(seed, {}), f"{draw}-d")
+        assert published
+        assert run(neighbour, _ShiftedGaussian(seed, shifts), f"{draw}-coupled") == published
+        if draw == 0:  # power: without the shifted noise the record moves the output
+            assert run(neighbour, _ShiftedGaussian(seed, {}), f"{draw}-plain") != published

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.blt_counter import STATE_KIND as BLT_KIND
+from streamdp.continual.blt_counter import BltCounter, BltStrategy
 from streamdp.continual.counter import ContinualCounter
 from streamdp.continual.counter_state import STATE_KIND as CONTINUAL_KIND
 from streamdp.continual.factored_counter import FactoredCounter
@@ -91,7 +93,7 @@ class CounterBank(Protocol):
 
 
 def open_bank(
-    strategy: Strategy | KaryStrategy,
+    strategy: Strategy | KaryStrategy | BltStrategy,
     epsilon: float,
     sensitivity: float,
     width: int,
@@ -105,6 +107,19 @@ def open_bank(
     only (their noise is known at the epoch's start; see
     :class:`~streamdp.continual.factored_counter.FactoredCounter`). ``gaussian``: a zCDP
     stream's budget (discrete Gaussian node noise; one-node-per-period strategies)."""
+    if isinstance(strategy, BltStrategy):
+        if gaussian is None:
+            raise ConfigError("the blt mechanism runs under zCDP only (discrete Gaussian noise)")
+        return BltCounter(
+            strategy,
+            epsilon,
+            sensitivity,
+            width,
+            sampler,
+            gaussian=gaussian,
+            noise_label=noise_label,
+            projection=projection,
+        )
     if isinstance(strategy, KaryStrategy):
         return FactoredCounter(
             strategy,
@@ -130,12 +145,15 @@ def restore_bank(
     state: dict[str, Any], sampler: NoiseSampler, *, projection: FloatArray | None = None
 ) -> CounterBank:
     """Restore :meth:`CounterBank.state` output without drawing (:class:`StateError` if the
-    state is of neither kind or malformed)."""
+    state is of no known kind or malformed)."""
     kind = state.get("kind")
+    if kind == BLT_KIND:
+        return BltCounter.from_state(state, sampler, projection=projection)
     if kind == FACTORED_KIND:
         return FactoredCounter.from_state(state, sampler, projection=projection)
     if kind == CONTINUAL_KIND:
         return ContinualCounter.from_state(state, sampler)
     raise StateError(
-        f"counter state of kind {kind!r} is neither {CONTINUAL_KIND!r} nor {FACTORED_KIND!r}"
+        f"counter state of kind {kind!r} is none of {CONTINUAL_KIND!r}, {FACTORED_KIND!r}, "
+        f"{BLT_KIND!r}"
     )

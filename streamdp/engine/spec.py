@@ -28,7 +28,7 @@ CounterKind = Literal["items", "attributes", "flag"]
 ConstraintKind = Literal["none", "combos", "hierarchy"]
 EpochEnd = Literal["roll", "stop"]
 OverSensitivity = Literal["reject", "clip"]
-Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls"]
+Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls", "blt"]
 Objective = Literal["total", "minimax", "count"]
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.bank import CounterBank, open_bank
+from streamdp.continual.blt_counter import BltStrategy, blt_strategy
 from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_gaussian import optimise_gaussian_gls
@@ -43,9 +44,11 @@ from streamdp.noise.sampler import NoiseSampler
 SpendHook = Callable[[str, str, int, Any], object]
 
 
-def stream_strategy(spec: StreamSpec) -> Strategy | KaryStrategy:
+def stream_strategy(spec: StreamSpec) -> Strategy | KaryStrategy | BltStrategy:
     """The stream's strategy (cached: a k-ary strategy is optimised for the spec's objective
     and exact horizon once per process). Raises :class:`ConfigError` if it cannot be built."""
+    if spec.mechanism == "blt":  # zCDP only (the spec refuses it otherwise)
+        return blt_strategy(spec.horizon, spec.objective)
     if spec.rho is not None and spec.mechanism == "kary_gls":
         # under zCDP the level budgets are tuned for the Gaussian (variance ~ 1 / budget)
         return optimise_gaussian_gls(spec.horizon, spec.objective, spec.branching)
@@ -78,21 +81,24 @@ class StreamRuntime:
         # leave the span would reveal their component outside it; such streams project their
         # releases in revisions instead (post-processing of the releases).
         self._noise_ahead = isinstance(self.strategy, KaryStrategy)
+        # the BLT counter draws each period's noise at its close, like a tree, but its
+        # releases are decoded (not tree-path sums): they are projected and revised as the
+        # k-ary ones are
+        decoded = self._noise_ahead or isinstance(self.strategy, BltStrategy)
         constraints = spec.constraints
         exact_in_span = constraints.kind == "hierarchy" or (
             constraints.kind == "combos" and constraints.orders_must_be_combos
         )
         self._projection = (
-            project_nodes(spec, np.eye(self.width)) if self._noise_ahead and exact_in_span else None
+            project_nodes(spec, np.eye(self.width)) if decoded and exact_in_span else None
         )
         self.revisions = StreamRevisions(
             spec,
             self.clock,
-            noise_ahead=self._noise_ahead,
-            project_in_revisions=(
-                self._noise_ahead and constraints.kind != "none" and not exact_in_span
-            ),
+            noise_ahead=decoded,
+            project_in_revisions=(decoded and constraints.kind != "none" and not exact_in_span),
         )
+        self._decoded = decoded
         self._release_scale = (
             np.sqrt(self.revisions.projection_diagonal()) if self._projection is not None else None
         )
@@ -266,7 +272,7 @@ class StreamRuntime:
         # a k-ary stream revises at every epoch end when it revises at all: its revisions read
         # the current epoch's counter, which the next close replaces
         if (every and self.closed % every == 0) or (
-            period == self.horizon and (at_end or (self._noise_ahead and every))
+            period == self.horizon and (at_end or (self._decoded and every))
         ):
             out.extend(self.revise())
         self.next_deadline = self._deadline()

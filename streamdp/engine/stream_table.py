@@ -41,7 +41,7 @@ _STREAM_KEYS = (
 )  # fmt: skip
 _PRIVACY_KEYS = ("definition", "rho", "delta")
 #: Mechanisms a zCDP stream runs in the worker (the others are planned with ``plan --rho``).
-ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls")
+ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls", "blt")
 #: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
 #: a paragraph and a column label, carried by every release record.
 ABOUT_LIMITS = {"title": 120, "description": 1000, "unit": 40}
@@ -82,7 +82,7 @@ def read_stream(
         ctx.choice(
             table.get("mechanism", "fda"),
             "mechanism",
-            ("fda", "binary", "naive", "kary_digits", "kary_gls"),
+            ("fda", "binary", "naive", "kary_digits", "kary_gls", "blt"),
         ),
     )
     objective = cast(
@@ -91,7 +91,13 @@ def read_stream(
     )
     from streamdp.continual.strategy import objectives_for
 
-    allowed = objectives_for(mechanism)
+    if mechanism == "blt" and rho is None:
+        raise ctx.fail(
+            "mechanism",
+            "blt (a matrix factorization with discrete Gaussian noise) runs under zCDP only: "
+            'give privacy = { definition = "zcdp", rho = ... } on a source with rho_cap',
+        )
+    allowed = ("total", "minimax") if mechanism == "blt" else objectives_for(mechanism)
     if objective not in allowed:
         raise ctx.fail(
             "objective",
@@ -147,7 +153,9 @@ def read_stream(
                 "'count' is not tuned under zCDP; kary_gls takes 'total' or 'minimax' there",
             )
         l2_squared = stream_kind(counters.kind).l2_squared_bound(counters, constraints, sensitivity)
-        _check_gaussian_limits(ctx, rho, l2_squared, mechanism, objective, horizon, branching)
+        _check_gaussian_limits(
+            ctx, rho, l2_squared, mechanism, objective, horizon, branching, sensitivity
+        )
     return StreamSpec(
         name=name,
         source=source.name,
@@ -229,6 +237,7 @@ def _check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
     objective: str,
     horizon: int,
     branching: int | None,
+    touched: int,
 ) -> None:
     """Refuse a rho whose node (or level) sigmas leave the discrete Gaussian sampler's safe
     range; a kary_gls stream's level budgets are tuned here once (cached for the worker)."""
@@ -243,6 +252,12 @@ def _check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
     try:
         if mechanism == "kary_gls":
             level_sigmas(optimise_gaussian_gls(horizon, objective, branching), budget)
+        elif mechanism == "blt":
+            from streamdp.continual.blt_counter import blt_strategy
+            from streamdp.continual.lattice_blt import lattice_sigma
+
+            lattice = blt_strategy(horizon, objective).lattice
+            lattice_sigma(lattice, horizon, budget.rho, l2_squared, touched)
         else:
             gaussian_node_sigmas(build_strategy(mechanism, objective, horizon), budget)
     except ConfigError as error:
