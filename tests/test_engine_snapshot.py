@@ -67,8 +67,8 @@ def _scenario_spec(scenario: str):
         return _restaurant_rolling_spec(mechanism or "fda")
     if mechanism.startswith("zcdp"):  # the zCDP example of the base (census_zcdp.toml)
         text = _example_text(f"{base}_zcdp").replace("horizon = 120", "horizon = 8")
-        if mechanism == "zcdp_blt":
-            text = text.replace('mechanism = "kary_gls"', 'mechanism = "blt"')
+        if mechanism == "zcdp":  # the example runs blt; this one the k-ary GLS tree
+            text = text.replace('mechanism = "blt"', 'mechanism = "kary_gls"')
         return parse_spec(text)
     if not mechanism:
         return example_spec(base)

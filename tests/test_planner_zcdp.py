@@ -168,11 +168,11 @@ def test_plan_config_plans_a_zcdp_stream_with_its_rho_and_l2_bound(capsys) -> No
     spec = "streamdp/examples/census_zcdp.toml"
     assert main(["plan", "--config", spec, "--format", "json"]) == 0
     (row,) = json.loads(capsys.readouterr().out)
-    expected = plan_zcdp("kary_gls", "total", 120, 0.5, math.sqrt(5))
+    expected = plan_zcdp("blt", "total", 120, 0.5, math.sqrt(5))
     assert row["privacy"]["rho"] == 0.5
     assert row["sensitivity"] == math.sqrt(5)
     assert row["mean_variance"] == pytest.approx(expected.mean_variance, rel=1e-12)
     assert main(["plan", "--config", spec]) == 0
-    assert "kary_gls (zCDP)" in capsys.readouterr().out
+    assert "blt (zCDP)" in capsys.readouterr().out
     assert main(["plan", "--config", spec, "--target-std", "5"]) == 2
     assert "is zCDP (it spends rho)" in capsys.readouterr().err
