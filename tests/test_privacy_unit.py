@@ -25,7 +25,8 @@ def test_records_beyond_the_bounds_are_dropped_in_arrival_order() -> None:
     book = UnitBookkeeping(UNIT)
     a = _digest("a")
     assert [book.admit(a, 0) for _ in range(3)] == [True, True, False]  # 2 per period
-    assert book.admit(a, 5) and book.admit(a, 9)  # periods 0, 5, 9: three periods
+    assert book.admit(a, 5)
+    assert book.admit(a, 9)  # periods 0, 5, 9: three periods
     assert not book.admit(a, 12)  # a fourth period is refused ...
     assert book.admit(a, 5)  # ... a period already used still takes records to its bound
     assert not book.admit(a, 5)
