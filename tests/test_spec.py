@@ -101,7 +101,7 @@ def test_cap_exceeded_names_streams_and_sum() -> None:
         (
             ("epsilon = 0.1", 'epsilon = 0.1\nmechanism = "fancy"'),
             (
-                "field 'mechanism': must be one of fda, binary, naive, kary_digits, kary_gls; "
+                "field 'mechanism': must be one of fda, binary, naive, kary_digits, kary_gls, blt; "
                 "got 'fancy'"
             ),
         ),
