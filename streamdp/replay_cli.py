@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 from streamdp.engine.periods import format_instant, parse_instant
+from streamdp.engine.privacy_unit import load_unit_key
 from streamdp.engine.replay import replay
 from streamdp.engine.spec_loading import load_spec
 from streamdp.errors import ConfigError
@@ -48,6 +50,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "(default: OpenDP's exact sampler with OS entropy)",
     )
     parser.add_argument(
+        "--unit-key-file",
+        default=os.environ.get("STREAMDP_UNIT_KEY_FILE"),
+        metavar="FILE",
+        help="the secret key privacy-unit identifiers are hashed under (streams with a "
+        "privacy_unit; env STREAMDP_UNIT_KEY_FILE); default: a one-off random key, so the "
+        "snapshot restores nowhere",
+    )
+    parser.add_argument(
         "--progress",
         action="store_true",
         help="report progress on stderr even when it is not a terminal (on a terminal: always, "
@@ -80,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         as_of=as_of,
         sampler=sampler,
         progress=progress_stream(args.progress),
+        unit_key=None if args.unit_key_file is None else load_unit_key(args.unit_key_file),
     )
     sys.stdout.write(f"as of {format_instant(as_of)}\n")
     sys.stdout.write(summary.render(show_counts=args.show_counts) + "\n")

@@ -112,6 +112,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
     parser.add_argument(
+        "--unit-key-file",
+        type=Path,
+        metavar="FILE",
+        help="the secret key privacy-unit identifiers are hashed under (streams with a "
+        "privacy_unit; or STREAMDP_UNIT_KEY_FILE): at least 16 bytes, the same on every "
+        "restart, kept like the input topic's credentials",
+    )
+    parser.add_argument(
         "--stop-deadline",
         type=float,
         metavar="SECONDS",
@@ -141,6 +149,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "max_batch": args.max_batch,
         "batch_seconds": args.batch_seconds,
         "fetch_wait_seconds": args.fetch_wait,
+        "unit_key_file": args.unit_key_file,
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     if args.topic_namespace:

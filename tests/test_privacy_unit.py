@@ -1,28 +1,40 @@
-"""Privacy-unit bookkeeping (issue 28, the first part: not yet wired into streams): records
-beyond a unit's bounds are dropped in arrival order, whether a record counts never depends on
-another unit's records, closed periods and epochs drop their counts, identifiers appear only
-as keyed digests, and the state restores exactly."""
+"""Privacy-unit bookkeeping (issue 28): records beyond a unit's bounds are dropped in arrival
+order, whether a record counts never depends on another unit's records, closed periods drop
+their per-period counts and ended epochs everything, identifiers appear only as keyed digests,
+and the state restores exactly (and only under the key it was kept with)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from streamdp.engine.privacy_unit import PrivacyUnit, UnitBookkeeping, unit_digest
+from streamdp.engine.privacy_unit import (
+    PrivacyUnit,
+    UnitBookkeeping,
+    key_check,
+    load_unit_key,
+    unit_digest,
+)
 from streamdp.errors import ConfigError, StateError
 
 UNIT = PrivacyUnit("patient_id", max_events_per_period=2, max_periods_per_epoch=3)
 KEY = b"k" * 32
+HORIZON = 16  # periods per epoch
 
 
 def _digest(name: str) -> bytes:
     return unit_digest(KEY, name)
 
 
+def _book() -> UnitBookkeeping:
+    return UnitBookkeeping(UNIT, HORIZON, key_check(KEY))
+
+
 def test_records_beyond_the_bounds_are_dropped_in_arrival_order() -> None:
-    book = UnitBookkeeping(UNIT)
+    book = _book()
     a = _digest("a")
     assert [book.admit(a, 0) for _ in range(3)] == [True, True, False]  # 2 per period
     assert book.admit(a, 5)
@@ -30,6 +42,7 @@ def test_records_beyond_the_bounds_are_dropped_in_arrival_order() -> None:
     assert not book.admit(a, 12)  # a fourth period is refused ...
     assert book.admit(a, 5)  # ... a period already used still takes records to its bound
     assert not book.admit(a, 5)
+    assert book.admit(a, HORIZON)  # the next epoch is a fresh start
     assert UNIT.multiplier == 6
 
 
@@ -37,10 +50,12 @@ def test_whether_a_record_counts_never_depends_on_another_units_records() -> Non
     """Any interleaving of other units' records leaves a unit's decisions unchanged."""
     rng = np.random.default_rng(3)
     mine = [int(p) for p in rng.integers(0, 8, size=40)]
-    alone = UnitBookkeeping(UNIT)
+    alone = _book()
     expected = [alone.admit(_digest("me"), p) for p in mine]
+    assert True in expected
+    assert False in expected  # the bounds bite: the check has power
     for trial in range(20):
-        book = UnitBookkeeping(UNIT)
+        book = _book()
         got = []
         for p in mine:
             for _ in range(int(rng.integers(0, 4))):  # hostile others, any periods
@@ -49,39 +64,59 @@ def test_whether_a_record_counts_never_depends_on_another_units_records() -> Non
         assert got == expected
 
 
-def test_closing_a_period_and_rolling_an_epoch_drop_their_counts() -> None:
-    book = UnitBookkeeping(UNIT)
+def test_closing_a_period_and_ending_an_epoch_drop_their_counts() -> None:
+    book = _book()
     a = _digest("a")
     book.admit(a, 0)
     book.admit(a, 1)
     book.close_period(0)
-    assert (a, 0) not in book.events
-    assert book.periods[a] == [0, 1]  # the period still counts toward the epoch's bound
-    book.roll_epoch(1)
-    assert book.units == 0
-    assert book.admit(a, 8)
-    with pytest.raises(StateError):
-        book.roll_epoch(1)
+    assert list(book.log()) == [0, 1]  # the period still counts toward the epoch's bound
+    assert book.units == 1
+    with pytest.raises(StateError, match="closed"):
+        book.admit(a, 0)
+    book.admit(a, HORIZON + 1)  # the next epoch's open period, before this epoch ends
+    for j in range(1, HORIZON):
+        book.close_period(j)
+    assert list(book.log()) == [HORIZON + 1]  # the ended epoch's log is gone
+    assert book.units == 1
+    assert book.admit(a, HORIZON + 2)
+    assert book.admit(a, HORIZON + 3)
+    assert not book.admit(a, HORIZON + 4)  # three periods in the new epoch
 
 
 def test_identifiers_appear_only_as_keyed_digests_and_the_state_restores() -> None:
-    book = UnitBookkeeping(UNIT)
-    for name, period in (("alice-0042", 0), ("alice-0042", 2), ("bob-7", 2)):
+    book = _book()
+    for name, period in (("alice-0042", 0), ("alice-0042", 2), ("bob-7", 2), ("bob-7", 2)):
         book.admit(_digest(name), period)
+    book.close_period(0)
     text = json.dumps(book.state())
     assert "alice" not in text
     assert "bob" not in text
     assert unit_digest(KEY, "alice-0042") != unit_digest(b"x" * 32, "alice-0042")
-    restored = UnitBookkeeping.from_state(UNIT, json.loads(text))
-    assert restored == book
+    restored = UnitBookkeeping.from_state(UNIT, HORIZON, key_check(KEY), json.loads(text))
+    assert restored.state() == book.state()
+    bob = _digest("bob-7")
+    assert not restored.admit(bob, 2)  # its per-period count came back
+    assert restored.admit(_digest("alice-0042"), 3)
+    with pytest.raises(StateError, match="different secret key"):
+        UnitBookkeeping.from_state(UNIT, HORIZON, key_check(b"y" * 32), json.loads(text))
     broken = json.loads(text)
-    broken["events"][0][2] = 99
-    with pytest.raises(StateError):
-        UnitBookkeeping.from_state(UNIT, broken)
+    broken["admitted"][1][1] += [bob.hex()]  # bob three times in period 2: over its bound
+    with pytest.raises(StateError, match="over its bounds"):
+        UnitBookkeeping.from_state(UNIT, HORIZON, key_check(KEY), broken)
 
 
-def test_bad_bounds_and_short_keys_are_refused() -> None:
+def test_bad_bounds_and_short_keys_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="max_events_per_period"):
         PrivacyUnit("id", 0, 3)
     with pytest.raises(ConfigError, match="at least 16 bytes"):
         unit_digest(b"short", "a")
+    short = tmp_path / "unit.key"
+    short.write_bytes(b"tooshort\n")
+    with pytest.raises(ConfigError, match="holds 8 bytes"):
+        load_unit_key(str(short))
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_unit_key(str(tmp_path / "missing.key"))
+    good = tmp_path / "good.key"
+    good.write_bytes(b"0123456789abcdef0123\n")
+    assert load_unit_key(str(good)) == b"0123456789abcdef0123"

@@ -40,11 +40,13 @@ from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import STATE_TABLE
 from streamdp.daemon.watchdog import StallWatchdog, watchdog_interval
-from streamdp.engine import load_spec
+from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.periods import PeriodClock
+from streamdp.engine.privacy_unit import load_unit_key
 from streamdp.engine.scanned_orders import NATIVE_SCANNER_BUILT
 from streamdp.engine.stream import check_releasable
+from streamdp.errors import ConfigError
 from streamdp.faust_internals import (
     acknowledged_commits,
     batching_consumer,
@@ -57,6 +59,22 @@ log = logging.getLogger("streamdp.daemon")
 __all__ = ["create_app"]
 
 
+def worker_unit_key(settings: DaemonSettings, spec: EngineSpec) -> bytes | None:
+    """The privacy-unit key from ``--unit-key-file`` when a stream declares a unit (refused
+    at start without one); None when no stream does."""
+    units = [name for name, s in spec.streams.items() if s.privacy_unit is not None]
+    if not units:
+        return None
+    if settings.unit_key_file is None:
+        raise ConfigError(
+            f"stream {units[0]!r} declares a privacy_unit: give the worker the secret key its "
+            "unit identifiers are hashed under with --unit-key-file FILE or "
+            "STREAMDP_UNIT_KEY_FILE (e.g. head -c 32 /dev/urandom | base64 > FILE), the same "
+            "on every restart"
+        )
+    return load_unit_key(str(settings.unit_key_file))
+
+
 def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     """Build the Faust app of one worker (does not start it)."""
     settings.validate()
@@ -64,6 +82,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     spec = load_spec(settings.config)
     for stream_spec in spec.streams.values():
         check_releasable(stream_spec)  # refused at start, not when its first record arrives
+    unit_key = worker_unit_key(settings, spec)
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, sampler_for(settings), metrics)
     metrics.record_build(__version__, runtime.sampler.name, secure=bool(runtime.sampler.secure))
@@ -123,6 +142,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             topic_partitions=dict.fromkeys(input_names, settings.partitions),
             allow_gaps=settings.allow_input_gaps,
             clock=public_clock.now,
+            unit_key=unit_key,
         )
 
     driver = BatchDriver(

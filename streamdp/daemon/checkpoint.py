@@ -27,6 +27,14 @@ split into keys of the changelog-backed table:
                                           the hot state names how many chunks of each open
                                           period are valid, and a closed period's chunks are
                                           deleted once the checkpoint that closed it is stored
+``<source>|unit|<stream>|<j>|<n>``        chunk ``n`` of period ``j``'s privacy-unit admission
+                                          log (keyed digests of the units counted, one per
+                                          record, added since the previous checkpoint); kept
+                                          for every period of an epoch not yet ended (a unit's
+                                          periods count against its bound until then), the
+                                          hot state naming how many chunks are valid, and
+                                          deleted once the checkpoint that ended the epoch is
+                                          stored
 
 Keeping the event ids out of the hot state keeps it small and constant in size: one period of
 a busy source holds tens of thousands of ids, more than Kafka's default 1 MB message limit, and
@@ -122,6 +130,16 @@ def seen_prefix(source: str) -> str:
 def parse_seen_key(source: str, key: str) -> tuple[str, int, int] | None:
     """``(stream, period, chunk)`` of a :func:`seen_key` of ``source``; None for other keys."""
     return _parse_entry(source, "seen", key)
+
+
+def unit_key(source: str, stream: str, period: int, chunk: int) -> str:
+    """Table key of one chunk of a period's privacy-unit admission log."""
+    return SEPARATOR.join((source, "unit", stream, str(period), str(chunk)))
+
+
+def parse_unit_key(source: str, key: str) -> tuple[str, int, int] | None:
+    """``(stream, period, chunk)`` of a :func:`unit_key` of ``source``; None for other keys."""
+    return _parse_entry(source, "unit", key)
 
 
 def outbox_prefix(source: str) -> str:

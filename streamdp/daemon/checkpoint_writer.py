@@ -19,6 +19,7 @@ from streamdp.daemon.checkpoint import (
     noise_key,
     outbox_key,
     seen_key,
+    unit_key,
 )
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 from streamdp.daemon.routing import OutputTopics
@@ -48,6 +49,9 @@ class SourceSlot:
         # chunks found in the table at load beyond those the hot state counts (left by a
         # checkpoint that never completed): deleted with the period's own chunks
         self.seen_present: dict[tuple[str, int], int] = {}
+        # the same two for the privacy-unit admission logs, per (stream, period)
+        self.unit_chunks: dict[tuple[str, int], int] = {}
+        self.unit_present: dict[tuple[str, int], int] = {}
 
 
 def write_checkpoint(
@@ -62,6 +66,7 @@ def write_checkpoint(
     drawn since the last checkpoint, the outbox) and the hot state, last; O(batch), whatever
     the history."""
     seen_counts = _write_seen(source, slot, changes, outcome)
+    unit_counts = _write_units(source, slot, changes, outcome)
     # a k-ary epoch's noise, once, by the checkpoint of the batch that drew it: before the
     # outbox records that used it and the hot state that refers to it
     for drawn in changes.new_noise:
@@ -107,6 +112,8 @@ def write_checkpoint(
         "seen_chunks": seen_counts,
         "noise_chunks": [[s, e, n] for (s, e), n in sorted(slot.stored_noise.items())],
     }
+    if unit_counts:  # streams with a privacy unit only
+        hot[DAEMON_STATE_KEY]["unit_chunks"] = unit_counts
     # the hot state goes last: on recovery it only refers to nodes already written
     outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
 
@@ -144,5 +151,39 @@ def _write_seen(
         n = max(slot.seen_chunks.pop(key, 0), slot.seen_present.pop(key, 0))
         outcome.cleanup += [
             StateWrite(slot.home, seen_key(source, key[0], key[1], c), None) for c in range(n)
+        ]
+    return counts
+
+
+def _write_units(
+    source: str, slot: SourceSlot, changes: ChangeSet, outcome: BatchOutcome
+) -> list[list[Any]]:
+    """Write the privacy-unit digests each period admitted since the last checkpoint as new
+    chunks (O(new admissions)); schedule the deletion of the logs of ended epochs (after the
+    checkpoint is stored). Returns ``[stream, period, chunks]`` for every logged period."""
+    counts: list[list[Any]] = []
+    for key in changes.unit_periods:
+        stream, period = key
+        n = slot.unit_chunks.get(key, 0)
+        new = changes.new_units.get(key)
+        if new is not None:
+            for first in range(0, len(new), SEEN_CHUNK_KEYS):
+                part = [digest.hex() for digest in new[first : first + SEEN_CHUNK_KEYS]]
+                outcome.writes.append(
+                    StateWrite(slot.home, unit_key(source, stream, period, n), part)
+                )
+                n += 1
+            slot.unit_chunks[key] = n
+        counts.append([stream, period, n])
+    logged = set(changes.unit_periods)
+    gone = set(changes.ended_unit_periods)
+    for key in slot.unit_present.keys() - logged:
+        closed = changes.periods_closed.get(key[0])
+        if closed is None or key[1] < closed:
+            gone.add(key)  # left by an incomplete checkpoint, in a closed period: unreferenced
+    for key in gone:
+        n = max(slot.unit_chunks.pop(key, 0), slot.unit_present.pop(key, 0))
+        outcome.cleanup += [
+            StateWrite(slot.home, unit_key(source, key[0], key[1], c), None) for c in range(n)
         ]
     return counts

@@ -20,7 +20,9 @@ from streamdp.daemon.checkpoint import (
     parse_node_key,
     parse_noise_key,
     parse_seen_key,
+    parse_unit_key,
     seen_key,
+    unit_key,
 )
 from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
@@ -67,7 +69,13 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
                 stream, period, chunk = parsed
                 seen = (stream, period)
                 slot.seen_present[seen] = max(slot.seen_present.get(seen, 0), chunk + 1)
+            parsed = parse_unit_key(source, key)
+            if parsed is not None:
+                stream, period, chunk = parsed
+                logged = (stream, period)
+                slot.unit_present[logged] = max(slot.unit_present.get(logged, 0), chunk + 1)
         inline_ids = _restore_seen(table, source, slot, snapshot, daemon.get("seen_chunks", []))
+        _restore_units(table, source, slot, snapshot, daemon.get("unit_chunks", []))
         inline_noise = [
             name
             for name, state in hot["streams"].items()
@@ -176,3 +184,34 @@ def _restore_seen(
             slot.seen_chunks[(stream, period)] = n
         state["seen"] = entries
     return inline
+
+
+def _restore_units(
+    table: Mapping[str, Any],
+    source: str,
+    slot: SourceSlot,
+    snapshot: dict[str, Any],
+    counts: list[Any],
+) -> None:
+    """Put the privacy-unit admission logs, read from their chunks, back into ``snapshot``."""
+    chunks = {(str(stream), int(period)): int(n) for stream, period, n in counts}
+    for name, state in snapshot["streams"].items():
+        units = state.get("units")
+        if units is None or "admitted" in units:
+            continue
+        admitted: list[list[Any]] = []
+        for (stream, period), n in sorted(chunks.items()):
+            if stream != name:
+                continue
+            log: list[str] = []
+            for c in range(n):
+                chunk = table.get(unit_key(source, stream, period, c))
+                if chunk is None:
+                    raise StateError(
+                        f"stored privacy-unit log of stream {stream!r} period {period} (chunk "
+                        f"{c}) is missing; refusing to restore (units' bounds would loosen)"
+                    )
+                log.extend(str(d) for d in chunk)
+            admitted.append([period, log])
+            slot.unit_chunks[(stream, period)] = n
+        units["admitted"] = admitted

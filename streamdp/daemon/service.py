@@ -78,8 +78,10 @@ class ReleaseService:
         allow_gaps: bool = False,
         clock: Callable[[], float] = time.time,
         pace: int = CLOSE_PACE,
+        unit_key: bytes | None = None,
     ) -> None:
         self.spec = spec
+        self.unit_key = unit_key
         self.clock = clock
         self.pace = pace
         self.sampler = sampler
@@ -118,6 +120,7 @@ class ReleaseService:
             ledger_backend=MemoryLedgerBackend(),
             pace=self.pace,
             record_outputs=True,
+            unit_key=self.unit_key,
         )
         slot = load_slot(self.state, source, engine, home, hot, outcome)
         self.slots[source] = slot

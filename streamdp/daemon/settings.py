@@ -84,6 +84,9 @@ class DaemonSettings:
     # records arrived: off by default so that /metrics carries nothing derived from raw data
     metrics_input_volume: bool = False
     log_level: str = "info"
+    # the file holding the secret key privacy-unit identifiers are hashed under (needed when
+    # a stream declares a privacy_unit; the same key on every restart)
+    unit_key_file: Path | None = None
     topics: OutputTopics = field(default_factory=OutputTopics)
 
     def validate(self) -> DaemonSettings:
@@ -186,6 +189,8 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
                 raise ConfigError(f"{name} must be an integer, got {e[name]!r}") from None
     if e.get("STREAMDP_TOPIC_NAMESPACE"):
         out["topics"] = OutputTopics.in_namespace(e["STREAMDP_TOPIC_NAMESPACE"])
+    if e.get("STREAMDP_UNIT_KEY_FILE"):
+        out["unit_key_file"] = Path(e["STREAMDP_UNIT_KEY_FILE"])
     if e.get("STREAMDP_DATA_DIR"):
         out["data_dir"] = Path(e["STREAMDP_DATA_DIR"])
     if e.get("STREAMDP_METRICS_INPUT_VOLUME"):

@@ -63,6 +63,10 @@ class ChangeSet:
     keys each one counted since the previous take (only those that counted some).
     ``closed_periods``: periods whose ids were handed out and that are closed now.
     ``periods_closed``: per stream, how many periods are closed (periods ``j`` below it are).
+    ``unit_periods``: every (stream, period) with a privacy-unit admission log (the periods of
+    epochs not yet ended); ``new_units`` the unit digests each one admitted since the previous
+    take (only those that admitted some); ``ended_unit_periods``: periods whose log was handed
+    out and whose epoch has ended (their log may be dropped).
     ``ledger_spends``: budget spends recorded (they are also in ``hot_state``'s ledger runs).
     ``hot_state``: :meth:`Engine.snapshot` without seen ids, epoch noise or nodes.
     ``outputs``: every output record in the order it was made (what the outbox holds);
@@ -77,6 +81,9 @@ class ChangeSet:
     new_ids: Mapping[PeriodKey, Sequence[str]] = field(default_factory=dict)
     closed_periods: tuple[PeriodKey, ...] = ()
     periods_closed: Mapping[str, int] = field(default_factory=dict)
+    unit_periods: tuple[PeriodKey, ...] = ()
+    new_units: Mapping[PeriodKey, Sequence[bytes]] = field(default_factory=dict)
+    ended_unit_periods: tuple[PeriodKey, ...] = ()
     ledger_spends: tuple[Spend, ...] = ()
     outputs: tuple[OutputRecord, ...] = ()
     releases: tuple[ReleaseRecord, ...] = ()
@@ -97,6 +104,8 @@ class TrackedStream(Protocol):
 
     def seen_ids(self) -> Mapping[int, Sequence[str]]: ...
 
+    def unit_log(self) -> Mapping[int, Sequence[bytes]]: ...
+
     @property
     def last_revision(self) -> RevisionStats | None: ...
 
@@ -116,6 +125,7 @@ class ChangeTracker:
         self._adopted_nodes: set[NodeKey] = set()
         self._noise_taken: set[tuple[str, int]] = set()
         self._ids_taken: dict[PeriodKey, int] = {}
+        self._units_taken: dict[PeriodKey, int] = {}
 
     # ------------------------------------------------------------------ recording
     def release(self, record: ReleaseRecord) -> None:
@@ -146,7 +156,10 @@ class ChangeTracker:
         by the streams themselves)."""
         self._noise_taken = set()
         self._ids_taken = {}
+        self._units_taken = {}
         for name, runtime in streams.items():
+            for period, log in runtime.unit_log().items():
+                self._units_taken[(name, period)] = len(log)
             drawn = runtime.epoch_noise()
             if drawn is not None:
                 self._noise_taken.add((name, drawn[0]))
@@ -200,6 +213,7 @@ class ChangeTracker:
         closed = tuple(k for k in self._ids_taken if k not in still_open)
         for period_key in closed:
             del self._ids_taken[period_key]
+        unit_periods, new_units, ended = self._take_units(streams)
         revision_stats: dict[str, RevisionStats] = {}
         for record in self._revisions:
             stats = streams[record.stream].last_revision
@@ -213,6 +227,9 @@ class ChangeTracker:
             new_ids=new_ids,
             closed_periods=closed,
             periods_closed={name: runtime.closed for name, runtime in streams.items()},
+            unit_periods=unit_periods,
+            new_units=new_units,
+            ended_unit_periods=ended,
             ledger_spends=tuple(self._ledger),
             outputs=tuple(self._outputs),
             releases=tuple(self._releases),
@@ -222,3 +239,24 @@ class ChangeTracker:
         )
         self.drop_outputs()
         return changes
+
+    def _take_units(
+        self, streams: Mapping[str, TrackedStream]
+    ) -> tuple[tuple[PeriodKey, ...], dict[PeriodKey, Sequence[bytes]], tuple[PeriodKey, ...]]:
+        """The privacy-unit logs' periods, their admissions since the previous take, and the
+        periods whose epoch ended since (see :class:`ChangeSet`); O(what changed)."""
+        periods: list[PeriodKey] = []
+        new: dict[PeriodKey, Sequence[bytes]] = {}
+        for name, runtime in streams.items():
+            for period, log in runtime.unit_log().items():
+                key = (name, period)
+                periods.append(key)
+                taken = self._units_taken.get(key, 0)
+                if len(log) != taken:  # appended only while the period's epoch lasts
+                    new[key] = log[taken:]
+                    self._units_taken[key] = len(log)
+        current = set(periods)
+        ended = tuple(k for k in self._units_taken if k not in current)
+        for key in ended:
+            del self._units_taken[key]
+        return tuple(periods), new, ended

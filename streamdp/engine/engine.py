@@ -67,6 +67,8 @@ class Engine(RecordIntake, EnginePersistence):
     ``native_scan``: offer records of :meth:`consume` to the native order scanner first, when
     it is built (:mod:`streamdp.engine.scanned_orders`); off, every record takes the Python
     path. The results are the same either way; only the speed differs.
+    ``unit_key``: the secret key privacy-unit identifiers are hashed under (at least 16
+    bytes; required when a stream declares a privacy unit, and the same on every restore).
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class Engine(RecordIntake, EnginePersistence):
         pace: int | None = None,
         record_outputs: bool = False,
         native_scan: bool = True,
+        unit_key: bytes | None = None,
     ) -> None:
         self.spec = spec
         self._fingerprint = spec.fingerprint()  # a hash of the whole spec: once, not per snapshot
@@ -93,7 +96,8 @@ class Engine(RecordIntake, EnginePersistence):
             units={name: _unit(s) for name, s in spec.sources.items()},
         )
         self.streams: dict[str, StreamRuntime] = {
-            name: StreamRuntime(s, sampler, self._spend) for name, s in spec.streams.items()
+            name: StreamRuntime(s, sampler, self._spend, unit_key)
+            for name, s in spec.streams.items()
         }
         self._by_source: dict[str, list[StreamRuntime]] = {name: [] for name in spec.sources}
         for runtime in self.streams.values():

@@ -97,6 +97,12 @@ class RejectedError(Exception):
         self.message = message
 
 
+class UnitBoundDrop(Exception):  # noqa: N818 - a signal, not an error: the record is fine
+    """Internal signal: the record is beyond its privacy unit's bounds and is dropped, counted
+    in protected metrics only (a dead letter would copy it to another surface; nothing about
+    it is wrong)."""
+
+
 class _NonFiniteConstantError(ValueError):
     """``NaN``, ``Infinity`` or ``-Infinity`` in a record (Python's json accepts them; JSON not)."""
 

@@ -10,7 +10,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from streamdp.engine.changes import ChangeTracker
-from streamdp.engine.events import MAX_ID_LENGTH, RejectedError, decode, event_id_of
+from streamdp.engine.events import (
+    MAX_ID_LENGTH,
+    RejectedError,
+    UnitBoundDrop,
+    decode,
+    event_id_of,
+)
 from streamdp.engine.periods import parse_instant
 from streamdp.engine.raw_records import content_key, raw_text
 from streamdp.engine.records import DeadLetterRecord
@@ -210,6 +216,7 @@ class RecordIntake:
         """Count a well-formed event in every stream of its source. None when every stream
         counted it; else the result with one dead letter per refusing stream."""
         rejections: list[Rejection] | None = None
+        dropped: list[str] | None = None
         key = content_key(record)
         for runtime in self._by_source[source.name]:
             try:
@@ -218,10 +225,16 @@ class RecordIntake:
                 if rejections is None:
                     rejections = []
                 rejections.append(Rejection(rejected.reason, rejected.message, runtime.spec.name))
-        if rejections is None:  # every stream counted it: nothing to build
+            except UnitBoundDrop:
+                # beyond its privacy unit's bounds: dropped, counted here only (protected)
+                self.stats.dropped_over_unit_bound[runtime.spec.name] += 1
+                if dropped is None:
+                    dropped = []
+                dropped.append(runtime.spec.name)
+        if rejections is None and dropped is None:  # every stream counted it: nothing to build
             self.stats.events_accepted += 1
             return None
-        refused_by = {r.stream for r in rejections}
+        refused_by = {r.stream for r in rejections or ()} | set(dropped or ())
         accepted = [
             runtime.spec.name
             for runtime in self._by_source[source.name]
@@ -229,8 +242,10 @@ class RecordIntake:
         ]
         if accepted:
             self.stats.events_accepted += 1
-        else:
+        elif rejections:
             self.stats.events_rejected += 1
+        if rejections is None:
+            return IngestResult(accepted=tuple(accepted))
         letters = []
         raw, encoding = raw_text(record)
         for r in rejections:

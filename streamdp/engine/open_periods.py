@@ -15,15 +15,23 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.engine.events import Contribution, RejectedError, extractor_for
+from streamdp.engine.events import (
+    MAX_ID_LENGTH,
+    Contribution,
+    RejectedError,
+    UnitBoundDrop,
+    extractor_for,
+)
 from streamdp.engine.periods import PeriodClock
+from streamdp.engine.privacy_unit import UnitBookkeeping, key_check, unit_digest
 from streamdp.engine.spec import StreamSpec
+from streamdp.errors import ConfigError, StateError
 
 
 class OpenPeriods:
     """Counts accepted events into the periods from :attr:`closed` on."""
 
-    def __init__(self, spec: StreamSpec, clock: PeriodClock) -> None:
+    def __init__(self, spec: StreamSpec, clock: PeriodClock, unit_key: bytes | None = None) -> None:
         self.clock = clock
         self.extractor = extractor_for(spec)
         self.width = len(spec.counters.names)
@@ -43,6 +51,19 @@ class OpenPeriods:
         # periods above _future_hi are too far ahead of the clock
         self._time_lo = 0
         self._future_hi: float = float("inf")
+        # the privacy unit's bookkeeping (protected; None: the stream protects one event)
+        self.units: UnitBookkeeping | None = None
+        self._unit_key = b""
+        self._unit_field = ""
+        if spec.privacy_unit is not None:
+            if unit_key is None:
+                raise ConfigError(
+                    f"stream {spec.name!r} declares a privacy unit: the engine needs the secret "
+                    "key its unit identifiers are hashed under (--unit-key-file)"
+                )
+            self._unit_key = unit_key
+            self._unit_field = spec.privacy_unit.field
+            self.units = UnitBookkeeping(spec.privacy_unit, spec.horizon, key_check(unit_key))
 
     def set_arrival(self, now: float, *, batch: bool = False) -> None:
         """Set the acceptance window for events arriving at public instant ``now``.
@@ -68,7 +89,24 @@ class OpenPeriods:
         event id is a different record and counts on its own (it can never displace another).
         """
         contribution: Contribution = self.extractor.contribution(event)
-        self.count(self._place(ts, content_key), content_key, contribution)
+        j = self._place(ts, content_key)
+        if self.units is not None and not self.units.admit(self._unit_of(event), j):
+            raise UnitBoundDrop
+        self.count(j, content_key, contribution)
+
+    def _unit_of(self, event: Mapping[str, Any]) -> bytes:
+        """The keyed digest of the event's privacy unit; :class:`RejectedError` when the
+        field is missing or is not a non-empty text or integer identifier."""
+        value = event.get(self._unit_field)
+        if type(value) is int:
+            value = str(value)
+        if type(value) is not str or not 0 < len(value) <= MAX_ID_LENGTH:
+            raise RejectedError(
+                "schema_violation",
+                f"field {self._unit_field!r} (the stream's privacy unit) must be a non-empty "
+                f"text or integer identifier of at most {MAX_ID_LENGTH} characters",
+            )
+        return unit_digest(self._unit_key, value)
 
     def admits(self, ts: float, content_key: str) -> int | None:
         """The period an event with event time ``ts`` and this content key would count in, or
@@ -142,6 +180,8 @@ class OpenPeriods:
         self.counts.pop(j, None)
         self.seen.pop(j, None)
         self.seen_order.pop(j, None)
+        if self.units is not None:
+            self.units.close_period(j)
         self.closed = j + 1
 
     def seen_ids(self) -> Mapping[int, Sequence[str]]:
@@ -150,6 +190,37 @@ class OpenPeriods:
         period is open, and a period's entry goes when it closes, so a reader that stored the
         first ``n`` of a period stores ``ids[n:]`` next: O(new keys), however busy the period."""
         return self.seen_order
+
+    def units_state(self, *, with_log: bool) -> dict[str, Any] | None:
+        """The privacy unit's bookkeeping as plain state (None without a unit); without the
+        admission log when the daemon stores it incrementally (:meth:`unit_log`)."""
+        if self.units is None:
+            return None
+        state = self.units.state()
+        if not with_log:
+            del state["admitted"]
+        return state
+
+    def unit_log(self) -> Mapping[int, Sequence[bytes]]:
+        """The privacy unit's admission log by period (a live view; empty without a unit)."""
+        return {} if self.units is None else self.units.log()
+
+    def restore_units(self, state: Mapping[str, Any] | None) -> None:
+        """Restore :meth:`units_state` output (with its log); raises :class:`StateError`."""
+        if self.units is None:
+            if state is not None:
+                raise StateError("the state holds privacy-unit bookkeeping the stream lacks")
+            return
+        if state is None:
+            raise StateError(
+                "the state holds no privacy-unit bookkeeping: it was written for a stream "
+                "that protected one event"
+            )
+        self.units = UnitBookkeeping.from_state(
+            self.units.unit, self.horizon, self.units.key_check, state
+        )
+        if self.units.closed != self.closed:
+            raise StateError("privacy-unit state and the stream disagree on the periods closed")
 
     def restore(self, closed: int, counts: dict[int, list[int]], seen: dict[int, set[str]]) -> None:
         """Continue from a restored state: ``closed`` periods, the open ones' counts and keys."""

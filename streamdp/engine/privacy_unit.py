@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from streamdp.errors import ConfigError, StateError
@@ -66,79 +67,140 @@ def unit_digest(key: bytes, unit_id: str) -> bytes:
     return mac.digest()[:DIGEST_BYTES]
 
 
-@dataclass
 class UnitBookkeeping:
-    """One stream's per-unit counts in its current epoch (protected state).
+    """One stream's per-unit counts in its open epochs (protected state).
 
-    ``periods[u]``: the periods (absolute indices) unit ``u`` has a counted record in this
-    epoch, in the order they were first used; ``events[(u, j)]``: its counted records in
-    period ``j`` while ``j`` is open. :meth:`admit` decides and records one record;
-    :meth:`close_period` drops a closed period's per-period counts; :meth:`roll_epoch` drops
-    everything (a new epoch starts with no unit seen).
+    The primary data is the admission log: for each period ``j`` of an epoch not yet ended,
+    the digests of the units whose records were counted in ``j``, in arrival order (one entry
+    per counted record; append-only while the epoch lasts, so the daemon stores it by
+    position, O(new)). Two indexes are derived from it: the periods each unit used in each
+    epoch and, while a period is open, each unit's records in it. :meth:`admit` decides and
+    records one record; :meth:`close_period` drops a closed period's per-period counts and,
+    at an epoch's last period, the whole epoch (a new epoch starts with no unit seen).
     """
 
-    unit: PrivacyUnit
-    epoch: int = 0
-    periods: dict[bytes, list[int]] = field(default_factory=dict)
-    events: dict[tuple[bytes, int], int] = field(default_factory=dict)
+    def __init__(self, unit: PrivacyUnit, horizon: int, key_check: str) -> None:
+        if horizon < 1:
+            raise ConfigError(f"horizon must be >= 1, got {horizon}")
+        self.unit = unit
+        self.horizon = int(horizon)
+        self.key_check = key_check
+        self.closed = 0  # absolute periods closed
+        self.admitted: dict[int, list[bytes]] = {}
+        self._periods: dict[tuple[bytes, int], list[int]] = {}  # (unit, epoch) -> periods
+        self._events: dict[tuple[bytes, int], int] = {}  # (unit, open period) -> records
 
     def admit(self, digest: bytes, period: int) -> bool:
-        """Count one record of unit ``digest`` in absolute period ``period`` if the unit's
-        bounds allow it (then record it); False leaves everything unchanged. Depends on this
-        unit's own earlier records only."""
-        used = self.periods.get(digest, [])
-        if period not in used and len(used) >= self.unit.max_periods_per_epoch:
+        """Count one record of unit ``digest`` in absolute period ``period`` (open) if the
+        unit's bounds allow it, and record it; False changes nothing. Depends on this unit's
+        own earlier records only."""
+        if period < self.closed:
+            raise StateError(f"period {period} is closed (closed through {self.closed})")
+        epoch_key = (digest, period // self.horizon)
+        used = self._periods.get(epoch_key)
+        if used is None:
+            used = []
+        elif period not in used and len(used) >= self.unit.max_periods_per_epoch:
             return False
-        if self.events.get((digest, period), 0) >= self.unit.max_events_per_period:
+        event_key = (digest, period)
+        counted = self._events.get(event_key, 0)
+        if counted >= self.unit.max_events_per_period:
             return False
-        if period not in used:
-            self.periods.setdefault(digest, []).append(period)
-        self.events[(digest, period)] = self.events.get((digest, period), 0) + 1
+        if counted == 0:
+            used.append(period)
+            self._periods[epoch_key] = used
+        self._events[event_key] = counted + 1
+        self.admitted.setdefault(period, []).append(digest)
         return True
 
     def close_period(self, period: int) -> None:
-        """Period ``period`` closed: no record is counted in it any more, so its per-unit
-        record counts are dropped (the periods a unit used stay until the epoch ends)."""
-        for key in [k for k in self.events if k[1] == period]:
-            del self.events[key]
+        """Period ``period``, the oldest open one, closed: its per-unit record counts go (the
+        periods a unit used stay until its epoch ends); closing an epoch's last period drops
+        that epoch's log and indexes. O(records of what is dropped)."""
+        for digest in self.admitted.get(period, ()):
+            self._events.pop((digest, period), None)
+        self.closed = period + 1
+        epoch, index = divmod(period, self.horizon)
+        if index == self.horizon - 1:
+            for j in range(epoch * self.horizon, period + 1):
+                for digest in self.admitted.pop(j, ()):
+                    self._periods.pop((digest, epoch), None)
 
-    def roll_epoch(self, epoch: int) -> None:
-        """A new epoch: every unit starts again with nothing counted."""
-        if epoch <= self.epoch:
-            raise StateError(f"epoch {epoch} does not follow epoch {self.epoch}")
-        self.epoch = epoch
-        self.periods.clear()
-        self.events.clear()
+    def log(self) -> Mapping[int, Sequence[bytes]]:
+        """The admission log by period (a live view: read, never change). Entries are only
+        appended while their epoch lasts and go when it ends, so a reader that stored the first
+        ``n`` of a period stores ``log[j][n:]`` next."""
+        return self.admitted
 
     @property
     def units(self) -> int:
-        """Units with a counted record in this epoch (protected: a count of people)."""
-        return len(self.periods)
+        """Units with a counted record in an open epoch (protected: a count of people)."""
+        return len({digest for digest, _ in self._periods})
 
     def state(self) -> dict[str, Any]:
         """Plain JSON-able state (digests as hex): protect it like the input."""
         return {
-            "epoch": self.epoch,
-            "periods": {d.hex(): list(p) for d, p in self.periods.items()},
-            "events": [[d.hex(), j, n] for (d, j), n in self.events.items()],
+            "key_check": self.key_check,
+            "closed": self.closed,
+            "admitted": [[j, [d.hex() for d in log]] for j, log in sorted(self.admitted.items())],
         }
 
     @classmethod
-    def from_state(cls, unit: PrivacyUnit, state: Mapping[str, Any]) -> UnitBookkeeping:
+    def from_state(
+        cls, unit: PrivacyUnit, horizon: int, key_check: str, state: Mapping[str, Any]
+    ) -> UnitBookkeeping:
+        """Rebuild from :meth:`state` (or the daemon's stored log), checking that it was kept
+        under the same key and within ``unit``'s bounds."""
+        if state.get("key_check") != key_check:
+            raise StateError(
+                "the privacy-unit bookkeeping was kept under a different secret key: restore "
+                "with the key it was written with (units would otherwise start again with "
+                "nothing counted, loosening their bounds)"
+            )
+        book = cls(unit, horizon, key_check)
         try:
-            periods = {
-                bytes.fromhex(d): [int(j) for j in p] for d, p in dict(state["periods"]).items()
-            }
-            events = {(bytes.fromhex(d), int(j)): int(n) for d, j, n in state["events"]}
-            book = cls(unit, int(state["epoch"]), periods, events)
+            book.closed = int(state["closed"])
+            admitted = {int(j): [bytes.fromhex(d) for d in log] for j, log in state["admitted"]}
         except (KeyError, TypeError, ValueError) as error:
             raise StateError(f"privacy-unit state is malformed: {error!r}") from None
-        for (digest, period), n in book.events.items():
-            if (
-                period not in book.periods.get(digest, [])
-                or not 1 <= n <= unit.max_events_per_period
-            ):
-                raise StateError("privacy-unit state is inconsistent with its bounds")
-        if any(len(p) > unit.max_periods_per_epoch for p in book.periods.values()):
-            raise StateError("privacy-unit state holds a unit over its period bound")
+        first_open_epoch = book.closed // horizon
+        for j in sorted(admitted):
+            if j // horizon < first_open_epoch:
+                raise StateError(f"privacy-unit state holds period {j} of an ended epoch")
+            for digest in admitted[j]:
+                epoch_key = (digest, j // horizon)
+                used = book._periods.setdefault(epoch_key, [])
+                if j not in used:
+                    used.append(j)
+                if j >= book.closed:
+                    book._events[(digest, j)] = book._events.get((digest, j), 0) + 1
+            book.admitted[j] = admitted[j]
+        if any(len(p) > unit.max_periods_per_epoch for p in book._periods.values()) or any(
+            n > unit.max_events_per_period for n in book._events.values()
+        ):
+            raise StateError("privacy-unit state holds a unit over its bounds")
         return book
+
+
+def key_check(key: bytes) -> str:
+    """A public-safe tag of the secret key (HMAC of a fixed label under it): states remember
+    it, so a restore under another key is refused instead of resetting every unit's bounds."""
+    return unit_digest(key, "streamdp.privacy-unit.key-check").hex()
+
+
+def load_unit_key(path: str) -> bytes:
+    """The secret key in file ``path`` (its bytes, surrounding whitespace removed): at least
+    :data:`MIN_KEY_BYTES`, e.g. from ``head -c 32 /dev/urandom | base64 > unit.key``. Keep the
+    file like the input topic's credentials; the same key on every restart."""
+    try:
+        key = Path(path).read_bytes().strip()
+    except OSError as error:
+        raise ConfigError(
+            f"--unit-key-file {path!r} cannot be read: {error.strerror or error}"
+        ) from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ConfigError(
+            f"--unit-key-file {path!r} holds {len(key)} bytes; a privacy-unit key needs at "
+            f"least {MIN_KEY_BYTES} (e.g. head -c 32 /dev/urandom | base64 > {path})"
+        )
+    return key

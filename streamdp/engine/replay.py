@@ -18,6 +18,7 @@ consistent value never changes).
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 import time
 from collections.abc import Iterable
@@ -50,6 +51,10 @@ class ReplaySummary:
     epsilon_caps: dict[str, Decimal] = field(default_factory=dict)
     # source -> "epsilon" or "rho" (a zCDP source's spend and cap are rho)
     units: dict[str, str] = field(default_factory=dict)
+    # stream -> per what its guarantee holds ("event", "patient_id per epoch")
+    protects: dict[str, str] = field(default_factory=dict)
+    # stream -> records dropped as beyond their privacy unit's bounds (an input count)
+    dropped_over_unit_bound: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def render(self, *, show_counts: bool = False) -> str:
@@ -64,6 +69,10 @@ class ReplaySummary:
                 f"records rejected: {rejected}",
             ]
             lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
+            lines += [
+                f"records dropped beyond the privacy unit's bounds in {name}: {n}"
+                for name, n in sorted(self.dropped_over_unit_bound.items())
+            ]
         else:
             lines.append("record counts hidden (derived from raw input; --show-counts prints them)")
         lines.append("periods released:")
@@ -71,6 +80,10 @@ class ReplaySummary:
             f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
             for name, n in self.periods_released.items()
         ]
+        units = {name: p for name, p in self.protects.items() if p != "event"}
+        if units:
+            lines.append("protected per privacy unit (the budget holds per unit per epoch):")
+            lines += [f"  {name}: per {p}" for name, p in units.items()]
         lines.append("budget spent per source (event level):")
         lines += [
             f"  {name}: {self.units.get(name, 'epsilon')} {spent} of cap {self.epsilon_caps[name]}"
@@ -119,13 +132,16 @@ def replay(
     sampler: NoiseSampler,
     progress: IO[str] | None = None,
     sink: RecordSink | None = None,
+    unit_key: bytes | None = None,
 ) -> ReplaySummary:
     """Run the engine over ``input_path`` as one batch, release every period due at the public
     instant ``as_of``, and write the outputs into ``output_dir`` (or into ``sink``: the ledger
     and the snapshot still go to ``output_dir``). The sink is closed before this returns.
 
     Refuses an output directory that already holds a ledger: replaying the same data again with
-    fresh noise would spend the budget a second time.
+    fresh noise would spend the budget a second time. ``unit_key``: the secret key privacy-unit
+    identifiers are hashed under (None: a one-off random key; the snapshot then restores
+    nowhere, which is safe, never lax).
     """
     source = Path(input_path)
     if not source.is_file():
@@ -140,7 +156,11 @@ def replay(
             "twice; use a new --output-dir"
         )
     engine = Engine(
-        spec, sampler=sampler, ledger_backend=JsonLinesLedgerBackend(ledger_path), batch=True
+        spec,
+        sampler=sampler,
+        ledger_backend=JsonLinesLedgerBackend(ledger_path),
+        batch=True,
+        unit_key=unit_key if unit_key is not None else secrets.token_bytes(32),
     )
     engine.start_batch(as_of)
     bar = _Progress(source.stat().st_size, progress if progress is not None else sys.stderr)
@@ -165,6 +185,8 @@ def replay(
     summary.epsilon_spent = engine.epsilon_spent()
     summary.epsilon_caps = {n: s.cap for n, s in spec.sources.items()}
     summary.units = dict(engine.ledger.units)
+    summary.protects = {name: s.protects for name, s in spec.streams.items()}
+    summary.dropped_over_unit_bound = dict(engine.stats.dropped_over_unit_bound)
     return summary
 
 

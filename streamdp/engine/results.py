@@ -67,6 +67,8 @@ class EngineStats:
     rejected_by_reason: Counter[str] = field(default_factory=Counter)
     periods_released: Counter[str] = field(default_factory=Counter)
     revisions: Counter[str] = field(default_factory=Counter)
+    # records a stream dropped as beyond their privacy unit's bounds, by stream (issue 28)
+    dropped_over_unit_bound: Counter[str] = field(default_factory=Counter)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,4 +79,5 @@ class EngineStats:
             "rejected_by_reason": dict(sorted(self.rejected_by_reason.items())),
             "periods_released": dict(self.periods_released),
             "revisions": dict(self.revisions),
+            "dropped_over_unit_bound": dict(sorted(self.dropped_over_unit_bound.items())),
         }

@@ -131,12 +131,15 @@ def scanned_sources(
     sources: Sequence[SourceSpec], by_source: dict[str, list[StreamRuntime]]
 ) -> dict[str, ScannedSource]:
     """The fast path of every source that has one, by input topic: sources with streams, all
-    of which count items, when the native scanner is built."""
+    of which count items and protect one event (a privacy unit's field is read by the Python
+    path), when the native scanner is built."""
     if _scanner_type is None:
         return {}
     scanned: dict[str, ScannedSource] = {}
     for source in sources:
         runtimes = by_source.get(source.name, [])
-        if runtimes and all(r.spec.counters.kind == "items" for r in runtimes):
+        if runtimes and all(
+            r.spec.counters.kind == "items" and r.spec.privacy_unit is None for r in runtimes
+        ):
             scanned[source.topic] = ScannedSource(source, runtimes)
     return scanned

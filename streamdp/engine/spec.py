@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from streamdp.continual.definitions import Definition
 from streamdp.engine.fingerprint import config_sha256
+from streamdp.engine.privacy_unit import PrivacyUnit
 from streamdp.engine.renamed_keys import with_first_format_keys
 
 SourceKind = Literal["order", "person"]
@@ -165,6 +166,28 @@ class StreamSpec:
     rho: Decimal | None = None
     delta: Decimal | None = None
     l2_squared: int = 0
+    # the privacy unit (issue 28): with one, ``l2_squared`` above is the unit-level bound
+    # (M^2 times the event's) and :attr:`noise_sensitivity` the L1 one; None protects one event
+    privacy_unit: PrivacyUnit | None = None
+
+    @property
+    def unit_multiplier(self) -> int:
+        """``M``: the most records one protected unit adds to an epoch (1: the unit is one
+        event)."""
+        return 1 if self.privacy_unit is None else self.privacy_unit.multiplier
+
+    @property
+    def noise_sensitivity(self) -> int:
+        """The L1 sensitivity the noise is calibrated on: ``sensitivity`` (one event's bound)
+        times :attr:`unit_multiplier` (DESIGN §2 "Privacy unit")."""
+        return self.sensitivity * self.unit_multiplier
+
+    @property
+    def protects(self) -> str:
+        """Per what the guarantee holds, in words for records, status and the feed."""
+        if self.privacy_unit is None:
+            return "event"
+        return f"{self.privacy_unit.field} per epoch"
 
     @property
     def definition(self) -> Definition:

@@ -64,7 +64,13 @@ def check_releasable(spec: StreamSpec) -> None:
 class StreamRuntime:
     """Turns accepted events into period counts and closes periods into releases."""
 
-    def __init__(self, spec: StreamSpec, sampler: NoiseSampler, spend: SpendHook) -> None:
+    def __init__(
+        self,
+        spec: StreamSpec,
+        sampler: NoiseSampler,
+        spend: SpendHook,
+        unit_key: bytes | None = None,
+    ) -> None:
         self.spec = spec
         self.sampler = sampler
         self._spend = spend
@@ -109,7 +115,7 @@ class StreamRuntime:
             nodes_per_epoch=self.strategy.node_count,
             noise_ahead=self._noise_ahead,
         )
-        self.periods = OpenPeriods(spec, self.clock)
+        self.periods = OpenPeriods(spec, self.clock, unit_key)
         self._lateness = spec.allowed_lateness_seconds
         self._stop = spec.on_epoch_end == "stop"
         # periods below this index must close now (an operator's close control record)
@@ -121,7 +127,7 @@ class StreamRuntime:
         return open_bank(
             self.strategy,
             float(spec.epsilon),
-            float(spec.sensitivity),
+            float(spec.noise_sensitivity),
             self.width,
             self.sampler,
             noise_label=spec.name,
@@ -310,13 +316,24 @@ class StreamRuntime:
             counter=self.nodes.counter,
             past_nodes=self.nodes.past,
         )
-        return encode_stream_state(
+        out = encode_stream_state(
             state,
             [] if with_nodes else self.nodes.counts(),
             with_seen=with_seen,
             with_noise=with_noise,
             with_nodes=with_nodes,
         )
+        # a privacy unit's bookkeeping; its admission log goes with the seen ids (the daemon
+        # stores both incrementally)
+        units = self.periods.units_state(with_log=with_seen)
+        if units is not None:
+            out["units"] = units
+        return out
+
+    def unit_log(self) -> Mapping[int, Sequence[bytes]]:
+        """The privacy unit's admission log by period, every period of an epoch not yet ended
+        (a live view, read, never change; see :meth:`UnitBookkeeping.log`)."""
+        return self.periods.unit_log()
 
     def seen_ids(self) -> Mapping[int, Sequence[str]]:
         """The content keys counted so far in each open period, in counting order: a live
@@ -328,6 +345,7 @@ class StreamRuntime:
         restored = decode_stream_state(state, self.spec, self.sampler, self._projection)
         self.nodes.restore(restored.counter, restored.past_nodes)
         self.periods.restore(restored.closed, restored.open, restored.seen)
+        self.periods.restore_units(state.get("units"))
         self.revisions.restore(restored.revision, restored.revised_through)
         self._close_target = restored.close_target
         self.next_deadline = self._deadline()

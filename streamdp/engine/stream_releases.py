@@ -29,8 +29,9 @@ def scaled_stds(std: float, scale: FloatArray | None, width: int) -> list[float]
 def zcdp_fields(spec: StreamSpec) -> dict[str, object]:
     """A zCDP stream's release fields (issue 27): ``privacy_definition``, ``rho`` per epoch,
     the ``privacy_delta`` the record's ``epsilon`` is stated at (not ``delta``: schema version
-    1 used that name for the sensitivity), and ``l2_sensitivity`` (the L2 bound
-    of one event; ``sensitivity`` stays its L1 bound). Empty for a pure-DP stream."""
+    1 used that name for the sensitivity), and ``l2_sensitivity`` (the L2 bound the noise is
+    calibrated on: one event's, or one privacy unit's per epoch; ``sensitivity`` stays the L1
+    bound). Empty for a pure-DP stream."""
     if spec.rho is None:
         return {}
     return {
@@ -38,6 +39,23 @@ def zcdp_fields(spec: StreamSpec) -> dict[str, object]:
         "rho": float(spec.rho),
         "privacy_delta": float(spec.delta) if spec.delta is not None else None,
         "l2_sensitivity": math.sqrt(spec.l2_squared),
+    }
+
+
+def unit_fields(spec: StreamSpec) -> dict[str, object]:
+    """A stream with a privacy unit (issue 28) says so in every release: ``privacy_unit``
+    with the field, the bounds and one event's sensitivity (the record's ``sensitivity`` is
+    then the unit's). Empty when the stream protects one event."""
+    unit = spec.privacy_unit
+    if unit is None:
+        return {}
+    return {
+        "privacy_unit": {
+            "field": unit.field,
+            "max_events_per_period": unit.max_events_per_period,
+            "max_periods_per_epoch": unit.max_periods_per_epoch,
+            "event_sensitivity": spec.sensitivity,
+        }
     }
 
 
@@ -73,7 +91,7 @@ def release_records(
     number = int if integral else float
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
-    optional = {**spec.about.fields(), **zcdp_fields(spec)}
+    optional = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -87,7 +105,7 @@ def release_records(
             count_std=count_stds[c],
             total_std=total_stds[c],
             epsilon=eps,
-            sensitivity=spec.sensitivity,
+            sensitivity=spec.noise_sensitivity,
             horizon=spec.horizon,
             mechanism=spec.mechanism,
             objective=spec.objective,

@@ -89,6 +89,14 @@ class AttributesKind:
             cells *= len(cats)
         if len({a.name for a in attributes}) != len(attributes):
             raise reader.fail("counters.attributes", "attribute names must be distinct")
+        if len(attributes) < 2:
+            # one attribute's cells are its one-way marginal: both would publish under the same
+            # counter names (and release keys), one overwriting the other downstream
+            raise reader.fail(
+                "counters.attributes",
+                "needs at least two attributes: with one, its cells are its one-way marginal "
+                "and would be released twice under the same names",
+            )
         if cells > MAX_CELLS:
             raise reader.fail(
                 "counters.attributes", f"the cross product has {cells} cells; at most 10^6"
