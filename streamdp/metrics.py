@@ -258,6 +258,11 @@ class StreamdpMetrics:
         if self.input_volume:
             self._counters["streamdp_events_rejected_total"].labels(topic, reason).inc(records)
 
+    def record_unit_drops(self, stream: str, records: int) -> None:
+        """Count records ``stream`` dropped beyond their privacy unit's bounds."""
+        if self.input_volume:
+            self._counters["streamdp_unit_bound_dropped_records_total"].labels(stream).inc(records)
+
     def set_consumer_lag(self, topic: str, records: int) -> None:
         """Set the records on ``topic`` this worker has not processed yet."""
         if self.input_volume:

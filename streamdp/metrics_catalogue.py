@@ -274,6 +274,14 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         input_volume=True,
     ),
     MetricSpec(
+        "streamdp_unit_bound_dropped_records_total",
+        "counter",
+        ("stream",),
+        "Records a stream did not count because their privacy unit (e.g. a patient) had "
+        "reached its bounds (records per period, periods per epoch); not dead letters.",
+        input_volume=True,
+    ),
+    MetricSpec(
         "streamdp_consumer_lag_records",
         "gauge",
         ("topic",),

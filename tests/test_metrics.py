@@ -99,6 +99,7 @@ def populated(input_volume: bool = True) -> StreamdpMetrics:
     )
     metrics.record_input("orders", 10)
     metrics.record_rejected("orders", "late", 2)
+    metrics.record_unit_drops("orders", 3)
     metrics.set_consumer_lag("orders", 17)
     return metrics
 
@@ -155,6 +156,7 @@ def test_catalogue_names_are_unique_and_input_volume_is_marked() -> None:
         "streamdp_input_records_total",
         "streamdp_events_rejected_total",
         "streamdp_consumer_lag_records",
+        "streamdp_unit_bound_dropped_records_total",
     } == INPUT_VOLUME_METRICS
     with pytest.raises(KeyError):
         spec("streamdp_no_such_metric")

@@ -380,3 +380,67 @@ def test_bad_privacy_units_are_refused_with_where_and_why(unit: str, message: st
     with pytest.raises(ConfigError, match="stream 'hiv'") as info:
         parse_spec(text)
     assert message in str(info.value)
+
+
+def test_the_feed_and_its_downloads_say_per_what_the_guarantee_holds(tmp_path: Path) -> None:
+    from streamdp.feed.model import RELEASE_COLUMNS, FeedView, to_csv
+    from streamdp.feed.page import render_page
+
+    spec = _spec("fda")
+    view = FeedView()
+    for record in _via_replay(spec, _records(True), tmp_path / "r"):
+        view.add(record, record["kind"])
+    streams = {s["stream"]: s for s in view.document("test")["streams"]}
+    assert streams["hiv"]["protects"] == "patient_id per epoch"
+    assert streams["hiv"]["unit_bounds"] == [2, 3]
+    assert streams["hiv"]["sensitivity"] == 6
+    csv_text = to_csv(view.release_rows(), RELEASE_COLUMNS)
+    assert csv_text.splitlines()[0].endswith(",protects")
+    assert csv_text.splitlines()[1].endswith(",patient_id per epoch")
+    page = render_page(view.document("test"))
+    assert "per ${stream.protects}" in page  # the wording the page script builds
+
+
+def test_status_names_the_unit_and_its_sensitivity(tmp_path: Path) -> None:
+    from streamdp.daemon.runtime import WorkerRuntime
+    from streamdp.daemon.settings import DaemonSettings
+    from streamdp.metrics import StreamdpMetrics
+
+    config = tmp_path / "spec.toml"
+    config.write_text("", encoding="utf-8")
+    runtime = WorkerRuntime(
+        DaemonSettings(config=config), _spec("fda"), InsecureSeededSampler(1), StreamdpMetrics()
+    )
+    hiv = runtime.status()["streams"]["hiv"]
+    assert hiv["protects"] == "patient_id per epoch"
+    assert hiv["sensitivity"] == 6
+    assert hiv["privacy_unit"]["max_periods_per_epoch"] == 3
+
+
+def test_unit_drops_reach_the_input_volume_metric_only() -> None:
+    from streamdp.daemon.observation import OutcomeObserver
+    from streamdp.metrics import StreamdpMetrics
+
+    spec = _spec("fda")
+    now = [START + 3 * DAY]
+    service = ReleaseService(
+        spec, sampler=InsecureSeededSampler(1), state={}, clock=lambda: now[0], unit_key=KEY
+    )
+    batch = [
+        InputRecord(
+            "adm",
+            0,
+            i,
+            b"adm",
+            json.dumps(_event(i, START + 3 * DAY + 60.0 * i, "z", True)).encode(),
+        )
+        for i in range(5)
+    ]
+    outcome = service.process(batch)
+    assert outcome.unit_drops == {"hiv": 3, "census": 4}
+    assert not outcome.dead_letters
+    for volume in (True, False):
+        metrics = StreamdpMetrics(input_volume=volume)
+        OutcomeObserver(metrics, spec)(outcome)
+        text = metrics.exposition().decode()
+        assert ('streamdp_unit_bound_dropped_records_total{stream="census"} 4.0' in text) is volume

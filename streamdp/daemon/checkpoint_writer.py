@@ -103,6 +103,8 @@ def write_checkpoint(
     outcome.releases += changes.releases
     outcome.revisions += changes.revisions
     outcome.dead_letters += changes.dead_letters
+    for stream, n in changes.unit_drops.items():
+        outcome.unit_drops[stream] = outcome.unit_drops.get(stream, 0) + n
     outcome.periods_closed.update(changes.periods_closed)
     outcome.revision_stats.update(changes.revision_stats)
     hot = dict(changes.hot_state)

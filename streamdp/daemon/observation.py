@@ -42,6 +42,8 @@ class OutcomeObserver:
         now = time.time()
         for letter in outcome.dead_letters:
             metrics.record_rejected(letter.topic or "-", letter.reason)
+        for stream, dropped in outcome.unit_drops.items():
+            metrics.record_unit_drops(stream, dropped)
         by_stream: dict[str, dict[str, float]] = {}
         last: dict[str, Any] = {}
         for release in outcome.releases:

@@ -61,6 +61,8 @@ class BatchOutcome:
     revision_stats: dict[str, RevisionStats] = field(default_factory=dict)
     skipped: int = 0
     accepted: int = 0
+    # records dropped beyond a privacy unit's bounds, per stream (protected metrics only)
+    unit_drops: dict[str, int] = field(default_factory=dict)
     # a tick's outcome: the wall-clock instant (Unix seconds) its releases are published as,
     # set by the clock alone (None: an input batch's outcome, which never releases)
     released_at: float | None = None

@@ -105,7 +105,18 @@ class WorkerRuntime:
                 "horizon": stream_spec.horizon,
                 "mechanism": stream_spec.mechanism,
                 "objective": stream_spec.objective,
+                # per what the budget holds: "event" or "<unit field> per epoch"; over the
+                # stream's life a unit's losses add up over the epochs it appears in
+                "protects": stream_spec.protects,
+                "sensitivity": stream_spec.noise_sensitivity,
             }
+            if stream_spec.privacy_unit is not None:
+                entry["privacy_unit"] = {
+                    "field": stream_spec.privacy_unit.field,
+                    "max_events_per_period": stream_spec.privacy_unit.max_events_per_period,
+                    "max_periods_per_epoch": stream_spec.privacy_unit.max_periods_per_epoch,
+                    "event_sensitivity": stream_spec.sensitivity,
+                }
             if stream_spec.rho is not None:
                 entry["rho_per_epoch"] = str(stream_spec.rho)
                 entry["privacy_delta"] = str(stream_spec.delta)

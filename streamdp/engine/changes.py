@@ -84,6 +84,9 @@ class ChangeSet:
     unit_periods: tuple[PeriodKey, ...] = ()
     new_units: Mapping[PeriodKey, Sequence[bytes]] = field(default_factory=dict)
     ended_unit_periods: tuple[PeriodKey, ...] = ()
+    # records each stream dropped beyond its privacy unit's bounds since the previous take
+    # (an input count: protected metrics only)
+    unit_drops: Mapping[str, int] = field(default_factory=dict)
     ledger_spends: tuple[Spend, ...] = ()
     outputs: tuple[OutputRecord, ...] = ()
     releases: tuple[ReleaseRecord, ...] = ()
@@ -180,8 +183,14 @@ class ChangeTracker:
         self._ledger = []
 
     # ------------------------------------------------------------------ taking
-    def take(self, streams: Mapping[str, TrackedStream], hot_state: dict[str, Any]) -> ChangeSet:
-        """The change set since the previous take; marks everything in it taken."""
+    def take(
+        self,
+        streams: Mapping[str, TrackedStream],
+        hot_state: dict[str, Any],
+        unit_drops: Mapping[str, int] | None = None,
+    ) -> ChangeSet:
+        """The change set since the previous take; marks everything in it taken.
+        ``unit_drops``: the records dropped beyond privacy-unit bounds since then."""
         nodes: dict[NodeKey, list[int]] = {}
         for name, runtime in streams.items():
             for epoch, t, values in runtime.take_new_nodes():
@@ -230,6 +239,7 @@ class ChangeTracker:
             unit_periods=unit_periods,
             new_units=new_units,
             ended_unit_periods=ended,
+            unit_drops=dict(unit_drops or {}),
             ledger_spends=tuple(self._ledger),
             outputs=tuple(self._outputs),
             releases=tuple(self._releases),

@@ -122,6 +122,7 @@ class Engine(RecordIntake, EnginePersistence):
         self._revisions_seen: dict[str, int] = {}  # per stream, the last revision counted
         self._recording = record_outputs
         self._changes = ChangeTracker(record_outputs=record_outputs)
+        self._drops_taken: dict[str, int] = {}  # unit drops already handed out, per stream
 
     # ------------------------------------------------------------------ budget
     def _spend(self, source: str, stream: str, epoch: int, epsilon: Decimal) -> object:
@@ -270,7 +271,10 @@ class Engine(RecordIntake, EnginePersistence):
         (see :class:`~streamdp.engine.changes.ChangeSet`). O(what changed), whatever the
         history. A caller must store the change set before it publishes anything in it."""
         hot = self.snapshot(with_seen=False, with_noise=False, with_nodes=False)
-        return self._changes.take(self.streams, hot)
+        dropped = self.stats.dropped_over_unit_bound
+        drops = {s: n - self._drops_taken.get(s, 0) for s, n in dropped.items()}
+        self._drops_taken = dict(dropped)
+        return self._changes.take(self.streams, hot, {s: n for s, n in drops.items() if n})
 
     def drop_recorded_outputs(self) -> None:
         """Forget the outputs and spends recorded since the last :meth:`take_changes` (a

@@ -39,6 +39,7 @@ RELEASE_COLUMNS = (
     "noise_secure",
     "rho",
     "privacy_delta",
+    "protects",
 )
 #: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
 CONSISTENT_COLUMNS = (
@@ -181,6 +182,13 @@ class FeedView:
                     "objective": None if latest is None else latest.objective,
                     "horizon": None if latest is None else latest.horizon,
                     "sensitivity": None if latest is None else latest.sensitivity,
+                    # per what the guarantee holds, and a privacy unit's bounds
+                    "protects": "event" if latest is None else latest.protects,
+                    "unit_bounds": (
+                        None
+                        if latest is None or latest.unit_bounds is None
+                        else list(latest.unit_bounds)
+                    ),
                     "noise": None if latest is None else latest.noise,
                     "noise_secure": all(r.noise_secure for r in releases),
                     "epsilon_per_epoch": [

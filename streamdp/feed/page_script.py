@@ -184,21 +184,29 @@ function streamSection(stream) {
   const unit = stream.unit ? ` (${stream.unit})` : "";
   const eps = stream.epsilon_per_epoch.map(e => `epoch ${e.epoch}: \u03b5 = ${e.epsilon}`);
   const zcdp = stream.rho_per_epoch && stream.rho_per_epoch.length ? stream.rho_per_epoch : null;
+  const perUnit = stream.protects && stream.protects !== "event";
+  const level = perUnit ? `per ${stream.protects}` : "event level";
+  const lifetime = perUnit
+    ? ". Summed over all epochs (what one unit present in every epoch could lose): "
+    : ". Summed over all epochs (what one person contributing in every epoch could lose): ";
   const loss = zcdp
-    ? "Privacy loss per epoch (event level, zero-concentrated DP): "
+    ? `Privacy loss per epoch (${level}, zero-concentrated DP): `
       + zcdp.map(e => `epoch ${e.epoch}: \u03c1 = ${e.rho}, that is (\u03b5, \u03b4) = `
                  + `(${num(stream.epsilon_per_epoch.find(p => p.epoch === e.epoch).epsilon, 3)}, `
                  + `${e.delta})`).join("; ")
-      + ". Summed over all epochs (what one person contributing in every epoch could lose): "
-      + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}.`
-    : `Privacy loss per epoch (event level): ${eps.join("; ") || "\u2013"}. `
-      + "Summed over all epochs (what one person contributing in every epoch could lose): "
-      + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`;
+      + lifetime + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}.`
+    : `Privacy loss per epoch (${level}): ${eps.join("; ") || "\u2013"}`
+      + lifetime + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`;
+  const bound = perUnit && stream.unit_bounds
+    ? `sensitivity ${stream.sensitivity} per ${stream.protects} (each counted in at most `
+      + `${stream.unit_bounds[1]} periods of an epoch, at most ${stream.unit_bounds[0]} `
+      + "records a period; records beyond that are not counted)"
+    : `sensitivity ${stream.sensitivity} per event`;
   sec.append(el("p", {class: "facts"},
     (stream.title ? `Stream ${stream.stream}. ` : "")
     + `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
     + `horizon ${stream.horizon} periods per epoch, `
-    + `sensitivity ${stream.sensitivity} per event, noise ${stream.noise}. ` + loss));
+    + `${bound}, noise ${stream.noise}. ` + loss));
   if (!stream.noise_secure) {
     sec.append(el("p", {class: "warning"}, "These releases used the INSECURE seeded test "
                 + "sampler: they are NOT private and must not be published."));

@@ -47,6 +47,15 @@ class Release:
     # a zCDP stream's rho per epoch and the delta its epsilon is stated at (None: pure DP)
     rho: float | None = None
     delta: float | None = None
+    # a stream protecting a person (issue 28): the field naming the unit and its bounds
+    # (records per period, periods per epoch); None: the stream protects one event
+    unit_field: str | None = None
+    unit_bounds: tuple[int, int] | None = None
+
+    @property
+    def protects(self) -> str:
+        """Per what the guarantee holds: ``"event"`` or ``"<field> per epoch"``."""
+        return "event" if self.unit_field is None else f"{self.unit_field} per epoch"
 
     def row(self) -> dict[str, Any]:
         """The period's values with their 95% half-widths (docs/consuming.md section 4)."""
@@ -71,6 +80,8 @@ class Release:
             # zCDP streams only (empty for pure DP): epsilon above is their (epsilon, delta) bound
             "rho": self.rho,
             "privacy_delta": self.delta,
+            # what epsilon (or rho) and sensitivity hold per: "event" or "<field> per epoch"
+            "protects": self.protects,
         }
 
 
@@ -154,6 +165,20 @@ def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
     return rho, delta
 
 
+def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
+    """``(field, (max_events_per_period, max_periods_per_epoch))`` of a release protecting a
+    privacy unit, else ``(None, None)``."""
+    unit = record.get("privacy_unit")
+    if not isinstance(unit, dict):
+        return None, None
+    name = _text(unit.get("field"))
+    per_period = _int(unit.get("max_events_per_period"))
+    periods = _int(unit.get("max_periods_per_epoch"))
+    if name is None or per_period is None or periods is None:
+        return None, None
+    return name, (per_period, periods)
+
+
 def parse_release(record: object) -> Release | None:
     """The release in ``record`` (a decoded JSON value), or None when it is not a well-formed
     release record (another kind, a missing or mistyped field): such records are not shown."""
@@ -196,7 +221,7 @@ def parse_release(record: object) -> Release | None:
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
         None if index is None or index < 0 else index,
         _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
-        *_zcdp(record),
+        *_zcdp(record), *_unit(record),
     )  # fmt: skip
 
 
