@@ -37,6 +37,10 @@ from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import Line, generate, generated_end
 
 SEED = 41
+#: The privacy-unit key of replays that workers are compared with: any key gives the same
+#: releases (admission never depends on the key, digests only name units), so the workers'
+#: own key files need not match it.
+UNIT_KEY = b"harness-unit-key-0123456789abcdef"
 AnyBroker = EmbeddedBroker | KafkaCluster
 
 
@@ -121,7 +125,7 @@ def replay_outputs_through_cuts(
     once per cut); in the end through ``end``."""
     if list(cuts) != sorted(set(cuts)) or any(c <= 0 for c in cuts):
         raise ValueError(f"cuts must be distinct positive line indices in order, got {cuts!r}")
-    engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed))
+    engine = Engine(scenario.spec, sampler=InsecureSeededSampler(seed), unit_key=UNIT_KEY)
     records = list(engine.advance_clock(scenario.end))
     out: dict[str, dict[str, str]] = {topics.releases: {}, topics.consistent: {}}
     stops: list[int | None] = [*cuts, None]

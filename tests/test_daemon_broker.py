@@ -47,6 +47,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamdp.broker import EmbeddedBroker
 from streamdp.daemon.routing import OutputTopics
 from streamdp.errors import EXIT_INPUT_GAP
+from streamdp.synth.generators import Line
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 2
@@ -539,6 +540,67 @@ def _hospital_as_zcdp(text: str, census_mechanism: str) -> str:
         "epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "binary"', 1
     )
     return f"{restaurant}[sources.hospital-admissions]{census}[streams.hiv-admissions]{hiv}"
+
+
+def _hospital_per_patient(text: str) -> str:
+    """The scenario's hospital streams protecting patients, with the bounds of
+    streamdp/examples/hospital_patients.toml."""
+    restaurant, hospital = text.split("[sources.hospital-admissions]", 1)
+    census, hiv = hospital.split("[streams.hiv-admissions]", 1)
+    census = census.replace(
+        "sensitivity = 5",
+        'sensitivity = 5\nprivacy_unit = { field = "patient_id", max_events_per_period = 1, '
+        "max_periods_per_epoch = 12 }",
+        1,
+    )
+    hiv = hiv.replace(
+        "sensitivity = 1",
+        'sensitivity = 1\nprivacy_unit = { field = "patient_id", max_events_per_period = 2, '
+        "max_periods_per_epoch = 6 }",
+        1,
+    )
+    return f"{restaurant}[sources.hospital-admissions]{census}[streams.hiv-admissions]{hiv}"
+
+
+def test_a_patient_level_stream_runs_in_the_worker_and_equals_its_replay(
+    broker, setup, tmp_path: Path
+) -> None:
+    """Issue 28: the hospital streams protecting patients (admissions of 9 patients, so the
+    bounds drop most of them) run in the worker with its own --unit-key-file and publish
+    exactly the replay's records (admission never depends on the key), which carry the unit
+    and its sensitivity; /status says per what the budget holds; the patients' identifiers
+    never reach a public topic."""
+    make, start = setup
+    scenario, config, app_id, T = make(periods=20)
+    scenario.spec_text = _hospital_per_patient(scenario.spec_text)
+    config.write_text(scenario.spec_text)
+    topic = scenario.spec.sources["hospital-admissions"].topic
+    patients = []
+    for i, line in enumerate(scenario.lines[topic]):
+        event = json.loads(line.text)  # every line is a good event (no bad fraction)
+        event["patient_id"] = f"patient-{i % 9:03d}"
+        patients.append(Line(json.dumps(event), line.expect, line.period))
+    scenario.lines[topic] = patients
+    key = tmp_path / "unit.key"
+    key.write_text("a worker's own secret, 32 bytes+\n")
+    worker = start(config, app_id, T, "w1", extra_args=("--unit-key-file", str(key)))
+    worker.wait_ready()
+    produce(broker, lines_as_records(scenario))
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    expected = replay_outputs(scenario, T)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    _values(seen, expected, T)
+    census = [json.loads(v) for v in expected[T.releases].values() if '"admissions-census"' in v]
+    assert census
+    assert {r["sensitivity"] for r in census} == {60}
+    assert {r["privacy_unit"]["field"] for r in census} == {"patient_id"}
+    published = json.dumps(seen)
+    assert "patient-00" not in published
+    status = worker.status()
+    assert status is not None
+    assert status["streams"]["admissions-census"]["protects"] == "patient_id per epoch"
+    assert status["streams"]["hiv-admissions"]["sensitivity"] == 12
+    assert worker.stop() == 0, worker.log_tail()
 
 
 @pytest.mark.parametrize("census_mechanism", ["kary_gls", "blt"])
