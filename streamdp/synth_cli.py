@@ -20,7 +20,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=SCENARIOS,
         help=(
             "which seed's data to imitate; each matches its spec in streamdp/examples "
-            "(restaurant orders, hospital admissions, census persons, HIV admissions)"
+            "(restaurant orders, hospital admissions, census persons, HIV admissions; "
+            "hospital-patients: admissions of returning patients with a patient_id)"
         ),
     )
     parser.add_argument(

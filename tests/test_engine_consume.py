@@ -41,6 +41,9 @@ ODD_RECORDS: list[dict[str, Any] | str] = [
     '  {"event_id": "odd-6", "event_time": 1704153600, "items": {"cola": 1}}  ',
 ]
 
+#: the key of the hospital-patients example's privacy units (a test key)
+UNIT_KEY = b"consume-test-unit-key-0123456789"
+
 
 def _texts(scenario: str, seed: int, bad: float) -> list[bytes]:
     spec = example_spec(scenario)
@@ -115,8 +118,8 @@ def _arrivals(texts: list[bytes], positions: list[int]) -> list[float]:
 def test_consume_is_ingest_under_the_same_clock(scenario: str, seed: int, bad: float) -> None:
     spec = example_spec(scenario)
     topic = next(iter(spec.sources.values())).topic
-    fast = Engine(spec, sampler=InsecureSeededSampler(5))
-    general = Engine(spec, sampler=InsecureSeededSampler(5))
+    fast = Engine(spec, sampler=InsecureSeededSampler(5), unit_key=UNIT_KEY)
+    general = Engine(spec, sampler=InsecureSeededSampler(5), unit_key=UNIT_KEY)
     texts = _texts(scenario, seed, bad)
     positions = _positions(len(texts), seed)
     kinds = set()

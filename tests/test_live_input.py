@@ -21,6 +21,7 @@ from streamdp.daemon.topology import required_topics
 from streamdp.engine import load_spec, parse_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.synth import SCENARIOS, example_spec
+from streamdp.synth.generators import EXAMPLE_FILES
 from streamdp.synth.live import live_events, live_spec_text, stamped
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "streamdp" / "examples"
@@ -29,7 +30,7 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "streamdp" / "examples"
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_live_spec_has_short_periods_from_now_and_the_examples_streams(scenario: str) -> None:
     now = 1_790_000_123.4
-    text = live_spec_text((EXAMPLES / f"{scenario}.toml").read_text("utf-8"), 60, now)
+    text = live_spec_text((EXAMPLES / EXAMPLE_FILES[scenario]).read_text("utf-8"), 60, now)
     live, example = parse_spec(text), example_spec(scenario)
     assert live.streams.keys() == example.streams.keys()
     assert live.sources == example.sources

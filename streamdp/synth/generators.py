@@ -8,6 +8,10 @@ Scenarios, each matching its example spec in ``streamdp/examples``:
   ``hiv_positive`` flag; read by a daily census-style stream and a monthly HIV+ stream.
 - ``census`` (seed 000): person records with sex (2) x race (7) x age (23); monthly.
 - ``hiv`` (seed 001): monthly admissions with the ``hiv_positive`` flag.
+- ``hospital-patients`` (issue 28): the hospital's admissions with a ``patient_id``: patients
+  come back, with a heavy-tailed number of admissions each (most once or twice, a few dozens
+  of times), and keep their sex, age group and HIV status; read by the streams of
+  ``hospital_patients.toml``, which protect the patient.
 
 Each generated line comes with the rejection reason it is meant to trigger (None for good
 events), so tests can check that every bad record lands in the dead-letter output with that
@@ -29,13 +33,20 @@ from streamdp.engine.periods import PeriodClock, format_instant
 from streamdp.engine.spec import EngineSpec, StreamSpec
 from streamdp.engine.spec_loading import parse_spec
 
-SCENARIOS = ("restaurant", "hospital", "census", "hiv")
-_FILES = {
+SCENARIOS = ("restaurant", "hospital", "census", "hiv", "hospital-patients")
+#: The example spec (in streamdp/examples) each scenario follows.
+EXAMPLE_FILES = {
     "restaurant": "restaurant.toml",
     "hospital": "hospital.toml",
     "census": "census.toml",
     "hiv": "hiv.toml",
+    "hospital-patients": "hospital_patients.toml",
 }
+#: Tail index of the patients' admission propensities (Pareto): below 2, so the number of
+#: admissions per patient has a heavy tail (a patient's expected share grows like N^(1/1.5)).
+PATIENT_TAIL = 1.5
+#: Admissions per patient on average (the pool is the expected admissions over this).
+ADMISSIONS_PER_PATIENT = 3.0
 # Bad-record kinds every scenario can produce, plus the order-only ones.
 COMMON_BAD = (
     "malformed",
@@ -53,8 +64,10 @@ PERSON_BAD = ("unknown_category",)
 
 def example_spec(scenario: str) -> EngineSpec:
     """The packaged example spec of ``scenario``."""
-    text = resources.files("streamdp").joinpath("examples", _FILES[scenario]).read_text("utf-8")
-    return parse_spec(text, origin=f"streamdp/examples/{_FILES[scenario]}")
+    text = (
+        resources.files("streamdp").joinpath("examples", EXAMPLE_FILES[scenario]).read_text("utf-8")
+    )
+    return parse_spec(text, origin=f"streamdp/examples/{EXAMPLE_FILES[scenario]}")
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ def generate(
     grid_stream = next(iter(spec.streams.values()))
     clock = PeriodClock(grid_stream.period)
     source = spec.sources[grid_stream.source]
-    maker = _maker(scenario, spec, rng)
+    maker = _maker(scenario, spec, rng, expected_events=periods * rate)
     has_attributes = any(s.counters.kind == "attributes" for s in spec.streams.values())
     bad_kinds = COMMON_BAD + (
         ORDER_BAD if source.kind == "order" else PERSON_BAD if has_attributes else ()
@@ -133,7 +146,9 @@ def release_instant(spec: EngineSpec, periods: int) -> float:
     return generated_end(spec, periods) + lateness
 
 
-def _maker(scenario: str, spec: EngineSpec, rng: np.random.Generator) -> Any:
+def _maker(
+    scenario: str, spec: EngineSpec, rng: np.random.Generator, *, expected_events: float = 0.0
+) -> Any:
     stream = next(iter(spec.streams.values()))
     if scenario == "restaurant":
         combos = [
@@ -163,7 +178,29 @@ def _maker(scenario: str, spec: EngineSpec, rng: np.random.Generator) -> Any:
         attrs["hiv_positive"] = bool(rng.uniform() < 0.03)
         return {"attributes": attrs}
 
+    if scenario == "hospital-patients":
+        return _patients(person, rng, expected_events)
     return person
+
+
+def _patients(person: Any, rng: np.random.Generator, expected_events: float) -> Any:
+    """Admissions of a pool of returning patients: each patient has a Pareto(``PATIENT_TAIL``)
+    propensity to be admitted, so visits per patient are heavy tailed; a patient keeps the
+    attributes of their first admission except the ward."""
+    pool = max(20, int(expected_events / ADMISSIONS_PER_PATIENT))
+    propensity = rng.pareto(PATIENT_TAIL, size=pool) + 1.0
+    chance = propensity / propensity.sum()
+    known: dict[int, dict[str, Any]] = {}
+
+    def admission() -> dict[str, Any]:
+        patient = int(rng.choice(pool, p=chance))
+        fresh = person()
+        attrs = dict(known.setdefault(patient, fresh["attributes"]))
+        if "ward" in fresh["attributes"]:
+            attrs["ward"] = fresh["attributes"]["ward"]
+        return {"patient_id": f"p{patient:06d}", "attributes": attrs}
+
+    return admission
 
 
 def _bad(  # noqa: PLR0917
