@@ -11,17 +11,21 @@ import json
 import math
 import sys
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from streamdp.continual.definitions import DEFAULT_DELTA
 from streamdp.continual.kary_config import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
 from streamdp.continual.variance import NOISES
 from streamdp.errors import ConfigError
-from streamdp.planner.accuracy import compare, plan
+from streamdp.planner.accuracy import Plan, compare, plan
 from streamdp.planner.report import StreamPlan, render_comparison, render_streams, render_table
 from streamdp.planner.target import epsilon_for_std, planned_std
+from streamdp.planner.unit_cost import UnitCost, render_unit_costs, unit_costs
 from streamdp.planner.zcdp import ZCDP_MECHANISMS, compare_definitions, plan_zcdp
+
+if TYPE_CHECKING:
+    from streamdp.engine.spec import StreamSpec
 
 #: Flags that describe one configuration; --config takes all of them from the spec instead.
 _CONFIGURATION_FLAGS = (
@@ -187,7 +191,10 @@ def _run_config(args: argparse.Namespace) -> int:
                 )
             else:
                 results = compare(
-                    stream.horizon, float(stream.epsilon), float(stream.sensitivity), args.noise
+                    stream.horizon,
+                    float(stream.epsilon),
+                    float(stream.noise_sensitivity),
+                    args.noise,
                 )
             data[name] = [r.as_dict() for r in results]
             out += [f"stream {name}", render_comparison(results), ""]
@@ -205,44 +212,84 @@ def _run_config(args: argparse.Namespace) -> int:
             rows.append(
                 StreamPlan(
                     name,
-                    plan_zcdp(
-                        stream.mechanism,
-                        stream.objective,
-                        stream.horizon,
-                        Fraction(stream.rho),
-                        math.sqrt(stream.l2_squared),
-                        delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
-                        branching=stream.branching,
-                    ),
+                    _plan_stream_at(stream, stream.unit_multiplier, args.noise),
                 )
             )
         elif args.target_std is None:
-            result = plan(
-                stream.mechanism,
-                stream.objective,
-                stream.horizon,
-                float(stream.epsilon),
-                float(stream.sensitivity),
-                args.noise,
-                branching=stream.branching,
+            rows.append(
+                StreamPlan(name, _plan_stream_at(stream, stream.unit_multiplier, args.noise))
             )
-            rows.append(StreamPlan(name, result))
         else:
             epsilon, result = epsilon_for_std(
                 args.target_std,
                 stream.mechanism,
                 stream.objective,
                 stream.horizon,
-                float(stream.sensitivity),
+                float(stream.noise_sensitivity),
                 args.noise,
                 branching=stream.branching,
             )
             rows.append(StreamPlan(name, result, epsilon))
+    costs = {
+        name: _unit_costs(stream, args.noise)
+        for name, stream in spec.streams.items()
+        if stream.privacy_unit is not None and args.target_std is None
+    }
     if args.format == "json":
-        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+        plans = [r.as_dict() for r in rows]
+        for entry in plans:
+            if entry["stream"] in costs:
+                entry["unit_costs"] = [c.as_dict() for c in costs[str(entry["stream"])]]
+        sys.stdout.write(json.dumps(plans, indent=2) + "\n")
     else:
-        sys.stdout.write(render_streams(rows, args.target_std) + "\n")
+        out = [render_streams(rows, args.target_std)]
+        for name, table in costs.items():
+            unit = spec.streams[name].privacy_unit
+            assert unit is not None
+            out += [
+                "",
+                f"stream {name}: protects {unit.field} per epoch (sens. above is the unit's)",
+                render_unit_costs(table, unit.field),
+            ]
+        sys.stdout.write("\n".join(out) + "\n")
     return 0
+
+
+def _unit_costs(stream: StreamSpec, noise: str) -> list[UnitCost]:
+    """The stream planned at alternative privacy-unit bounds (:mod:`unit_cost`)."""
+    unit = stream.privacy_unit
+    assert unit is not None
+    return unit_costs(
+        lambda multiplier: _plan_stream_at(stream, multiplier, noise),
+        unit.max_events_per_period,
+        unit.max_periods_per_epoch,
+        stream.horizon,
+    )
+
+
+def _plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
+    """The plan of ``stream`` with its noise calibrated on ``multiplier`` times one event's
+    sensitivity (its own unit's multiplier: the stream as configured)."""
+    if stream.rho is not None:
+        event_l2 = math.sqrt(stream.l2_squared) / stream.unit_multiplier
+        return plan_zcdp(
+            stream.mechanism,
+            stream.objective,
+            stream.horizon,
+            Fraction(stream.rho),
+            event_l2 * multiplier,
+            delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+            branching=stream.branching,
+        )
+    return plan(
+        stream.mechanism,
+        stream.objective,
+        stream.horizon,
+        float(stream.epsilon),
+        float(stream.sensitivity * multiplier),
+        noise,
+        branching=stream.branching,
+    )
 
 
 def _run_zcdp(args: argparse.Namespace) -> int:

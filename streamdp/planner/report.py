@@ -155,7 +155,8 @@ def render_streams(rows: list[StreamPlan], target: float | None) -> str:
         ]
     else:
         lines += [
-            "epsilon: per epoch (event-level); standard deviations in counts: mean and max over",
+            "epsilon: per epoch, per event (per unit for a stream with a privacy unit, whose sens.",
+            "is the unit's); standard deviations in counts: mean and max over",
             "the horizon of the running total's, mean of the period count's",
         ]
     if any(row.plan.privacy.get("definition") == "zcdp" for row in rows):
