@@ -1,45 +1,66 @@
 """The planner's cost of a privacy unit's bounds (issue 28): every row is the planner's own
 computation at M times one event's sensitivity (L1 for pure DP, L2 under zCDP), the chosen
-bounds are the stream as configured, and the table grows with M."""
+bounds are the stream as configured, and the table grows with M. ``plan`` takes the bounds as
+flags too (``--max-events-per-period A --max-periods-per-epoch B``), with a spec's checks."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-import subprocess
-import sys
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from streamdp.cli import main
 from streamdp.engine.spec_loading import parse_spec
-from streamdp.planner.accuracy import plan
+from streamdp.planner import cli as planner_cli
+from streamdp.planner.accuracy import Plan, plan
+from streamdp.planner.target import epsilon_for_std
 from streamdp.planner.unit_cost import alternative_bounds
 from streamdp.planner.zcdp import plan_zcdp
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "streamdp" / "examples" / "hospital_patients.toml"
+UNIT = ("--max-events-per-period", "2", "--max-periods-per-epoch", "6")  # M = 12
+PURE = ("plan", "--horizon", "12", "--epsilon", "0.5", "--sensitivity", "3")
+ZCDP = ("plan", "--horizon", "12", "--rho", "0.25", "--sensitivity", "2")
 
 
-def _plan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streamdp", "plan", *args],
-        check=False, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+def _json(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    assert main([*argv, "--format", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
 
 
-def test_each_row_is_the_planner_at_m_times_one_events_sensitivity() -> None:
-    done = _plan("--config", str(EXAMPLE), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    streams = {entry["stream"]: entry for entry in json.loads(done.stdout)}
+def _error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    assert main(list(argv)) == 2
+    return capsys.readouterr().err
+
+
+# --- plan --config: a spec's privacy_unit -----------------------------------------------------
+
+
+def test_each_row_is_the_planner_at_m_times_one_events_sensitivity(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    streams = {entry["stream"]: entry for entry in _json(capsys, "plan", "--config", str(EXAMPLE))}
     hiv = streams["hiv-admissions"]
     assert hiv["sensitivity"] == 12  # 2 a month x 6 months x Delta = 1
+    assert hiv["privacy_unit"] == {
+        "field": "patient_id",
+        "max_events_per_period": 2,
+        "max_periods_per_epoch": 6,
+        "multiplier": 12,
+        "event_sensitivity": 1.0,
+    }
     rows = hiv["unit_costs"]
     for row in rows:
         direct = plan("fda", "total", 12, 0.5, float(row["multiplier"]))
         assert row["mean_std"] == pytest.approx(math.sqrt(direct.mean_variance), rel=1e-12)
         assert row["max_std"] == pytest.approx(math.sqrt(direct.max_variance), rel=1e-12)
+        assert row["error95_at_horizon"] == direct.releases[-1].error95
     chosen = [r for r in rows if r["chosen"]]
     assert [(r["max_events_per_period"], r["max_periods_per_epoch"]) for r in chosen] == [(2, 6)]
     assert chosen[0]["mean_std"] == pytest.approx(math.sqrt(hiv["mean_variance"]), rel=1e-12)
@@ -50,31 +71,67 @@ def test_each_row_is_the_planner_at_m_times_one_events_sensitivity() -> None:
     assert stds[-1] > 40 * stds[0]  # M = 48 against one event: the bounds cost real accuracy
 
 
-def test_a_zcdp_stream_is_planned_at_m_times_its_l2_bound(tmp_path: Path) -> None:
+def _zcdp_example(tmp_path: Path) -> tuple[Path, str]:
     text = EXAMPLE.read_text().replace("epsilon_cap = 1.0", "rho_cap = 1.0")
     text = text.replace("epsilon = 0.5", 'privacy = { definition = "zcdp", rho = 0.25 }')
     text = text.replace("horizon = 12\n", 'horizon = 12\nmechanism = "binary"\n')
     text = text.replace("horizon = 365\n", 'horizon = 365\nmechanism = "binary"\n')
     config = tmp_path / "zcdp.toml"
     config.write_text(text)
-    spec = parse_spec(text)
-    hiv = spec.streams["hiv-admissions"]
+    return config, text
+
+
+def test_a_zcdp_stream_is_planned_at_m_times_its_l2_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config, text = _zcdp_example(tmp_path)
+    hiv = parse_spec(text).streams["hiv-admissions"]
     assert hiv.l2_squared == 144  # (12 x 1)^2
-    done = _plan("--config", str(config), "--format", "json")
-    assert done.returncode == 0, done.stderr
-    rows = {e["stream"]: e for e in json.loads(done.stdout)}["hiv-admissions"]["unit_costs"]
-    for row in rows:
+    rows = {e["stream"]: e for e in _json(capsys, "plan", "--config", str(config))}
+    assert rows["hiv-admissions"]["sensitivity"] == 12.0
+    for row in rows["hiv-admissions"]["unit_costs"]:
         direct = plan_zcdp("binary", "total", 12, Fraction(1, 4), float(row["multiplier"]))
         assert row["mean_std"] == pytest.approx(math.sqrt(direct.mean_variance), rel=1e-12)
     assert replace(hiv, privacy_unit=None).unit_multiplier == 1
+    assert main(["plan", "--config", str(config)]) == 0
+    assert "L2 sensitivity M x Delta_2 = 12 x 1 = 12 (L2^2 = M^2 x 1 = 144)" in (
+        capsys.readouterr().out
+    )
 
 
-def test_the_table_names_the_unit_and_marks_the_chosen_bounds() -> None:
-    done = _plan("--config", str(EXAMPLE))
-    assert done.returncode == 0, done.stderr
-    assert "stream hiv-admissions: protects patient_id per epoch" in done.stdout
-    assert "cost of the privacy unit's bounds (patient_id)" in done.stdout
-    assert done.stdout.count("<- chosen") == 2
+def test_config_compare_of_a_zcdp_unit_stream_puts_both_definitions_at_the_unit_level(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config, _ = _zcdp_example(tmp_path)
+    seen: dict[int, tuple[float, float]] = {}
+
+    def record(horizon: int, epsilon: float, l1: float, l2: float, delta: object) -> list[Plan]:
+        seen[horizon] = (l1, l2)
+        return [plan("binary", "total", horizon, epsilon, l1, points=[horizon])]
+
+    monkeypatch.setattr(planner_cli, "compare_definitions", record)
+    assert set(_json(capsys, "plan", "--config", str(config), "--compare")) == {
+        "admissions-census",
+        "hiv-admissions",
+    }
+    assert seen[12] == (12.0, 12.0)  # hiv: L1 (pure rows) and L2 (zCDP rows), 12 x 1 both
+    census_l1, census_l2 = seen[365]  # 12 x 5 and 12 x sqrt(5)
+    assert census_l1 == 60.0
+    assert census_l2 == pytest.approx(12 * math.sqrt(5), rel=1e-15)
+
+
+def test_the_table_names_the_unit_and_marks_the_chosen_bounds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["plan", "--config", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert "stream hiv-admissions: protects one patient_id per epoch, not one event" in out
+    assert "at most 2 records in each of at most 6 periods" in out
+    assert "M = 2 x 6 = 12 records per unit per epoch" in out
+    assert "noise calibrated on sensitivity M x Delta = 12 x 1 = 12" in out
+    assert "noise calibrated on sensitivity M x Delta = 12 x 5 = 60" in out  # the census
+    assert "cost of the privacy unit's bounds (patient_id)" in out
+    assert out.count("<- chosen") == 2
 
 
 def test_alternative_bounds_stay_within_the_horizon_and_start_at_one_event() -> None:
@@ -83,3 +140,158 @@ def test_alternative_bounds_stay_within_the_horizon_and_start_at_one_event() -> 
     assert (2, 6) in pairs
     assert all(1 <= b <= 8 for _, b in pairs)
     assert (4, 8) in pairs  # 2b capped at the horizon
+    assert alternative_bounds(1, 1, 1) == [(1, 1), (2, 1)]  # b/2 floored at 1, 2b capped
+
+
+# --- plan --max-events-per-period A --max-periods-per-epoch B ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "noise"),
+    [("fda", "discrete-laplace"), ("fda", "laplace"), ("binary", "discrete-laplace"),
+     ("kary_gls", "discrete-laplace")],
+)  # fmt: skip
+def test_the_unit_plan_is_the_event_plan_at_m_times_delta(
+    mechanism: str, noise: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = (*PURE, "--mechanism", mechanism, "--noise", noise, *UNIT)
+    data = _json(capsys, *argv)
+    event = plan(mechanism, "total", 12, 0.5, 12 * 3.0, noise)
+    assert data["sensitivity"] == 36.0
+    assert data["privacy_unit"]["multiplier"] == 12
+    assert data["privacy_unit"]["event_sensitivity"] == 3.0
+    assert data["mean_variance"] == pytest.approx(event.mean_variance, rel=1e-12, abs=0)
+    assert data["max_variance"] == pytest.approx(event.max_variance, rel=1e-12, abs=0)
+    assert [r["error95"] for r in data["releases"]] == pytest.approx(
+        [r.error95 for r in event.releases], rel=1e-12
+    )
+    # the table: every row is the planner at M x Delta, monotone in M, the chosen row the plan
+    rows = data["unit_costs"]
+    for row in rows:
+        direct = plan(mechanism, "total", 12, 0.5, 3.0 * row["multiplier"], noise)
+        assert row["sensitivity"] == 3.0 * row["multiplier"]
+        assert row["mean_std"] == pytest.approx(math.sqrt(direct.mean_variance), rel=1e-12)
+        assert row["max_std"] == pytest.approx(math.sqrt(direct.max_variance), rel=1e-12)
+    _assert_monotone(rows)
+    (chosen,) = [r for r in rows if r["chosen"]]
+    assert chosen["mean_std"] == pytest.approx(math.sqrt(data["mean_variance"]), rel=1e-12)
+    event_row = rows[0]
+    assert event_row["multiplier"] == 1
+    for row in rows:  # the std is linear in M: exactly for continuous Laplace noise; the
+        # discrete noise's variance is a little off the continuous one at small scales
+        ratio = row["mean_std"] / event_row["mean_std"]
+        rel = 1e-9 if noise == "laplace" else 2e-2
+        assert ratio == pytest.approx(row["multiplier"], rel=rel)
+
+
+def _assert_monotone(rows: list[dict[str, Any]]) -> None:
+    assert [r["multiplier"] for r in rows] == sorted(r["multiplier"] for r in rows)
+    for before, after in itertools.pairwise(rows):
+        for key in ("mean_std", "max_std", "error95_at_horizon"):
+            if after["multiplier"] > before["multiplier"]:
+                assert after[key] > before[key]
+            else:
+                assert after[key] == before[key]
+
+
+@pytest.mark.parametrize("mechanism", ["binary", "blt", "kary_gls"])
+def test_the_zcdp_unit_plan_is_the_event_plan_at_m_times_the_l2_bound(
+    mechanism: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _json(capsys, *ZCDP, "--mechanism", mechanism, *UNIT)
+    event = plan_zcdp(mechanism, "total", 12, 0.25, 12 * 2.0)
+    assert data["sensitivity"] == 24.0
+    assert data["privacy"]["rho"] == 0.25
+    assert data["mean_variance"] == pytest.approx(event.mean_variance, rel=1e-12, abs=0)
+    assert data["max_variance"] == pytest.approx(event.max_variance, rel=1e-12, abs=0)
+    # L2^2 = M^2 x the event's: the variance is M^2 times the event-level plan's
+    one = plan_zcdp(mechanism, "total", 12, 0.25, 2.0)
+    assert data["mean_variance"] == pytest.approx(144 * one.mean_variance, rel=1e-12)
+    rows = data["unit_costs"]
+    for row in rows:
+        direct = plan_zcdp(mechanism, "total", 12, 0.25, 2.0 * row["multiplier"])
+        assert row["mean_std"] == pytest.approx(math.sqrt(direct.mean_variance), rel=1e-12)
+        assert row["mean_std"] / rows[0]["mean_std"] == pytest.approx(row["multiplier"], rel=1e-12)
+    _assert_monotone(rows)
+
+
+def test_the_report_says_what_the_unit_plan_protects(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*PURE, *UNIT]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("protects one privacy unit (a patient, a device) per epoch")
+    assert "at most 2 records in each of at most 6 periods" in out
+    assert "M = 2 x 6 = 12 records per unit per epoch" in out
+    assert "noise calibrated on sensitivity M x Delta = 12 x 3 = 36" in out
+    assert "sensitivity 36  noise discrete-laplace" in out  # the plan's own header
+    assert "cost of the privacy unit's bounds: records per period x periods per epoch" in out
+    assert out.count("<- chosen") == 1
+    assert main([*ZCDP, *UNIT]) == 0
+    out = capsys.readouterr().out
+    assert "noise calibrated on the L2 sensitivity M x Delta_2 = 12 x 2 = 24" in out
+    assert "(L2^2 = M^2 x 4 = 576)" in out
+    assert main([*PURE]) == 0  # per event: no unit, no table
+    out = capsys.readouterr().out
+    assert "privacy unit" not in out
+    assert "M = " not in out
+
+
+def test_target_std_and_compare_plan_at_the_unit_level(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    base = ("plan", "--horizon", "12", "--sensitivity", "3", *UNIT)
+    data = _json(capsys, *base, "--target-std", "100")
+    epsilon, _ = epsilon_for_std(100.0, "fda", "total", 12, 36.0)
+    assert data["epsilon_for_target"] == str(epsilon)
+    assert data["privacy_unit"]["multiplier"] == 12
+    rows = _json(capsys, *base, "--epsilon", "0.5", "--compare")
+    assert {r["sensitivity"] for r in rows} == {36.0}
+    rows = _json(capsys, *base, "--epsilon", "0.5", "--compare", "--delta", "1e-8")
+    assert {r["sensitivity"] for r in rows} == {36.0}  # L1 and (default) L2 alike
+    assert main([*base, "--epsilon", "0.5", "--compare"]) == 0
+    assert "M = 2 x 6 = 12 records" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--max-events-per-period", "2"],
+         "--max-events-per-period needs --max-periods-per-epoch"),
+        (["--max-periods-per-epoch", "6"],
+         "--max-periods-per-epoch needs --max-events-per-period"),
+        (["--max-events-per-period", "0", "--max-periods-per-epoch", "6"],
+         "--max-events-per-period must be an integer >= 1, got 0"),
+        (["--max-events-per-period", "2", "--max-periods-per-epoch", "-3"],
+         "--max-periods-per-epoch must be an integer >= 1, got -3"),
+        (["--max-events-per-period", "2", "--max-periods-per-epoch", "13"],
+         "--max-periods-per-epoch 13 is more than the 12 periods of an epoch (--horizon)"),
+    ],
+)  # fmt: skip
+def test_bad_bounds_exit_2_with_one_line_naming_the_flag(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for base in (PURE, ZCDP):
+        err = _error(capsys, *base, *extra)
+        assert message in err
+        assert err.count("\n") == 1
+
+
+def test_bounds_that_are_not_integers_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([*PURE, "--max-events-per-period", "1.5", "--max-periods-per-epoch", "6"])
+    assert exited.value.code == 2
+    assert "invalid int value: '1.5'" in capsys.readouterr().err
+
+
+def test_config_takes_the_bounds_from_the_spec(capsys: pytest.CaptureFixture[str]) -> None:
+    err = _error(capsys, "plan", "--config", str(EXAMPLE), *UNIT)
+    assert "drop --max-events-per-period, --max-periods-per-epoch" in err
+
+
+def test_help_mentions_the_bounds(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["plan", "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "--max-events-per-period A" in out
+    assert "--max-periods-per-epoch B" in out
+    assert "privacy unit" in out

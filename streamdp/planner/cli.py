@@ -2,6 +2,9 @@
 
 One configuration from flags, or every stream of a spec (``--config``); ``--target-std`` turns
 the question round and answers with the epsilon needed for a standard deviation.
+``--max-events-per-period A --max-periods-per-epoch B`` (a spec's ``privacy_unit``) plans per
+privacy unit: the noise calibrated on ``M = A x B`` times one event's sensitivity, with a table
+of what other bounds would cost (:mod:`streamdp.planner.unit_cost`).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +25,13 @@ from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import Plan, compare, plan
 from streamdp.planner.report import StreamPlan, render_comparison, render_streams, render_table
 from streamdp.planner.target import epsilon_for_std, planned_std
-from streamdp.planner.unit_cost import UnitCost, render_unit_costs, unit_costs
+from streamdp.planner.unit_cost import (
+    UnitCost,
+    describe_unit,
+    render_unit_costs,
+    unit_costs,
+    unit_summary,
+)
 from streamdp.planner.zcdp import ZCDP_MECHANISMS, compare_definitions, plan_zcdp
 
 if TYPE_CHECKING:
@@ -30,7 +40,7 @@ if TYPE_CHECKING:
 #: Flags that describe one configuration; --config takes all of them from the spec instead.
 _CONFIGURATION_FLAGS = (
     "mechanism", "objective", "branching", "horizon", "epsilon", "sensitivity", "rho", "delta",
-    "l2_sensitivity", "buffers",
+    "l2_sensitivity", "buffers", "max_events_per_period", "max_periods_per_epoch",
 )  # fmt: skip
 
 
@@ -121,6 +131,28 @@ def register(parser: argparse.ArgumentParser) -> None:
         ),
     )
     parser.add_argument(
+        "--max-events-per-period",
+        type=int,
+        default=None,
+        metavar="A",
+        help=(
+            "plan per privacy unit (a patient, a device) instead of per event: at most A records "
+            "of one unit count in a period (with --max-periods-per-epoch; the noise is then "
+            "calibrated on M = A x B times --sensitivity, and a table shows what other bounds "
+            "would cost)"
+        ),
+    )
+    parser.add_argument(
+        "--max-periods-per-epoch",
+        type=int,
+        default=None,
+        metavar="B",
+        help=(
+            "with --max-events-per-period: one unit's records count in at most B periods of an "
+            "epoch (1 <= B <= --horizon)"
+        ),
+    )
+    parser.add_argument(
         "--noise",
         choices=NOISES,
         default="discrete-laplace",
@@ -166,6 +198,66 @@ def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
     return ["--" + n.replace("_", "-") for n in names if getattr(args, n) is not None]
 
 
+def _unit_bounds(args: argparse.Namespace) -> tuple[int, int] | None:
+    """``(A, B)`` of ``--max-events-per-period A --max-periods-per-epoch B`` (both or neither;
+    integers >= 1, B at most the horizon), None when neither is given: per event."""
+    per_period, periods = args.max_events_per_period, args.max_periods_per_epoch
+    if per_period is None and periods is None:
+        return None
+    both = (
+        "a privacy unit bounds both the records per period and the periods per epoch one unit "
+        "may contribute"
+    )
+    if periods is None:
+        raise ConfigError(f"--max-events-per-period needs --max-periods-per-epoch: {both}")
+    if per_period is None:
+        raise ConfigError(f"--max-periods-per-epoch needs --max-events-per-period: {both}")
+    for flag, value in (
+        ("--max-events-per-period", per_period),
+        ("--max-periods-per-epoch", periods),
+    ):
+        if value < 1:
+            raise ConfigError(f"{flag} must be an integer >= 1, got {value}")
+    if args.horizon >= 1 and periods > args.horizon:
+        raise ConfigError(
+            f"--max-periods-per-epoch {periods} is more than the {args.horizon} periods of an "
+            f"epoch (--horizon); at most {args.horizon}"
+        )
+    return per_period, periods
+
+
+def _unit_text(bounds: tuple[int, int] | None, event_sensitivity: float, *, l2: bool) -> str:
+    """The words before a unit-level plan (empty per event)."""
+    if bounds is None:
+        return ""
+    return describe_unit(*bounds, event_sensitivity, l2=l2) + "\n\n"
+
+
+def _write_plan(
+    result: Plan,
+    args: argparse.Namespace,
+    bounds: tuple[int, int] | None,
+    plan_at: Callable[[int], Plan],
+    *,
+    l2: bool = False,
+) -> None:
+    """Print ``result``; at privacy-unit ``bounds`` (its noise on ``M`` times
+    ``args.sensitivity``), with what they mean and the cost of alternative bounds, each planned
+    by ``plan_at(M)``."""
+    costs = [] if bounds is None else unit_costs(plan_at, *bounds, args.horizon)
+    if args.format == "json":
+        data = result.as_dict()
+        if bounds is not None:
+            data["privacy_unit"] = unit_summary(*bounds, args.sensitivity)
+            data["unit_costs"] = [c.as_dict() for c in costs]
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    text = _unit_text(bounds, args.sensitivity, l2=l2) + render_table(result)
+    if bounds is not None:
+        text += "\n\n" + render_unit_costs(costs)
+    sys.stdout.write(text + "\n")
+
+
 def _run_config(args: argparse.Namespace) -> int:
     from streamdp.engine import load_spec
 
@@ -185,7 +277,7 @@ def _run_config(args: argparse.Namespace) -> int:
                 results = compare_definitions(
                     stream.horizon,
                     float(stream.epsilon),
-                    float(stream.sensitivity),
+                    float(stream.noise_sensitivity),
                     math.sqrt(stream.l2_squared),
                     Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
                 )
@@ -239,16 +331,33 @@ def _run_config(args: argparse.Namespace) -> int:
         plans = [r.as_dict() for r in rows]
         for entry in plans:
             if entry["stream"] in costs:
-                entry["unit_costs"] = [c.as_dict() for c in costs[str(entry["stream"])]]
+                name = str(entry["stream"])
+                unit = spec.streams[name].privacy_unit
+                assert unit is not None
+                entry["privacy_unit"] = unit_summary(
+                    unit.max_events_per_period,
+                    unit.max_periods_per_epoch,
+                    _event_sensitivity(spec.streams[name]),
+                    unit.field,
+                )
+                entry["unit_costs"] = [c.as_dict() for c in costs[name]]
         sys.stdout.write(json.dumps(plans, indent=2) + "\n")
     else:
         out = [render_streams(rows, args.target_std)]
         for name, table in costs.items():
             unit = spec.streams[name].privacy_unit
             assert unit is not None
+            stream = spec.streams[name]
             out += [
                 "",
-                f"stream {name}: protects {unit.field} per epoch (sens. above is the unit's)",
+                f"stream {name}: "
+                + describe_unit(
+                    unit.max_events_per_period,
+                    unit.max_periods_per_epoch,
+                    _event_sensitivity(stream),
+                    field=unit.field,
+                    l2=stream.rho is not None,
+                ),
                 render_unit_costs(table, unit.field),
             ]
         sys.stdout.write("\n".join(out) + "\n")
@@ -267,17 +376,23 @@ def _unit_costs(stream: StreamSpec, noise: str) -> list[UnitCost]:
     )
 
 
+def _event_sensitivity(stream: StreamSpec) -> float:
+    """One event's sensitivity the stream's noise is a multiple of: L1, or L2 under zCDP."""
+    if stream.rho is not None:
+        return math.sqrt(stream.l2_squared) / stream.unit_multiplier
+    return float(stream.sensitivity)
+
+
 def _plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
     """The plan of ``stream`` with its noise calibrated on ``multiplier`` times one event's
     sensitivity (its own unit's multiplier: the stream as configured)."""
     if stream.rho is not None:
-        event_l2 = math.sqrt(stream.l2_squared) / stream.unit_multiplier
         return plan_zcdp(
             stream.mechanism,
             stream.objective,
             stream.horizon,
             Fraction(stream.rho),
-            event_l2 * multiplier,
+            _event_sensitivity(stream) * multiplier,
             delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
             branching=stream.branching,
         )
@@ -292,8 +407,9 @@ def _plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
     )
 
 
-def _run_zcdp(args: argparse.Namespace) -> int:
-    """``plan --rho``: one zCDP counter (:func:`streamdp.planner.zcdp.plan_zcdp`)."""
+def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
+    """``plan --rho``: one zCDP counter (:func:`streamdp.planner.zcdp.plan_zcdp`); at
+    privacy-unit ``bounds``, on ``M`` times the L2 bound ``--sensitivity``."""
     clashing = _given(args, ("epsilon", "target_std"))
     if args.noise != "discrete-laplace":
         clashing.append("--noise")
@@ -305,20 +421,21 @@ def _run_zcdp(args: argparse.Namespace) -> int:
     if args.buffers is not None and mechanism != "blt":
         raise ConfigError(f"--buffers applies to --mechanism blt only, not {mechanism}")
     objective = "total" if args.objective is None else args.objective
-    result = plan_zcdp(
-        mechanism,
-        objective,
-        args.horizon,
-        args.rho,
-        args.sensitivity,
-        delta=1e-10 if args.delta is None else args.delta,
-        branching=args.branching,
-        buffers=3 if args.buffers is None else args.buffers,
-    )
-    if args.format == "json":
-        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
-    else:
-        sys.stdout.write(render_table(result) + "\n")
+
+    def plan_at(multiplier: int) -> Plan:
+        return plan_zcdp(
+            mechanism,
+            objective,
+            args.horizon,
+            args.rho,
+            args.sensitivity * multiplier,
+            delta=1e-10 if args.delta is None else args.delta,
+            branching=args.branching,
+            buffers=3 if args.buffers is None else args.buffers,
+        )
+
+    result = plan_at(1 if bounds is None else bounds[0] * bounds[1])
+    _write_plan(result, args, bounds, plan_at, l2=True)
     return 0
 
 
@@ -335,9 +452,11 @@ def run(args: argparse.Namespace) -> int:
             "counters in a period (1 for a flag; k + 2 for a census record with k attributes; "
             "the largest combo for restaurant orders), or --config SPEC.toml to plan a spec's"
         )
-    sensitivity = args.sensitivity
+    bounds = _unit_bounds(args)
+    multiplier = 1 if bounds is None else bounds[0] * bounds[1]
+    sensitivity = args.sensitivity * multiplier  # per unit (M x Delta), or per event
     if args.rho is not None and not args.compare:
-        return _run_zcdp(args)
+        return _run_zcdp(args, bounds)
     if args.compare:
         clashing = _given(args, ("mechanism", "objective", "branching", "target_std"))
         if clashing:
@@ -352,12 +471,13 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError("--l2-sensitivity applies to --compare with --delta only")
             results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
         else:
-            l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity
+            l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity * multiplier
             results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
         if args.format == "json":
             sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
         else:
-            sys.stdout.write(render_comparison(results) + "\n")
+            text = _unit_text(bounds, args.sensitivity, l2=False) + render_comparison(results)
+            sys.stdout.write(text + "\n")
         return 0
     if args.delta is not None or args.l2_sensitivity is not None:
         raise ConfigError("--delta and --l2-sensitivity apply under --rho or with --compare only")
@@ -384,30 +504,33 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             data = {**result.as_dict(), "epsilon_for_target": str(epsilon)}
             data["planned_std"] = planned_std(result)
+            if bounds is not None:
+                data["privacy_unit"] = unit_summary(*bounds, args.sensitivity)
             sys.stdout.write(json.dumps(data, indent=2) + "\n")
         else:
             measure = {"minimax": "worst running total", "count": "mean period count"}.get(
                 result.objective, "mean running total"
             )
             sys.stdout.write(
-                f"epsilon per epoch needed: {epsilon} (standard deviation of the {measure} "
+                _unit_text(bounds, args.sensitivity, l2=False)
+                + f"epsilon per epoch needed: {epsilon} (standard deviation of the {measure} "
                 f"{planned_std(result):.4g} <= {args.target_std:g}; 3 significant digits, "
                 "rounded up)\n\n" + render_table(result) + "\n"
             )
         return 0
     if args.epsilon is None:
         raise ConfigError("--epsilon is required (or --target-std COUNTS to find it)")
-    result = plan(
-        mechanism,
-        objective,
-        args.horizon,
-        args.epsilon,
-        sensitivity,
-        args.noise,
-        branching=args.branching,
-    )
-    if args.format == "json":
-        sys.stdout.write(json.dumps(result.as_dict(), indent=2) + "\n")
-    else:
-        sys.stdout.write(render_table(result) + "\n")
+
+    def plan_at(unit_multiplier: int) -> Plan:
+        return plan(
+            mechanism,
+            objective,
+            args.horizon,
+            args.epsilon,
+            args.sensitivity * unit_multiplier,
+            args.noise,
+            branching=args.branching,
+        )
+
+    _write_plan(plan_at(multiplier), args, bounds, plan_at)
     return 0

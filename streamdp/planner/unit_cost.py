@@ -5,7 +5,9 @@ A stream protecting a unit (a patient) counts at most ``a`` records of it per pe
 sensitivity. Tight bounds drop the records of heavy units; loose ones add noise for every
 count. :func:`unit_costs` plans the stream at alternative bounds around the chosen ones, through
 the planner's own computation (``plan_at(M)``: the plan at multiplier ``M``), so an operator
-sees the trade before choosing.
+sees the trade before choosing. :func:`describe_unit` says in words what the plan protects and
+what its noise is calibrated on (``plan --max-events-per-period A --max-periods-per-epoch B``,
+or a spec's ``privacy_unit``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from streamdp.planner.accuracy import Plan
 
 @dataclass(frozen=True)
 class UnitCost:
-    """The plan at bounds ``(per_period, periods)``: multiplier ``M`` and the standard
-    deviations of the running total (mean and max over the horizon)."""
+    """The plan at bounds ``(per_period, periods)``: multiplier ``M``, the sensitivity the
+    noise is calibrated on (``M`` times one event's), the standard deviations of the running
+    total (mean and max over the horizon) and its 95% error bound at the horizon."""
 
     per_period: int
     periods: int
@@ -29,6 +32,7 @@ class UnitCost:
     mean_std: float
     max_std: float
     chosen: bool
+    error95: float = math.nan
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -38,6 +42,7 @@ class UnitCost:
             "sensitivity": self.sensitivity,
             "mean_std": self.mean_std,
             "max_std": self.max_std,
+            "error95_at_horizon": self.error95,
             "chosen": self.chosen,
         }
 
@@ -59,6 +64,7 @@ def unit_costs(
     rows = []
     for a, b in alternative_bounds(per_period, periods, horizon):
         result = plan_at(a * b)
+        last = [r.error95 for r in result.releases if r.t == result.horizon]
         rows.append(
             UnitCost(
                 a,
@@ -68,30 +74,89 @@ def unit_costs(
                 math.sqrt(result.mean_variance),
                 math.sqrt(result.max_variance),
                 (a, b) == (per_period, periods),
+                last[0] if last else math.nan,
             )
         )
     return rows
 
 
-def render_unit_costs(rows: list[UnitCost], field: str) -> str:
-    """The comparison as a table, with each row's error relative to one event's."""
+def render_unit_costs(rows: list[UnitCost], field: str | None = None) -> str:
+    """The comparison as a table, with each row's error relative to one event's (``field``:
+    the record field naming the unit, when known)."""
     event = next(r for r in rows if r.multiplier == 1)
+    named = f" ({field})" if field else ""
     lines = [
-        f"cost of the privacy unit's bounds ({field}): records per period x periods per epoch",
+        f"cost of the privacy unit's bounds{named}: records per period x periods per epoch",
         (
             f"{'per period':>10} {'periods':>8} {'M':>5} {'sens.':>7} {'mean std':>9} "
-            f"{'max std':>9} {'x event':>8}"
+            f"{'max std':>9} {'95% at N':>9} {'x event':>8}"
         ),
     ]
     for r in rows:
         mark = "  <- chosen" if r.chosen else ""
         lines.append(
-            f"{r.per_period:>10} {r.periods:>8} {r.multiplier:>5} {r.sensitivity:>7g} "
-            f"{r.mean_std:>9.4g} {r.max_std:>9.4g} {r.mean_std / event.mean_std:>8.3g}{mark}"
+            f"{r.per_period:>10} {r.periods:>8} {r.multiplier:>5} {r.sensitivity:>7.4g} "
+            f"{r.mean_std:>9.4g} {r.max_std:>9.4g} {r.error95:>9.4g} "
+            f"{r.mean_std / event.mean_std:>8.3g}{mark}"
         )
     lines += [
         "M = per period x periods: the most records one unit adds to an epoch. The noise is",
         "calibrated on M x one event's sensitivity, so every standard deviation grows with M;",
-        "records beyond the bounds are not counted at all (tight bounds undercount heavy units)",
+        "records beyond the bounds are not counted at all (tight bounds undercount heavy units).",
+        "x event: mean std over one event's (M = 1); 95% at N: the running total's 95% error",
+        "bound at the horizon",
     ]
     return "\n".join(lines)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def describe_unit(
+    per_period: int,
+    periods: int,
+    event_sensitivity: float,
+    *,
+    field: str | None = None,
+    l2: bool = False,
+) -> str:
+    """Three lines saying what a plan at bounds ``(per_period, periods)`` protects and what its
+    noise is calibrated on: ``M`` times one event's sensitivity (``l2``: its L2 bound, under
+    zCDP, whose square is ``M^2`` times the event's)."""
+    multiplier = per_period * periods
+    who = f"one {field}" if field else "one privacy unit (a patient, a device)"
+    if l2:
+        calibrated = (
+            f"noise calibrated on the L2 sensitivity M x Delta_2 = {multiplier} x "
+            f"{event_sensitivity:.6g} = {multiplier * event_sensitivity:.6g} (L2^2 = M^2 x "
+            f"{event_sensitivity**2:.6g} = {(multiplier * event_sensitivity) ** 2:.6g})"
+        )
+    else:
+        calibrated = (
+            f"noise calibrated on sensitivity M x Delta = {multiplier} x {event_sensitivity:g} "
+            f"= {multiplier * event_sensitivity:g}"
+        )
+    who_and_bounds = (
+        f"protects {who} per epoch, not one event: at most {_count(per_period, 'record')} in "
+        f"each of at most {_count(periods, 'period')},"
+    )
+    records = f"M = {per_period} x {periods} = {_count(multiplier, 'record')} per unit per epoch"
+    return "\n".join(
+        (who_and_bounds, f"{records}; {calibrated}", "(every error shown is the unit-level plan's)")
+    )
+
+
+def unit_summary(
+    per_period: int, periods: int, event_sensitivity: float, field: str | None = None
+) -> dict[str, object]:
+    """The bounds a plan was made at, as JSON: ``M`` and one event's sensitivity (the plan's
+    own ``sensitivity`` is ``M`` times it)."""
+    data: dict[str, object] = {} if field is None else {"field": field}
+    return {
+        **data,
+        "max_events_per_period": per_period,
+        "max_periods_per_epoch": periods,
+        "multiplier": per_period * periods,
+        "event_sensitivity": event_sensitivity,
+    }
