@@ -68,6 +68,27 @@ def test_the_patient_example_replays_and_its_bounds_drop_heavy_patients(tmp_path
     assert not read_jsonl(tmp_path / "out" / "dead_letter.jsonl")
 
 
+def test_the_plain_hospital_example_accepts_every_admission_and_ignores_the_patient_id(
+    tmp_path: Path,
+) -> None:
+    """hospital.toml has no privacy unit: the extra ``patient_id`` field is not refused, every
+    admission is counted once, as for the ``hospital`` scenario's events."""
+    spec = example_spec("hospital")
+    path = tmp_path / "events.jsonl"
+    lines = list(generate("hospital-patients", 20, 30.0, seed=2, spec=spec))
+    assert all("patient_id" in json.loads(line.text) for line in lines)
+    path.write_text("".join(line.text + "\n" for line in lines), encoding="utf-8")
+    summary = replay(
+        spec,
+        path,
+        tmp_path / "out",
+        as_of=release_instant(spec, 20),
+        sampler=InsecureSeededSampler(1),
+    )
+    assert summary.accepted == len(lines)
+    assert not read_jsonl(tmp_path / "out" / "dead_letter.jsonl")
+
+
 def test_synth_writes_the_scenario_from_the_command_line(tmp_path: Path) -> None:
     out = tmp_path / "patients.jsonl"
     done = subprocess.run(
