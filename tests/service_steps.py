@@ -4,11 +4,21 @@ what is due), with their outcomes in one, in the order the worker commits them."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from streamdp.daemon.outcome import BatchOutcome
 from streamdp.daemon.service import ReleaseService
+
+
+def apply_writes(state: dict[str, Any], writes: Iterable[Any]) -> None:
+    """Apply state writes to a dict table as a JSON changelog keeps them (None deletes)."""
+    for w in writes:
+        if w.value is None:
+            state.pop(w.key, None)
+        else:
+            state[w.key] = json.loads(json.dumps(w.value))
 
 
 def merged(first: BatchOutcome, then: BatchOutcome) -> BatchOutcome:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from service_steps import apply_writes as _apply
 from service_steps import batch_then_tick, process_and_tick
 from test_engine_support import arrivals_following, drive
 
@@ -119,14 +120,6 @@ def _replay(
     for o in outs:
         published[f"{TOPICS.for_record(o)}/{o.key}"] = o.to_json()
     return published
-
-
-def _apply(state: dict[str, Any], writes: Any) -> None:
-    for w in writes:
-        if w.value is None:
-            state.pop(w.key, None)
-        else:
-            state[w.key] = json.loads(json.dumps(w.value))  # what a JSON changelog keeps
 
 
 def _run(

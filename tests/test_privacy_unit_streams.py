@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from service_steps import apply_writes as _apply
 
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
@@ -156,14 +157,6 @@ def _via_replay(spec: EngineSpec, records: list[tuple[float, str]], tmp: Path) -
         unit_key=KEY,
     )
     return read_jsonl(out / "releases.jsonl") + read_jsonl(out / "consistent.jsonl")
-
-
-def _apply(state: dict[str, Any], writes: Any) -> None:
-    for w in writes:
-        if w.value is None:
-            state.pop(w.key, None)
-        else:
-            state[w.key] = json.loads(json.dumps(w.value))  # what a JSON changelog keeps
 
 
 def _via_daemon(

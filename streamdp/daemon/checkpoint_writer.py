@@ -10,6 +10,8 @@ beyond the change set it hands out.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from streamdp.daemon.checkpoint import (
@@ -126,35 +128,19 @@ def _write_seen(
     """Write the event ids each open period counted since the last checkpoint as new
     chunks (O(new ids)); schedule the deletion of closed periods' chunks (after the
     checkpoint is stored). Returns ``[stream, period, chunks]`` for every open period."""
-    counts: list[list[Any]] = []
-    for key in changes.open_periods:
-        stream, period = key
-        n = slot.seen_chunks.get(key, 0)
-        new = changes.new_ids.get(key)
-        if new is not None:
-            # bounded chunks: a content key is a 32-character digest whatever the record,
-            # so no chunk nears the producer's message size limit
-            for first in range(0, len(new), SEEN_CHUNK_KEYS):
-                part = list(new[first : first + SEEN_CHUNK_KEYS])
-                outcome.writes.append(
-                    StateWrite(slot.home, seen_key(source, stream, period, n), part)
-                )
-                n += 1
-            slot.seen_chunks[key] = n
-        counts.append([stream, period, n])
-    still_open = set(changes.open_periods)
-    gone = set(changes.closed_periods)
-    for key in slot.seen_present.keys() - still_open:
-        closed = changes.periods_closed.get(key[0])
-        if closed is None or key[1] < closed:
-            gone.add(key)
-        # else: left by an incomplete checkpoint for a period not yet open: rewritten
-    for key in gone:
-        n = max(slot.seen_chunks.pop(key, 0), slot.seen_present.pop(key, 0))
-        outcome.cleanup += [
-            StateWrite(slot.home, seen_key(source, key[0], key[1], c), None) for c in range(n)
-        ]
-    return counts
+    return _write_period_logs(
+        PeriodLogs(
+            lambda stream, period, c: seen_key(source, stream, period, c),
+            slot.seen_chunks,
+            slot.seen_present,
+        ),
+        slot.home,
+        changes.open_periods,
+        {key: list(ids) for key, ids in changes.new_ids.items()},
+        changes.closed_periods,
+        changes.periods_closed,
+        outcome,
+    )
 
 
 def _write_units(
@@ -163,29 +149,66 @@ def _write_units(
     """Write the privacy-unit digests each period admitted since the last checkpoint as new
     chunks (O(new admissions)); schedule the deletion of the logs of ended epochs (after the
     checkpoint is stored). Returns ``[stream, period, chunks]`` for every logged period."""
+    return _write_period_logs(
+        PeriodLogs(
+            lambda stream, period, c: unit_key(source, stream, period, c),
+            slot.unit_chunks,
+            slot.unit_present,
+        ),
+        slot.home,
+        changes.unit_periods,
+        {key: [d.hex() for d in log] for key, log in changes.new_units.items()},
+        changes.ended_unit_periods,
+        changes.periods_closed,
+        outcome,
+    )
+
+
+@dataclass(frozen=True)
+class PeriodLogs:
+    """One kind of append-only per-(stream, period) log in the state table: its chunk keys,
+    the chunks stored per period, and those found at load beyond them."""
+
+    key_of: Callable[[str, int, int], str]
+    stored: dict[tuple[str, int], int]
+    present: dict[tuple[str, int], int]
+
+
+def _write_period_logs(  # noqa: PLR0917 - one call per kind of log
+    logs: PeriodLogs,
+    home: int,
+    periods: tuple[tuple[str, int], ...],
+    new: dict[tuple[str, int], list[str]],
+    dropped: tuple[tuple[str, int], ...],
+    periods_closed: Mapping[str, int],
+    outcome: BatchOutcome,
+) -> list[list[Any]]:
+    """Write each period's new entries as new chunks of at most :data:`SEEN_CHUNK_KEYS` (each
+    entry a 32-character hex digest, so no chunk nears the producer's message size limit);
+    schedule the deletion of ``dropped`` periods' chunks and of chunks an incomplete checkpoint
+    left in closed periods. Returns ``[stream, period, chunks]`` for every period in
+    ``periods``."""
     counts: list[list[Any]] = []
-    for key in changes.unit_periods:
+    for key in periods:
         stream, period = key
-        n = slot.unit_chunks.get(key, 0)
-        new = changes.new_units.get(key)
-        if new is not None:
-            for first in range(0, len(new), SEEN_CHUNK_KEYS):
-                part = [digest.hex() for digest in new[first : first + SEEN_CHUNK_KEYS]]
-                outcome.writes.append(
-                    StateWrite(slot.home, unit_key(source, stream, period, n), part)
-                )
+        n = logs.stored.get(key, 0)
+        entries = new.get(key)
+        if entries is not None:
+            for first in range(0, len(entries), SEEN_CHUNK_KEYS):
+                part = entries[first : first + SEEN_CHUNK_KEYS]
+                outcome.writes.append(StateWrite(home, logs.key_of(stream, period, n), part))
                 n += 1
-            slot.unit_chunks[key] = n
+            logs.stored[key] = n
         counts.append([stream, period, n])
-    logged = set(changes.unit_periods)
-    gone = set(changes.ended_unit_periods)
-    for key in slot.unit_present.keys() - logged:
-        closed = changes.periods_closed.get(key[0])
+    gone = set(dropped)
+    for key in logs.present.keys() - set(periods):
+        closed = periods_closed.get(key[0])
         if closed is None or key[1] < closed:
-            gone.add(key)  # left by an incomplete checkpoint, in a closed period: unreferenced
+            gone.add(key)
+        # else: left by an incomplete checkpoint for a period not yet open: rewritten
     for key in gone:
-        n = max(slot.unit_chunks.pop(key, 0), slot.unit_present.pop(key, 0))
+        n = max(logs.stored.pop(key, 0), logs.present.pop(key, 0))
         outcome.cleanup += [
-            StateWrite(slot.home, unit_key(source, key[0], key[1], c), None) for c in range(n)
+            StateWrite(home, logs.key_of(key[0], key[1], c), None) for c in range(n)
         ]
     return counts

@@ -15,7 +15,7 @@ from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from streamdp.engine.config_reader import ConfigReader
-from streamdp.engine.privacy_unit import PrivacyUnit
+from streamdp.engine.privacy_unit_table import read_privacy_unit
 from streamdp.engine.spec import (
     PRESENTATION_KEYS,
     ConsistencySpec,
@@ -41,7 +41,6 @@ _STREAM_KEYS = (
     "max_future_periods", "branching", "privacy", "privacy_unit", *PRESENTATION_KEYS,
 )  # fmt: skip
 _PRIVACY_KEYS = ("definition", "rho", "delta")
-_UNIT_KEYS = ("field", "max_events_per_period", "max_periods_per_epoch")
 #: Mechanisms a zCDP stream runs in the worker (the others are planned with ``plan --rho``).
 ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls", "blt")
 #: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
@@ -138,7 +137,7 @@ def read_stream(
     stream_kind(counters.kind).check_contribution_bound(
         ctx, counters, constraints, sensitivity, over_sensitivity
     )
-    unit = _privacy_unit(ctx, table, horizon)
+    unit = read_privacy_unit(ctx, table, horizon)
     multiplier = 1 if unit is None else unit.multiplier
     l2_squared = 0
     if rho is None:
@@ -189,45 +188,6 @@ def read_stream(
         l2_squared=l2_squared,
         privacy_unit=unit,
     )
-
-
-def _privacy_unit(ctx: ConfigReader, table: Mapping[str, Any], horizon: int) -> PrivacyUnit | None:
-    """The stream's privacy unit (``privacy_unit = { field = "patient_id",
-    max_events_per_period = 2, max_periods_per_epoch = 30 }``), None when it protects one
-    event."""
-    if "privacy_unit" not in table:
-        return None
-    raw = ctx.table(table["privacy_unit"], "privacy_unit")
-    ctx.only(raw, _UNIT_KEYS, "privacy_unit")
-    for key in _UNIT_KEYS:
-        if key not in raw:
-            raise ctx.fail(
-                f"privacy_unit.{key}",
-                "missing: a privacy unit names its identifying field and bounds both the "
-                "records per period and the periods per epoch one unit may contribute",
-            )
-    name = raw["field"]
-    if not isinstance(name, str) or not name.strip() or name != name.strip():
-        raise ctx.fail("privacy_unit.field", f"must name a record field, got {name!r}")
-    if name in _RESERVED_FIELDS:
-        raise ctx.fail(
-            "privacy_unit.field",
-            f"{name!r} is read by every record ({', '.join(_RESERVED_FIELDS)}); name the field "
-            "that identifies the person or device, e.g. patient_id",
-        )
-    per_period = ctx.integer(raw["max_events_per_period"], "privacy_unit.max_events_per_period", 1)
-    periods = ctx.integer(raw["max_periods_per_epoch"], "privacy_unit.max_periods_per_epoch", 1)
-    if periods > horizon:
-        raise ctx.fail(
-            "privacy_unit.max_periods_per_epoch",
-            f"is {periods}, more than the {horizon} periods of an epoch (horizon); "
-            f"at most {horizon}",
-        )
-    return PrivacyUnit(name, per_period, periods)
-
-
-#: Record fields a privacy unit cannot be: every record has them, none names a person.
-_RESERVED_FIELDS = ("event_id", "event_time", "source", "type")
 
 
 def _privacy(
