@@ -33,6 +33,7 @@ from streamdp.kinds import stream_kind
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
 from tests.coupling import CoupledSampler, Footprint
+from tests.places_fixture import small_county_spec
 
 WINDOW = 6 * 3600.0
 # scenario: (example, mechanism or "" for the example's own, periods, events per period)
@@ -51,13 +52,16 @@ SCENARIOS = {
     "hospital+zcdp": ("hospital", "zcdp", 5, 5.0),
     "census+zcdp_gls": ("census", "zcdp_gls", 3, 8.0),  # projected at publication
     "hospital+zcdp_gls": ("hospital", "zcdp_gls", 5, 5.0),
+    # places (issue 29) on a small geography: consistent revisions by the tree projection
+    "county-admissions": ("county-admissions", "", 4, 12.0),
+    "county-admissions+zcdp": ("county-admissions", "zcdp", 4, 12.0),
 }
 DRAWS = 20
 
 
 def _spec(scenario: str) -> EngineSpec:
     base, mechanism, _, _ = SCENARIOS[scenario]
-    spec = example_spec(base)
+    spec = small_county_spec() if base == "county-admissions" else example_spec(base)
     if not mechanism:
         return spec
     if mechanism in ("zcdp", "zcdp_gls"):

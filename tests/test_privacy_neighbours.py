@@ -34,6 +34,7 @@ from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
+from tests.places_fixture import small_county_spec
 
 SEED = 23
 WINDOW = 6 * 3600.0  # the daemon reads records in windows of six hours of its clock
@@ -46,13 +47,16 @@ SCENARIOS = {
     # the k-ary mechanisms: epoch noise drawn at the first close, projected onto the combo span
     "restaurant+kary_gls": (20, 10.0),
     "hiv+kary_digits": (6, 20.0),
+    # places (issue 29), small geography (tests/places_fixture.py): a record adds to its
+    # county, state and nation; revised by the tree projection every two periods
+    "county-admissions": (4, 12.0),
 }
 
 
 def _spec(scenario: str) -> EngineSpec:
     """The example spec; after ``+``, the mechanism every stream uses instead."""
     base, _, mechanism = scenario.partition("+")
-    spec = example_spec(base)
+    spec = small_county_spec() if base == "county-admissions" else example_spec(base)
     if not mechanism:
         return spec
     streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}

@@ -20,6 +20,7 @@ from streamdp.engine.revision import project_nodes
 from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
 from streamdp.errors import ConfigError
 from streamdp.kinds.attributes import census_layout
+from streamdp.kinds.base import dense_projection_diagonal
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec
 
@@ -81,6 +82,9 @@ class EveryRecordKind:
 
     def project(self, spec: StreamSpec, values: Any) -> Any:
         return np.asarray(values, dtype=np.float64).copy()
+
+    def projection_diagonal(self, spec: StreamSpec) -> Any:
+        return dense_projection_diagonal(self, spec)  # type: ignore[arg-type]
 
 
 def _event(i: int, day: int) -> str:

@@ -16,17 +16,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from streamdp.continual.definitions import Definition
 from streamdp.engine.fingerprint import config_sha256
 from streamdp.engine.privacy_unit import PrivacyUnit
 from streamdp.engine.renamed_keys import with_first_format_keys
 
+if TYPE_CHECKING:
+    from streamdp.kinds.places_file import Places
+
 SourceKind = Literal["order", "person"]
 PeriodUnit = Literal["day", "month", "fixed"]
-CounterKind = Literal["items", "attributes", "flag"]
-ConstraintKind = Literal["none", "combos", "hierarchy"]
+CounterKind = Literal["items", "attributes", "flag", "places"]
+ConstraintKind = Literal["none", "combos", "hierarchy", "tree"]
 EpochEnd = Literal["roll", "stop"]
 OverSensitivity = Literal["reject", "clip"]
 Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls", "blt"]
@@ -66,6 +69,9 @@ class CounterSpec:
       the total, to one category of each attribute and to one cell: k + 2 counters.
     - ``flag``: one counter named ``flag_counter``, +1 for every record whose boolean
       attribute ``flag_field`` is true.
+    - ``places``: one counter per place of ``places`` (a public hierarchy), times the cells of
+      ``attributes`` when given; a record names its leaf place in ``attributes.<place_field>``
+      and adds 1 to it and every place above it (:mod:`streamdp.kinds.places`).
     """
 
     kind: CounterKind
@@ -73,6 +79,8 @@ class CounterSpec:
     attributes: tuple[Attribute, ...] = ()
     flag_field: str = ""
     flag_counter: str = ""
+    places: Places | None = None
+    place_field: str = ""
 
     @cached_property
     def names(self) -> tuple[str, ...]:
@@ -100,6 +108,7 @@ class ConstraintSpec:
     ``combos`` holds (name, quantities in item order). ``orders_must_be_combos``: an order whose
     item vector is not exactly one combo is rejected (reason ``not_a_combo``).
     ``hierarchy``: total = sum of each attribute's marginal = sum of cells (seed 000).
+    ``tree``: every place's count = the sum of its children's, in every cell (seed 003).
     """
 
     kind: ConstraintKind = "none"

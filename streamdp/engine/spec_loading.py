@@ -112,4 +112,27 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
                 f"{listing} = {total}, over its {unit}_cap {source.cap}; lower their "
                 f"{unit}s or raise the cap (streams over one source compose: their {unit}s add)"
             )
-    return EngineSpec(sources=sources, streams=streams, raw=dict(data))
+    return EngineSpec(sources=sources, streams=streams, raw=_with_file_digests(data, streams))
+
+
+def _with_file_digests(
+    data: Mapping[str, Any], streams: Mapping[str, StreamSpec]
+) -> dict[str, Any]:
+    """The configuration with the SHA-256 of every places file a stream reads written into its
+    counters table (``places_sha256``): the fingerprint then covers the file's content, so a
+    snapshot never restores under other places (a pinned digest is the same value)."""
+    raw = dict(data)
+    digests = {
+        name: stream.counters.places.sha256
+        for name, stream in streams.items()
+        if stream.counters.places is not None
+    }
+    if not digests:
+        return raw
+    tables = dict(raw["streams"])
+    for name, digest in digests.items():
+        table = dict(tables[name])
+        table["counters"] = {**table["counters"], "places_sha256": digest}
+        tables[name] = table
+    raw["streams"] = tables
+    return raw

@@ -221,7 +221,12 @@ class StreamRevisions:
         return self._projection
 
     def projection_diagonal(self) -> FloatArray:
-        """``P_jj`` of the stream's constraint projection (1 for no constraint), cached."""
+        """``P_jj`` of the stream's constraint projection (1 for no constraint), cached; from
+        the kind (:meth:`~streamdp.kinds.base.StreamKind.projection_diagonal`), which never
+        forms the dense matrix where the stream is large."""
         if self._shrink is None:
-            self._shrink = np.clip(np.diag(self.projection_matrix()), 0, 1)
+            from streamdp.kinds import stream_kind
+
+            diagonal = stream_kind(self.spec.counters.kind).projection_diagonal(self.spec)
+            self._shrink = np.clip(diagonal, 0, 1)
         return self._shrink

@@ -34,6 +34,11 @@ from streamdp.engine.spec import (
 from streamdp.errors import ConfigError
 
 MAX_HORIZON = 10_000_000
+#: Mechanisms whose releases are decoded from noise known ahead (k-ary) or from a matrix
+#: factorization (BLT): with constraints, they are projected at publication by a dense matrix.
+DECODED_MECHANISMS = ("kary_digits", "kary_gls", "blt")
+#: Most counters such a stream may have (the projection matrix is width x width floats).
+DENSE_PROJECTION_LIMIT = 4096
 
 _STREAM_KEYS = (
     "source", "epsilon", "sensitivity", "horizon", "period", "counters", "constraints", "mechanism",
@@ -104,6 +109,18 @@ def read_stream(
             "objective",
             f"{objective!r} does not apply to mechanism {mechanism!r}; it takes "
             f"{' or '.join(repr(o) for o in allowed)}",
+        )
+    if (
+        mechanism in DECODED_MECHANISMS
+        and constraints.kind != "none"
+        and counters.width > DENSE_PROJECTION_LIMIT
+    ):
+        raise ctx.fail(
+            "mechanism",
+            f"{mechanism} projects its releases onto the constraints with a dense "
+            f"{counters.width} x {counters.width} matrix; with constraints it takes at most "
+            f"{DENSE_PROJECTION_LIMIT} counters. Use fda, binary or naive (their revisions "
+            "project node by node) or constraints = { kind = 'none' }",
         )
     kary = mechanism in ("kary_digits", "kary_gls")
     branching = None

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from streamdp.kinds import attributes, flag, items
+from streamdp.kinds import attributes, flag, items, places
 from streamdp.kinds.base import StreamKind
 
 KINDS: Mapping[str, StreamKind] = {
     items.KIND.name: items.KIND,
     attributes.KIND.name: attributes.KIND,
     flag.KIND.name: flag.KIND,
+    places.KIND.name: places.KIND,
 }
 
 

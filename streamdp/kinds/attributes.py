@@ -17,7 +17,7 @@ import numpy as np
 
 from streamdp.consistency.census import census_exact
 from streamdp.engine.events import Contribution, Extractor, RejectedError
-from streamdp.kinds.base import FloatArray, refuse_clip
+from streamdp.kinds.base import FloatArray, dense_projection_diagonal, refuse_clip
 
 if TYPE_CHECKING:
     from streamdp.engine.config_reader import ConfigReader
@@ -54,6 +54,56 @@ def census_layout(attributes: Sequence[Attribute]) -> CensusLayout:
     return CensusLayout(sizes, tuple(offsets), offset, tuple(strides))
 
 
+def cell_names(attributes: Sequence[Attribute]) -> list[str]:
+    """The cells of the attributes' cross product in row-major order (``a=x,b=y``); one empty
+    name when there are no attributes."""
+    cells: list[str] = [""]
+    for attribute in attributes:
+        cells = [
+            (f"{prefix}," if prefix else "") + f"{attribute.name}={c}"
+            for prefix in cells
+            for c in attribute.categories
+        ]
+    return cells
+
+
+def read_attributes(reader: ConfigReader, raw: Any, *, minimum: int) -> tuple[Attribute, ...]:
+    """``counters.attributes``: an array of ``{ name, categories }`` tables, at least
+    ``minimum`` of them, names distinct, each with two or more distinct categories."""
+    from streamdp.engine.spec import Attribute
+
+    if not isinstance(raw, list) or not raw:
+        raise reader.fail(
+            "counters.attributes",
+            "must be a non-empty array of tables like "
+            "{ name = 'sex', categories = ['female', 'male'] }",
+        )
+    attributes: list[Attribute] = []
+    for i, entry in enumerate(raw):
+        where = f"counters.attributes[{i}]"
+        entry_table = reader.table(entry, where)
+        reader.only(entry_table, ("name", "categories"), where)
+        attr_name = reader.name(entry_table.get("name"), f"{where}.name")
+        categories = entry_table.get("categories")
+        if not isinstance(categories, list) or len(categories) < 2:
+            raise reader.fail(f"{where}.categories", "must list at least two category names")
+        cats = tuple(reader.name(c, f"{where}.categories") for c in categories)
+        if len(set(cats)) != len(cats):
+            raise reader.fail(f"{where}.categories", "category names must be distinct")
+        attributes.append(Attribute(attr_name, cats))
+    if len({a.name for a in attributes}) != len(attributes):
+        raise reader.fail("counters.attributes", "attribute names must be distinct")
+    if len(attributes) < minimum:
+        # one attribute's cells are its one-way marginal: both would publish under the same
+        # counter names (and release keys), one overwriting the other downstream
+        raise reader.fail(
+            "counters.attributes",
+            "needs at least two attributes: with one, its cells are its one-way marginal "
+            "and would be released twice under the same names",
+        )
+    return tuple(attributes)
+
+
 class AttributesKind:
     """The ``attributes`` stream kind."""
 
@@ -62,41 +112,13 @@ class AttributesKind:
     constraint_kinds: tuple[str, ...] = ("hierarchy",)
 
     def parse_counters(self, reader: ConfigReader, table: dict[str, Any]) -> CounterSpec:
-        from streamdp.engine.spec import Attribute, CounterSpec
+        from streamdp.engine.spec import CounterSpec
 
         reader.only(table, ("kind", "attributes"), "counters")
-        raw = table.get("attributes")
-        if not isinstance(raw, list) or not raw:
-            raise reader.fail(
-                "counters.attributes",
-                "must be a non-empty array of tables like "
-                "{ name = 'sex', categories = ['female', 'male'] }",
-            )
-        attributes: list[Attribute] = []
+        attributes = read_attributes(reader, table.get("attributes"), minimum=2)
         cells = 1
-        for i, entry in enumerate(raw):
-            where = f"counters.attributes[{i}]"
-            entry_table = reader.table(entry, where)
-            reader.only(entry_table, ("name", "categories"), where)
-            attr_name = reader.name(entry_table.get("name"), f"{where}.name")
-            categories = entry_table.get("categories")
-            if not isinstance(categories, list) or len(categories) < 2:
-                raise reader.fail(f"{where}.categories", "must list at least two category names")
-            cats = tuple(reader.name(c, f"{where}.categories") for c in categories)
-            if len(set(cats)) != len(cats):
-                raise reader.fail(f"{where}.categories", "category names must be distinct")
-            attributes.append(Attribute(attr_name, cats))
-            cells *= len(cats)
-        if len({a.name for a in attributes}) != len(attributes):
-            raise reader.fail("counters.attributes", "attribute names must be distinct")
-        if len(attributes) < 2:
-            # one attribute's cells are its one-way marginal: both would publish under the same
-            # counter names (and release keys), one overwriting the other downstream
-            raise reader.fail(
-                "counters.attributes",
-                "needs at least two attributes: with one, its cells are its one-way marginal "
-                "and would be released twice under the same names",
-            )
+        for attribute in attributes:
+            cells *= len(attribute.categories)
         if cells > MAX_CELLS:
             raise reader.fail(
                 "counters.attributes", f"the cross product has {cells} cells; at most 10^6"
@@ -115,14 +137,7 @@ class AttributesKind:
         names = ["total"]
         for attribute in counters.attributes:
             names.extend(f"{attribute.name}={c}" for c in attribute.categories)
-        cells: list[str] = [""]
-        for attribute in counters.attributes:
-            cells = [
-                (f"{prefix}," if prefix else "") + f"{attribute.name}={c}"
-                for prefix in cells
-                for c in attribute.categories
-            ]
-        names.extend(cells)
+        names.extend(cell_names(counters.attributes))
         return tuple(names)
 
     def check_contribution_bound(
@@ -170,6 +185,9 @@ class AttributesKind:
             out[:, offset : offset + size] = m
         out[:, layout.cell_offset :] = np.asarray(c_hat).reshape(n, -1)
         return out
+
+    def projection_diagonal(self, spec: StreamSpec) -> FloatArray:
+        return dense_projection_diagonal(self, spec)
 
 
 class AttributeExtractor(Extractor):

@@ -1,7 +1,7 @@
 """What a stream kind is: everything the system knows about one kind of counters, in one place.
 
-A stream kind (``items``, ``attributes``, ``flag``; :mod:`streamdp.kinds`) says which source
-events it reads, how its ``counters`` and ``constraints`` tables are parsed, the names of its
+A stream kind (``items``, ``attributes``, ``flag``, ``places``; :mod:`streamdp.kinds`) says which
+source events it reads, how its ``counters`` and ``constraints`` tables are parsed, the names of its
 counters in vector order, the least sensitivity that admits one legitimate event, how one event
 becomes counter increments (its :class:`~streamdp.engine.events.Extractor`), and how a vector of
 noisy counter values is projected onto its public constraints. Adding a kind is one module that
@@ -76,6 +76,21 @@ class StreamKind(Protocol):
         """Every row of ``values`` (shape (n, width)) projected orthogonally onto the stream's
         constraint subspace (never called for ``constraints.kind == 'none'``)."""
         ...
+
+    def projection_diagonal(self, spec: StreamSpec) -> FloatArray:
+        """``P_jj`` of :meth:`project` (shape (width,)): how much of a counter's noise
+        variance its projection keeps (:func:`dense_projection_diagonal` for a small stream;
+        a kind with many counters computes it without the dense matrix)."""
+        ...
+
+
+def dense_projection_diagonal(kind: StreamKind, spec: StreamSpec) -> FloatArray:
+    """``P_jj`` of ``kind``'s projection from its dense ``width x width`` matrix (the identity
+    for a stream without constraints)."""
+    width = spec.counters.width
+    if spec.constraints.kind == "none":
+        return np.ones(width)
+    return np.clip(np.diag(kind.project(spec, np.eye(width))), 0.0, 1.0)
 
 
 def refuse_clip(reader: ConfigReader, over_sensitivity: str) -> None:

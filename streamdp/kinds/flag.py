@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from streamdp.engine.events import Contribution, Extractor, RejectedError
-from streamdp.kinds.base import FloatArray, refuse_clip
+from streamdp.kinds.base import FloatArray, dense_projection_diagonal, refuse_clip
 
 if TYPE_CHECKING:
     from streamdp.engine.config_reader import ConfigReader
@@ -59,6 +59,9 @@ class FlagKind:
 
     def project(self, spec: StreamSpec, values: FloatArray) -> FloatArray:  # pragma: no cover
         return values.copy()
+
+    def projection_diagonal(self, spec: StreamSpec) -> FloatArray:
+        return dense_projection_diagonal(self, spec)
 
 
 class FlagExtractor(Extractor):

@@ -18,7 +18,7 @@ from streamdp.engine.events import (
     RejectedError,
     quoted,
 )
-from streamdp.kinds.base import FloatArray
+from streamdp.kinds.base import FloatArray, dense_projection_diagonal
 
 if TYPE_CHECKING:
     from streamdp.engine.config_reader import ConfigReader
@@ -117,6 +117,9 @@ class ItemsKind:
     def project(self, spec: StreamSpec, values: FloatArray) -> FloatArray:
         combos = np.array([vector for _, vector in spec.constraints.combos], dtype=np.float64)
         return project_onto_combo_span(values, combos)
+
+    def projection_diagonal(self, spec: StreamSpec) -> FloatArray:
+        return dense_projection_diagonal(self, spec)
 
 
 class ItemExtractor(Extractor):

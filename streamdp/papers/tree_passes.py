@@ -1,11 +1,8 @@
 """Consistency on a tree by two passes (bottom-up, then top-down), O(nodes).
 
-- :func:`tree_projection` — the exact weighted least-squares projection onto "every internal
-  node equals the sum of its children" for any tree and any per-node noise variances, in two
-  passes (bottom-up: combine each node's own value with its children's subtree estimate by
-  inverse-variance weighting; top-down: share the parent's discrepancy among the children in
-  proportion to their subtree variances). For a complete k-ary tree with equal variances it is
-  Hay et al.'s Boosting (see ``boosting.py``).
+- :func:`tree_projection` — the exact weighted least-squares projection (production path,
+  :mod:`streamdp.consistency.tree`; re-exported here). For a complete k-ary tree with equal
+  variances it is Hay et al.'s Boosting (see ``boosting.py``).
 - :func:`seed003_two_pass` — seed 003's extension of Hay's passes to arbitrary trees with
   ``leafnum/totalnum`` coefficients and an equal split. Exact on complete k-ary trees with
   equal variances; on unbalanced trees it is consistent but not optimal (shown in the tests).
@@ -18,48 +15,15 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.papers.tree import FloatArray, Tree, child_sums, tree_values, tree_variances
+from streamdp.consistency.tree import (
+    FloatArray,
+    Tree,
+    child_sums,
+    tree_projection,
+    tree_values,
+)
 
-
-def tree_projection(
-    values: npt.ArrayLike, tree: Tree, variances: npt.ArrayLike | None = None
-) -> FloatArray:
-    """Exact weighted projection onto "node = sum of children", two passes, O(nodes).
-
-    Minimises ``sum_v (y_v - x_v)^2 / sigma_v^2`` subject to tree consistency.
-
-    Args:
-        values: noisy node values, shape (..., nodes), breadth-first order.
-        tree: the tree.
-        variances: per-node noise variances ``sigma_v^2``, shape (nodes,); equal when omitted.
-
-    Returns:
-        Consistent node values, shape (..., nodes).
-    """
-    x = tree_values(values, tree)
-    s2 = tree_variances(variances, tree)
-    z = x.copy()
-    u = s2.copy()
-    cz = np.zeros_like(x)
-    cu = np.zeros(tree.size)
-    bounds = tree.level_bounds
-    for start, stop in reversed(bounds[:-1]):
-        sz = child_sums(z, tree, start, stop)
-        su = child_sums(u, tree, start, stop)
-        has = tree.child_count[start:stop] > 0
-        cz[..., start:stop] = sz
-        cu[start:stop] = su
-        own = s2[start:stop]
-        safe = np.where(has, su, 1.0)
-        merged = (z[..., start:stop] * safe + sz * own) / (safe + own)
-        z[..., start:stop] = np.where(has, merged, z[..., start:stop])
-        u[start:stop] = np.where(has, own * safe / (safe + own), u[start:stop])
-    y = z.copy()
-    for start, stop in bounds[1:]:
-        p = tree.parent[start:stop]
-        share = u[start:stop] / cu[p]
-        y[..., start:stop] = z[..., start:stop] + share * (y[..., p] - cz[..., p])
-    return y
+__all__ = ["seed003_two_pass", "tree_projection"]
 
 
 def seed003_two_pass(values: npt.ArrayLike, tree: Tree) -> FloatArray:

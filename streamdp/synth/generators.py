@@ -12,6 +12,9 @@ Scenarios, each matching its example spec in ``streamdp/examples``:
   come back, with a heavy-tailed number of admissions each (most once or twice, a few dozens
   of times), and keep their sex, age group and HIV status; read by the streams of
   ``hospital_patients.toml``, which protect the patient.
+- ``county-admissions`` (issue 29): admissions naming the patient's county (a leaf of the
+  synthetic ``counties.csv``, drawn in proportion to its population) and sex; read by the
+  places stream of ``county_admissions.toml``.
 
 Each generated line comes with the rejection reason it is meant to trigger (None for good
 events), so tests can check that every bad record lands in the dead-letter output with that
@@ -32,8 +35,9 @@ import numpy as np
 from streamdp.engine.periods import PeriodClock, format_instant
 from streamdp.engine.spec import EngineSpec, StreamSpec
 from streamdp.engine.spec_loading import parse_spec
+from streamdp.synth.geography import synthetic_counties
 
-SCENARIOS = ("restaurant", "hospital", "census", "hiv", "hospital-patients")
+SCENARIOS = ("restaurant", "hospital", "census", "hiv", "hospital-patients", "county-admissions")
 #: The example spec (in streamdp/examples) each scenario follows.
 EXAMPLE_FILES = {
     "restaurant": "restaurant.toml",
@@ -41,6 +45,7 @@ EXAMPLE_FILES = {
     "census": "census.toml",
     "hiv": "hiv.toml",
     "hospital-patients": "hospital_patients.toml",
+    "county-admissions": "county_admissions.toml",
 }
 #: Tail index of the patients' admission propensities (Pareto): below 2, so the number of
 #: admissions per patient has a heavy tail (a patient's expected share grows like N^(1/1.5)).
@@ -64,10 +69,10 @@ PERSON_BAD = ("unknown_category",)
 
 def example_spec(scenario: str) -> EngineSpec:
     """The packaged example spec of ``scenario``."""
-    text = (
-        resources.files("streamdp").joinpath("examples", EXAMPLE_FILES[scenario]).read_text("utf-8")
-    )
-    return parse_spec(text, origin=f"streamdp/examples/{EXAMPLE_FILES[scenario]}")
+    file = resources.files("streamdp").joinpath("examples", EXAMPLE_FILES[scenario])
+    with resources.as_file(file) as path:  # a real file: a places file is found beside it
+        text = path.read_text("utf-8")
+        return parse_spec(text, origin=str(path))
 
 
 @dataclass(frozen=True)
@@ -180,7 +185,29 @@ def _maker(
 
     if scenario == "hospital-patients":
         return _patients(person, rng, expected_events)
+    places = next((s.counters for s in spec.streams.values() if s.counters.places), None)
+    if places is not None:
+        return _at_places(person, rng, places.places, places.place_field)
     return person
+
+
+def _at_places(person: Any, rng: np.random.Generator, places: Any, field: str) -> Any:
+    """Records at a leaf place, drawn in proportion to the synthetic population of
+    :func:`~streamdp.synth.geography.synthetic_counties` (leaves it does not name weigh as
+    its median county)."""
+    leaves = [places.ids[i] for i in places.tree.leaves.tolist()]
+    population = {p.node: p.population for p in synthetic_counties()}
+    median = float(np.median(list(population.values())))
+    weights = np.array([population.get(leaf, median) for leaf in leaves], dtype=np.float64)
+    cumulative = np.cumsum(weights / weights.sum())
+
+    def resident() -> dict[str, Any]:
+        record: dict[str, Any] = person()
+        pick = min(int(np.searchsorted(cumulative, rng.uniform())), len(leaves) - 1)
+        record["attributes"][field] = leaves[pick]
+        return record
+
+    return resident
 
 
 def _patients(person: Any, rng: np.random.Generator, expected_events: float) -> Any:
