@@ -5,6 +5,7 @@ in place of its 3,194 places, revised every two periods (the example revises wee
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from streamdp.engine import EngineSpec
 from streamdp.engine.spec import ConsistencySpec, CounterSpec
@@ -32,3 +33,27 @@ def small_county_spec(states: int = 4, counties: int = 14) -> EngineSpec:
         for name, stream in spec.streams.items()
     }
     return replace(spec, streams=streams)
+
+
+def merged_parts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Consistent records with the parts of each (revision, epoch, period) merged into one
+    (a wide stream publishes a period's counters in several records), in first-seen order;
+    every part must be present exactly once."""
+    merged: dict[tuple[int, int, int], dict[str, Any]] = {}
+    seen_parts: dict[tuple[int, int, int], list[int]] = {}
+    for record in records:
+        at = (record["revision"], record["epoch"], record["period"])
+        seen_parts.setdefault(at, []).append(record.get("part", 1))
+        held = merged.get(at)
+        if held is None:
+            merged[at] = {**record, **{m: dict(record[m]) for m in _MAPS}}
+            continue
+        for m in _MAPS:
+            assert not held[m].keys() & record[m].keys(), f"{at}: a counter in two parts"
+            held[m].update(record[m])
+    for at, parts in seen_parts.items():
+        assert sorted(parts) == list(range(1, merged[at].get("parts", 1) + 1)), at
+    return list(merged.values())
+
+
+_MAPS = ("counts", "totals", "count_std", "total_std")

@@ -34,7 +34,7 @@ from streamdp.engine.replay import read_jsonl, replay
 from streamdp.kinds import stream_kind
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
-from tests.places_fixture import small_county_spec
+from tests.places_fixture import merged_parts, small_county_spec
 
 
 def _children(spec: EngineSpec) -> tuple[list[str], dict[str, list[str]], list[str]]:
@@ -83,7 +83,12 @@ def test_the_county_example_replays_and_its_consistent_values_sum_up_the_tree(
     stream = spec.streams["admissions-by-county"]
     assert len(releases) == periods * stream.counters.width
     assert all(isinstance(r["noisy_count"], int) for r in releases)
-    consistent = read_jsonl(out / "consistent.jsonl")
+    parts = read_jsonl(out / "consistent.jsonl")
+    # 6,388 counters: each period in three records of contiguous counters, under 1 MB each
+    assert {(c["part"], c["parts"]) for c in parts} == {(1, 3), (2, 3), (3, 3)}
+    assert all(c["key"].endswith(f"|{c['part']}") for c in parts)
+    assert max(len(json.dumps(c)) for c in parts) < 500_000
+    consistent = merged_parts(parts)
     # revised after a week, and the day after by the replay's closing revision
     assert [(c["revision"], c["period"]) for c in consistent] == [(1, p) for p in range(1, 8)] + [
         (2, 8)
@@ -215,3 +220,26 @@ def test_the_county_example_runs_in_the_release_service_as_in_the_replay(tmp_pat
             break
     published = [p for p in published if p["kind"] != "dead_letter"]
     assert sorted(published, key=lambda r: r["key"]) == sorted(expected, key=lambda r: r["key"])
+
+
+def test_the_feed_merges_a_wide_periods_parts_into_every_counter(tmp_path: Path) -> None:
+    """The feed model reads each part of a period (in any order, repeated) and shows all
+    6,388 counters of it, with the values of the parts."""
+    from streamdp.feed.model import FeedView
+
+    spec = example_spec("county-admissions")
+    lines = [line.text for line in generate("county-admissions", 7, 50.0, seed=2)]
+    out = _replayed(spec, lines, 7, tmp_path, seed=3)
+    parts = read_jsonl(out / "consistent.jsonl")
+    view = FeedView()
+    for record in [*reversed(parts), *parts]:  # any order, redelivered
+        view.add(record, "consistent")
+    rows = view.consistent_rows()
+    width = spec.streams["admissions-by-county"].counters.width
+    assert len(rows) == 7 * width
+    merged = {
+        (c["period"], name): value
+        for c in merged_parts(parts)
+        for name, value in c["counts"].items()
+    }
+    assert {(r["period"], r["counter"]): r["consistent_count"] for r in rows} == merged

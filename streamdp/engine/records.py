@@ -8,7 +8,9 @@ Key formats (names cannot contain ``|``; see :data:`streamdp.engine.config_reade
   same key and the same values, so a consumer de-duplicating by key sees each release once.
 - consistent: ``"{stream}|{epoch}|{period}"``; a revision publishes only the periods no earlier
   revision published (a period's consistent values never change), so a compacted topic keeps
-  one consistent value per period.
+  one consistent value per period. A stream too wide for one record (a places stream of
+  thousands of counters) publishes each period in parts, keyed ``"{stream}|{epoch}|{period}|
+  {part}"`` (:func:`streamdp.engine.stream_revisions.counter_parts`).
 
 Dead letters always fit: :class:`DeadLetterRecord` bounds its raw record, message and labels on
 construction so that its key plus value is at most
@@ -131,10 +133,15 @@ class ConsistentRecord:
     constraint: str
     count_std: dict[str, float] = field(default_factory=dict)
     total_std: dict[str, float] = field(default_factory=dict)
+    # a wide stream's period is published in ``parts`` records of contiguous counters (each
+    # under Kafka's request limit); ``part`` is 1-based. One part: the fields are left out
+    part: int = 1
+    parts: int = 1
 
     @property
     def key(self) -> str:
-        return f"{self.stream}|{self.epoch}|{self.period}"
+        base = f"{self.stream}|{self.epoch}|{self.period}"
+        return base if self.parts == 1 else f"{base}|{self.part}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -153,6 +160,7 @@ class ConsistentRecord:
             "totals": self.totals,
             "count_std": self.count_std,
             "total_std": self.total_std,
+            **({"part": self.part, "parts": self.parts} if self.parts > 1 else {}),
         }
 
     def to_json(self) -> str:

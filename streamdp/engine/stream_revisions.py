@@ -27,6 +27,30 @@ from streamdp.engine.stream_releases import scaled_stds
 FloatArray = npt.NDArray[np.float64]
 
 
+#: The most bytes of counter entries one consistent record may hold: its four maps (counts,
+#: totals and their stds) stay well under Kafka's default 1 MB request limit.
+MAX_PART_BYTES = 400_000
+#: What one counter's entry in the four maps may take besides its name: the quotes, colon and
+#: comma, and a float's shortest repr (at most 24 characters), four times.
+_ENTRY_OVERHEAD = 4 * 28
+
+
+def counter_parts(names: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Contiguous ``[start, stop)`` ranges of the counters, each part's entries at most
+    :data:`MAX_PART_BYTES` (a function of the public names only); one range for a stream
+    whose records fit whole."""
+    parts: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, name in enumerate(names):
+        entry = 4 * len(name.encode()) + _ENTRY_OVERHEAD
+        if i > start and size + entry > MAX_PART_BYTES:
+            parts.append((start, i))
+            start, size = i, 0
+        size += entry
+    parts.append((start, len(names)))
+    return parts
+
+
 @dataclass(frozen=True)
 class RevisionStats:
     """Diagnostics of the latest consistent revision (post-processing of noisy values only)."""
@@ -56,6 +80,7 @@ class StreamRevisions:
         self.clock = clock
         self.names = spec.counters.names
         self.width = len(self.names)
+        self._parts = counter_parts(self.names)
         self.horizon = spec.horizon
         self._noise_ahead = noise_ahead
         self._project_in_revisions = project_in_revisions
@@ -130,22 +155,27 @@ class StreamRevisions:
                     total_stds = _scaled_variance(
                         shrink, counter.total_variance(p + 1) + epoch * final_var
                     )
-                out.append(
-                    ConsistentRecord(
-                        stream=self.spec.name,
-                        revision=self.number,
-                        periods_covered=closed,
-                        epoch=epoch,
-                        period=p + 1,
-                        period_start=self.clock.iso(start),
-                        period_end=self.clock.iso(end),
-                        counts=dict(zip(self.names, count_rows[p - offset], strict=True)),
-                        totals=dict(zip(self.names, total_rows[p - offset], strict=True)),
-                        constraint=constraint,
-                        count_std=dict(zip(self.names, count_stds, strict=True)),
-                        total_std=dict(zip(self.names, total_stds, strict=True)),
+                counts_row, totals_row = count_rows[p - offset], total_rows[p - offset]
+                names = self.names
+                for part, (lo, hi) in enumerate(self._parts, start=1):
+                    out.append(
+                        ConsistentRecord(
+                            stream=self.spec.name,
+                            revision=self.number,
+                            periods_covered=closed,
+                            epoch=epoch,
+                            period=p + 1,
+                            period_start=self.clock.iso(start),
+                            period_end=self.clock.iso(end),
+                            counts=dict(zip(names[lo:hi], counts_row[lo:hi], strict=True)),
+                            totals=dict(zip(names[lo:hi], totals_row[lo:hi], strict=True)),
+                            constraint=constraint,
+                            count_std=dict(zip(names[lo:hi], count_stds[lo:hi], strict=True)),
+                            total_std=dict(zip(names[lo:hi], total_stds[lo:hi], strict=True)),
+                            part=part,
+                            parts=len(self._parts),
+                        )
                     )
-                )
         self.revised_through = closed
         return out
 

@@ -94,6 +94,10 @@ class FeedView:
         if held is None or revision.revision > held.revision:
             self.consistent[ckey] = revision
             self.version += 1
+        elif revision.revision == held.revision and revision.counts.keys() - held.counts.keys():
+            # another part of a wide stream's period (records keyed ...|period|part)
+            self.consistent[ckey] = held.merged(revision)
+            self.version += 1
 
     def streams(self) -> list[str]:
         names = {key[0] for key in self.releases} | {key[0] for key in self.consistent}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from streamdp.error_band import half_width95, half_widths95
@@ -102,6 +102,23 @@ class Consistent:
     #: per counter, the exact standard deviations (records written before they existed: None)
     count_std: Mapping[str, float] | None = None
     total_std: Mapping[str, float] | None = None
+
+    def merged(self, part: Consistent) -> Consistent:
+        """This record with another part of the same period and revision added (a wide
+        stream publishes a period's counters in several records)."""
+
+        def union(
+            mine: Mapping[str, float] | None, theirs: Mapping[str, float] | None
+        ) -> Mapping[str, float] | None:
+            return None if mine is None or theirs is None else {**mine, **theirs}
+
+        return replace(
+            self,
+            counts={**self.counts, **part.counts},
+            totals={**self.totals, **part.totals},
+            count_std=union(self.count_std, part.count_std),
+            total_std=union(self.total_std, part.total_std),
+        )
 
     def entry(self) -> dict[str, Any]:
         return {
