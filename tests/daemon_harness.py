@@ -42,6 +42,8 @@ SEED = 41
 #: own key files need not match it.
 UNIT_KEY = b"harness-unit-key-0123456789abcdef"
 AnyBroker = EmbeddedBroker | KafkaCluster
+#: The consumer group session timeout (``--session-timeout``, seconds) every harness worker has.
+SESSION_TIMEOUT = 6.0
 
 
 @dataclass
@@ -239,7 +241,7 @@ class Worker:
     """One ``streamdp worker``, supervised like production: a worker that exits with status 75
     (input gap or stall: "restart me") is restarted after the group session timeout."""
 
-    RESTART_DELAY = 7.0  # > the 6 s session timeout given to the worker
+    RESTART_DELAY = SESSION_TIMEOUT + 1.0  # > the session timeout given to the worker
 
     def __init__(
         self,
@@ -270,7 +272,7 @@ class Worker:
             "--partitions", str(partitions),
             "--web-port", str(self.port),
             "--data-dir", str(data_dir),
-            "--session-timeout", "6",
+            "--session-timeout", f"{SESSION_TIMEOUT:g}",
             "--stall-exit", "12",
             "--topic-namespace", namespace,
             "--input-path", input_path,
@@ -284,6 +286,8 @@ class Worker:
         self._log = log_path.open("ab")
         _WORKERS.add(self)
         self.restarts = 0
+        #: ``time.monotonic()`` when :meth:`kill` SIGKILLed the process (None: never killed)
+        self.killed_at: float | None = None
         self._supervising = supervise
         self._lock = threading.Lock()
         self.process = subprocess.Popen(
@@ -338,6 +342,7 @@ class Worker:
     def kill(self) -> None:
         self._stop_supervising()
         self.process.send_signal(signal.SIGKILL)
+        self.killed_at = time.monotonic()
         self.process.wait(10)
         self._log.close()
 
@@ -520,12 +525,12 @@ def committed_offsets(
     return asyncio.run(go())
 
 
-def group_member_count(broker: AnyBroker, group: str) -> int:
-    """How many members the consumer group has now, by the group coordinator's DescribeGroups
-    answer (0 once a killed worker's session has expired and the group is empty)."""
+def group_members(broker: AnyBroker, group: str) -> tuple[str, list[str]]:
+    """The consumer group's state and member ids now, by the group coordinator's DescribeGroups
+    answer (state "Dead" and no member for a group the coordinator does not know)."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    async def go() -> int:
+    async def go() -> tuple[str, list[str]]:
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
         await admin.start()
         try:
@@ -533,10 +538,20 @@ def group_member_count(broker: AnyBroker, group: str) -> int:
         finally:
             await admin.close()
         # DescribeGroupsResponse: groups = [(error_code, group_id, state, protocol_type,
-        # protocol, members, ...)]
-        return sum(len(g[5]) for answer in answers for g in answer.groups if g[1] == group)
+        # protocol, members = [(member_id, client_id, ...)], ...)]
+        for answer in answers:
+            for g in answer.groups:
+                if g[1] == group:
+                    return str(g[2]), [str(m[0]) for m in g[5]]
+        return "Dead", []
 
     return asyncio.run(go())
+
+
+def group_member_count(broker: AnyBroker, group: str) -> int:
+    """How many members the consumer group has now, by the group coordinator's DescribeGroups
+    answer (on Kafka 0 once a killed worker's session has expired: see wait_session_expired)."""
+    return len(group_members(broker, group)[1])
 
 
 def wait_group_empty(broker: AnyBroker, group: str, timeout: float = 60.0) -> None:
@@ -546,3 +561,60 @@ def wait_group_empty(broker: AnyBroker, group: str, timeout: float = 60.0) -> No
     while (members := group_member_count(broker, group)) != 0:
         assert time.monotonic() < deadline, f"group {group!r} still has {members} member(s)"
         time.sleep(0.25)
+
+
+def wait_session_expired(
+    broker: AnyBroker, group: str, killed: Worker, timeout: float = 60.0
+) -> None:
+    """Wait until the session of ``killed`` (a worker SIGKILLed by :meth:`Worker.kill`) in the
+    consumer group has expired, so that a worker started now joins alone: one rebalance, not
+    two (docs/dev-broker-notes.md, finding 4).
+
+    Apache Kafka expels the dead member after the session timeout on its own: wait until the
+    group is empty (:func:`wait_group_empty`). Tansu 0.6.0 does not: measured, DescribeGroups
+    keeps answering "Stable" with the dead member for as long as no other member talks to the
+    group (still after 16 s with a 6 s session timeout). It drops the dead member only while
+    handling a JoinGroup that arrives after the member's session timeout (a member joining
+    earlier is kept waiting in the rebalance until the timeout is reached). So on Tansu wait out
+    the session timeout from the kill (:attr:`Worker.RESTART_DELAY`, as a supervisor does),
+    and after the restart check with :func:`wait_sole_owner` that the dead member is gone."""
+    assert killed.killed_at is not None, "wait_session_expired() is for a worker kill()ed"
+    if isinstance(broker, EmbeddedBroker):
+        assert timeout >= Worker.RESTART_DELAY, f"{timeout} s is within the session timeout"
+        time.sleep(max(0.0, killed.killed_at + Worker.RESTART_DELAY - time.monotonic()))
+        return
+    wait_group_empty(broker, group, timeout)
+
+
+def wait_sole_owner(
+    broker: AnyBroker,
+    group: str,
+    worker: Worker,
+    sources: Iterable[str],
+    *,
+    gone: Iterable[str] = (),
+    timeout: float = 90.0,
+) -> None:
+    """Wait until ``worker`` is the consumer group's only member, the group is "Stable", no
+    member id of ``gone`` (a killed worker's) is listed any more, and ``worker`` owns every
+    source in ``sources`` (its /status ``sources_owned``): the group has settled on the
+    restarted worker alone."""
+    gone = set(gone)
+    wanted = sorted(set(sources))
+    deadline = time.monotonic() + timeout
+    while True:
+        state, members = group_members(broker, group)
+        owned = (worker.status() or {}).get("sources_owned")
+        settled = state == "Stable" and len(members) == 1 and not gone & set(members)
+        if settled and owned == wanted:
+            return
+        code = worker.process.poll()
+        assert code is None or code == EXIT_INPUT_GAP, (
+            f"worker exited with {code} before owning its sources:\n{worker.log_tail()}"
+        )
+        assert time.monotonic() < deadline, (
+            f"group {group!r} not settled on the restarted worker after {timeout} s: state "
+            f"{state!r}, members {members} (killed: {sorted(gone)}), worker owns {owned}, "
+            f"wanted {wanted}"
+        )
+        time.sleep(0.5)
