@@ -115,7 +115,12 @@ def _write_spec(args: argparse.Namespace) -> int:
             f"--write-spec {args.write_spec!r}: directory {str(target.parent)!r} does not exist"
         )
     example = resources.files("streamdp").joinpath("examples", f"{args.scenario}.toml")
-    text = live_spec_text(example.read_text("utf-8"), args.period_seconds, time.time())
+    text = live_spec_text(
+        example.read_text("utf-8"),
+        args.period_seconds,
+        time.time(),
+        examples_dir=Path(str(example)).parent,
+    )
     target.write_text(text, encoding="utf-8")
     load_spec(str(target))  # it loads: the worker will accept it
     sys.stderr.write(

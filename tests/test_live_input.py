@@ -30,7 +30,8 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "streamdp" / "examples"
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_live_spec_has_short_periods_from_now_and_the_examples_streams(scenario: str) -> None:
     now = 1_790_000_123.4
-    text = live_spec_text((EXAMPLES / EXAMPLE_FILES[scenario]).read_text("utf-8"), 60, now)
+    example_text = (EXAMPLES / EXAMPLE_FILES[scenario]).read_text("utf-8")
+    text = live_spec_text(example_text, 60, now, examples_dir=EXAMPLES)
     live, example = parse_spec(text), example_spec(scenario)
     assert live.streams.keys() == example.streams.keys()
     assert live.sources == example.sources

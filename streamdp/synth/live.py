@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from streamdp.engine.periods import format_instant
 from streamdp.engine.spec import EngineSpec
@@ -24,6 +25,7 @@ __all__ = ["LiveEvent", "live_events", "live_lateness_seconds", "live_spec_text"
 
 _PERIOD_LINE = re.compile(r"^period = \{[^}\n]*\}$", re.M)
 _LATENESS_LINE = re.compile(r'^allowed_lateness = "[^"\n]*"$', re.M)
+_PLACES_LINE = re.compile(r'^places = "([^"\n]+)"$', re.M)
 
 
 def live_lateness_seconds(period_seconds: int) -> int:
@@ -32,11 +34,15 @@ def live_lateness_seconds(period_seconds: int) -> int:
     return max(5, period_seconds // 10)
 
 
-def live_spec_text(example_text: str, period_seconds: int, now: float) -> str:
+def live_spec_text(
+    example_text: str, period_seconds: int, now: float, *, examples_dir: Path | None = None
+) -> str:
     """``example_text`` (an example spec) with every stream's ``period`` replaced by fixed
     periods of ``period_seconds`` starting at the one holding ``now``, and its
-    ``allowed_lateness`` by :func:`live_lateness_seconds`. Raises ValueError when the text has
-    no period line per lateness line (not an example spec's layout)."""
+    ``allowed_lateness`` by :func:`live_lateness_seconds`; with ``examples_dir`` (the folder
+    the example is in), a places file named relative to it becomes its absolute path, so the
+    written spec finds it from anywhere. Raises ValueError when the text has no period line per
+    lateness line (not an example spec's layout)."""
     if period_seconds < 1:
         raise ValueError(f"periods must be at least 1 s long, got {period_seconds}")
     periods = _PERIOD_LINE.findall(example_text)
@@ -51,6 +57,15 @@ def live_spec_text(example_text: str, period_seconds: int, now: float) -> str:
         f"{start}, for a worker on the wall clock.\n"
     )
     text = _PERIOD_LINE.sub(period, example_text)
+    if examples_dir is not None:
+        text = _PLACES_LINE.sub(
+            lambda m: (
+                f'places = "{(examples_dir / m.group(1)).resolve()}"'
+                if not Path(m.group(1)).is_absolute()
+                else m.group(0)
+            ),
+            text,
+        )
     return header + _LATENESS_LINE.sub(lateness, text)
 
 
