@@ -57,3 +57,20 @@ def merged_parts(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 _MAPS = ("counts", "totals", "count_std", "total_std")
+
+
+def tree_gap(spec: EngineSpec, values: dict[str, float]) -> float:
+    """The largest ``|place - sum of its children|`` over every inner place and cell of the
+    spec's places stream, for one consistent record's ``counts`` or ``totals``."""
+    stream = next(iter(spec.streams.values()))
+    places = stream.counters.places
+    assert places is not None
+    children: dict[str, list[str]] = {}
+    for i, parent in enumerate(places.tree.parent.tolist()[1:], start=1):
+        children.setdefault(places.ids[parent], []).append(places.ids[i])
+    cells = sorted({name.split("/", 1)[1] for name in stream.counters.names})
+    return max(
+        abs(values[f"{parent}/{cell}"] - sum(values[f"{kid}/{cell}"] for kid in kids))
+        for parent, kids in children.items()
+        for cell in cells
+    )

@@ -30,7 +30,7 @@ import numpy as np
 from streamdp.consistency.tree import tree_projection, tree_projection_variances
 from streamdp.engine.events import Contribution, Extractor, RejectedError
 from streamdp.errors import ConfigError
-from streamdp.kinds.attributes import cell_names, read_attributes
+from streamdp.kinds.attributes import cell_names, census_layout, read_attributes
 from streamdp.kinds.base import FloatArray, refuse_clip
 from streamdp.kinds.places_file import read_places, resolve_places_path
 
@@ -166,9 +166,8 @@ class PlaceExtractor(Extractor):
         self.places = places
         self.cells = counters.width // places.size
         self.paths = places.leaf_paths()
-        strides = [1] * len(counters.attributes)
-        for i in range(len(strides) - 2, -1, -1):
-            strides[i] = strides[i + 1] * len(counters.attributes[i + 1].categories)
+        # a cell's index in the row-major cross product: the census layout's cell strides
+        strides = census_layout(counters.attributes).strides
         self.lookup = [
             (a.name, {c: j * stride for j, c in enumerate(a.categories)}, ", ".join(a.categories))
             for a, stride in zip(counters.attributes, strides, strict=True)
