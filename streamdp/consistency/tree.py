@@ -148,12 +148,15 @@ def tree_values(values: npt.ArrayLike, tree: Tree) -> FloatArray:
 
 
 def tree_variances(variances: npt.ArrayLike | None, tree: Tree) -> FloatArray:
-    """Per-node noise variances, shape ``(nodes,)``, finite and > 0 (ones when omitted)."""
+    """Per-node noise variances, shape ``(..., nodes)`` (one vector for every row, or one per
+    row of the values they weight), finite and > 0 (ones when omitted)."""
     if variances is None:
         return np.ones(tree.size)
     v = np.asarray(variances, dtype=np.float64)
-    if v.shape != (tree.size,):
-        raise ConfigError(f"variances have shape {v.shape}, expected ({tree.size},): one per node")
+    if v.ndim < 1 or v.shape[-1] != tree.size:
+        raise ConfigError(
+            f"variances have shape {v.shape}, expected (..., {tree.size}): one per node"
+        )
     if not np.all(np.isfinite(v)) or np.any(v <= 0):
         raise ConfigError("node noise variances must be finite and > 0")
     return v
@@ -181,7 +184,8 @@ def tree_projection(
     Args:
         values: noisy node values, shape (..., nodes), breadth-first order.
         tree: the tree.
-        variances: per-node noise variances ``sigma_v^2``, shape (nodes,); equal when omitted.
+        variances: per-node noise variances ``sigma_v^2``, shape (nodes,), or broadcastable
+            against ``values`` (e.g. (n, 1, nodes): each row its own); equal when omitted.
 
     Returns:
         Consistent node values, shape (..., nodes).
@@ -191,23 +195,23 @@ def tree_projection(
     z = x.copy()
     u = s2.copy()
     cz = np.zeros_like(x)
-    cu = np.zeros(tree.size)
+    cu = np.zeros_like(u)
     bounds = tree.level_bounds
     for start, stop in reversed(bounds[:-1]):
         sz = child_sums(z, tree, start, stop)
         su = child_sums(u, tree, start, stop)
         has = tree.child_count[start:stop] > 0
         cz[..., start:stop] = sz
-        cu[start:stop] = su
-        own = s2[start:stop]
+        cu[..., start:stop] = su
+        own = s2[..., start:stop]
         safe = np.where(has, su, 1.0)
         merged = (z[..., start:stop] * safe + sz * own) / (safe + own)
         z[..., start:stop] = np.where(has, merged, z[..., start:stop])
-        u[start:stop] = np.where(has, own * safe / (safe + own), u[start:stop])
+        u[..., start:stop] = np.where(has, own * safe / (safe + own), u[..., start:stop])
     y = z.copy()
     for start, stop in bounds[1:]:
         p = tree.parent[start:stop]
-        share = u[start:stop] / cu[p]
+        share = u[..., start:stop] / cu[..., p]
         y[..., start:stop] = z[..., start:stop] + share * (y[..., p] - cz[..., p])
     return y
 
@@ -229,26 +233,27 @@ def tree_projection_variances(tree: Tree, variances: npt.ArrayLike | None = None
 
     Args:
         tree: the tree.
-        variances: per-node noise variances before projection, shape (nodes,); ones when
-            omitted (then the result is the diagonal of the orthogonal projector).
+        variances: per-node noise variances before projection, shape (..., nodes) (each
+            leading index its own set); ones when omitted (then the result is the diagonal of
+            the orthogonal projector).
 
     Returns:
-        per-node variances after projection, shape (nodes,).
+        per-node variances after projection, the shape of ``variances``.
     """
     s2 = tree_variances(variances, tree)
     u = s2.copy()
-    cu = np.zeros(tree.size)
+    cu = np.zeros_like(u)
     bounds = tree.level_bounds
     for start, stop in reversed(bounds[:-1]):
         su = child_sums(u, tree, start, stop)
         has = tree.child_count[start:stop] > 0
-        cu[start:stop] = su
-        own = s2[start:stop]
+        cu[..., start:stop] = su
+        own = s2[..., start:stop]
         safe = np.where(has, su, 1.0)
-        u[start:stop] = np.where(has, own * safe / (safe + own), u[start:stop])
+        u[..., start:stop] = np.where(has, own * safe / (safe + own), u[..., start:stop])
     f = u.copy()
     for start, stop in bounds[1:]:
         p = tree.parent[start:stop]
-        share = u[start:stop] / cu[p]
-        f[start:stop] = u[start:stop] - share * share * (cu[p] - f[p])
+        share = u[..., start:stop] / cu[..., p]
+        f[..., start:stop] = u[..., start:stop] - share * share * (cu[..., p] - f[..., p])
     return f

@@ -21,6 +21,8 @@ from streamdp.continual.counter_state import STATE_KIND as CONTINUAL_KIND
 from streamdp.continual.factored_counter import FactoredCounter
 from streamdp.continual.factored_state import STATE_KIND as FACTORED_KIND
 from streamdp.continual.gaussian_budgets import GaussianBudget
+from streamdp.continual.grouped_bank import STATE_KIND as GROUPED_KIND
+from streamdp.continual.grouped_bank import GroupedBank
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.strategy import Strategy
 from streamdp.errors import ConfigError, StateError
@@ -40,18 +42,24 @@ class BankRelease(Protocol):
     def noisy_total(self) -> npt.NDArray[Any]: ...
 
     @property
-    def count_std(self) -> float: ...
+    def count_std(self) -> float | FloatArray:
+        """One for every counter, or one per counter (a grouped bank's)."""
+        ...
 
     @property
-    def total_std(self) -> float: ...
+    def total_std(self) -> float | FloatArray: ...
 
 
 class CounterBank(Protocol):
     """A bank of ``width`` counters of one stream for one epoch."""
 
-    epoch: int
     width: int
-    carry_variance: float
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def carry_variance(self) -> float: ...
 
     @property
     def horizon(self) -> int: ...
@@ -77,13 +85,13 @@ class CounterBank(Protocol):
 
     def released(self, first: int) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]: ...
 
-    def total_variance(self, t: int) -> float: ...
+    def total_variance(self, t: int) -> float | FloatArray: ...
 
-    def count_variance(self, t: int) -> float: ...
+    def count_variance(self, t: int) -> float | FloatArray: ...
 
-    def count_std(self, t: int) -> float: ...
+    def count_std(self, t: int) -> float | FloatArray: ...
 
-    def total_std(self, t: int) -> float: ...
+    def total_std(self, t: int) -> float | FloatArray: ...
 
     def epoch_noise(self) -> Int64Array | None: ...
 
@@ -153,7 +161,9 @@ def restore_bank(
         return FactoredCounter.from_state(state, sampler, projection=projection)
     if kind == CONTINUAL_KIND:
         return ContinualCounter.from_state(state, sampler)
+    if kind == GROUPED_KIND:
+        return GroupedBank.from_state(state, sampler)
     raise StateError(
         f"counter state of kind {kind!r} is none of {CONTINUAL_KIND!r}, {FACTORED_KIND!r}, "
-        f"{BLT_KIND!r}"
+        f"{BLT_KIND!r}, {GROUPED_KIND!r}"
     )

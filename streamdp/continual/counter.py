@@ -102,6 +102,11 @@ class ContinualCounter:
         """Nodes whose raw partial sums are still held (at most ``floor(log2 N) + 1``)."""
         return sorted(self._pending)
 
+    @property
+    def node_variances(self) -> npt.NDArray[np.float64]:
+        """Exact noise variance of every node of an epoch, shape ``(horizon,)`` (a copy)."""
+        return self._node_var.copy()
+
     def total_variance(self, t: int) -> float:
         """Exact ``Var(s~_t)`` of this epoch's tree (carry excluded); ``Var(s~_0) = 0``."""
         return self.strategy.total_variance(self._node_var, t)
@@ -112,7 +117,11 @@ class ContinualCounter:
 
     # ------------------------------------------------------------------ releasing
     def close_period(
-        self, counts: npt.NDArray[np.int64], *, stored: Any | None = None
+        self,
+        counts: npt.NDArray[np.int64],
+        *,
+        stored: Any | None = None,
+        noise: Int64Array | None = None,
     ) -> PeriodRelease:
         """Close the next period with its true counts (shape ``(width,)``) and release it.
 
@@ -120,7 +129,9 @@ class ContinualCounter:
         as drawn and stored before a crash lost the rest of that step; it is used as it is and
         never drawn again. Raises :class:`HorizonError` past the horizon (roll into
         :meth:`next_epoch`) and :class:`ConfigError` for counts of the wrong shape/type.
-        The counter is unchanged if anything raises (including the sampler).
+        ``noise``: node ``t``'s noise as drawn by :meth:`draw_next` (a grouped bank draws every
+        group's before any group closes). The counter is unchanged if anything raises
+        (including the sampler).
         """
         t = self._closed + 1
         if t > self.horizon:
@@ -136,7 +147,8 @@ class ContinualCounter:
         if stored is not None:
             noisy_t = int_vector(stored, self.width, "stored noisy node")
         else:
-            noisy_t = raw + self._draw(t)
+            drawn = self._draw(t) if noise is None else int_vector(noise, self.width, "noise")
+            noisy_t = raw + drawn
         # commit: the noisy node is stored before anything derived from it is returned
         self._noisy.append(noisy_t)
         for j in kids:
@@ -163,6 +175,14 @@ class ContinualCounter:
     def total_std(self, t: int) -> float:
         """Declared standard deviation of running total ``t``, carry included (exact)."""
         return math.sqrt(self.total_variance(t) + self.carry_variance)
+
+    def draw_next(self) -> Int64Array:
+        """Fresh noise for the node of the next period to close, for :meth:`close_period`'s
+        ``noise`` (drawn once: the caller uses it for that close or discards it)."""
+        t = self._closed + 1
+        if t > self.horizon:
+            raise HorizonError(f"epoch {self.epoch} has no period left to draw noise for")
+        return self._draw(t)
 
     def _draw(self, t: int) -> Int64Array:
         """Fresh noise for node ``t`` (labelled by stream, epoch and node when labelled)."""
