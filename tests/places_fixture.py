@@ -5,6 +5,7 @@ in place of its 3,194 places, revised every two periods (the example revises wee
 from __future__ import annotations
 
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 from streamdp.engine import EngineSpec
@@ -14,8 +15,11 @@ from streamdp.synth import example_spec
 from streamdp.synth.geography import places_csv, synthetic_counties
 
 
-def small_county_spec(states: int = 4, counties: int = 14) -> EngineSpec:
-    """``county_admissions.toml`` over a small synthetic geography (see the module)."""
+def small_county_spec(
+    states: int = 4, counties: int = 14, level_weights: tuple[int, ...] = ()
+) -> EngineSpec:
+    """``county_admissions.toml`` over a small synthetic geography (see the module); with
+    ``level_weights`` (nation, state, county) each level gets its own share of the budget."""
     spec = example_spec("county-admissions")
     text = places_csv(synthetic_counties(states=states, counties=counties))
     places = parse_places(text.encode(), "small-counties.csv")
@@ -27,6 +31,7 @@ def small_county_spec(states: int = 4, counties: int = 14) -> EngineSpec:
                 attributes=stream.counters.attributes,
                 places=places,
                 place_field=stream.counters.place_field,
+                level_weights=tuple(Decimal(w) for w in level_weights),
             ),
             consistency=ConsistencySpec(every_periods=2),
         )

@@ -282,9 +282,9 @@ def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
     engine = Engine(spec, sampler=InsecureSeededSampler(4))
     projected: list[int] = []
 
-    def counting(stream_spec, epochs):
+    def counting(stream_spec, epochs, level_variances=None):
         projected.append(len(epochs))
-        return consistent_epochs(stream_spec, epochs)
+        return consistent_epochs(stream_spec, epochs, level_variances)
 
     monkeypatch.setattr(revisions_module, "consistent_epochs", counting)
     outputs, _ = drive(engine, _census_lines(40, seed=2), as_of=1704067200 + 3600 * 40)

@@ -26,6 +26,7 @@ import pytest
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
+from streamdp.engine.budget_groups import budget_groups
 from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.stream import stream_strategy
@@ -55,13 +56,23 @@ SCENARIOS = {
     # places (issue 29) on a small geography: consistent revisions by the tree projection
     "county-admissions": ("county-admissions", "", 4, 12.0),
     "county-admissions+zcdp": ("county-admissions", "zcdp", 4, 12.0),
+    # each level its own share of the budget: one bank per level, revisions weighted by level
+    "county-admissions+levels": ("county-admissions", "levels", 4, 12.0),
+    "county-admissions+levels+zcdp": ("county-admissions", "levels+zcdp", 4, 12.0),
 }
+LEVEL_WEIGHTS = (1, 2, 5)
 DRAWS = 20
 
 
 def _spec(scenario: str) -> EngineSpec:
     base, mechanism, _, _ = SCENARIOS[scenario]
-    spec = small_county_spec() if base == "county-admissions" else example_spec(base)
+    weights = LEVEL_WEIGHTS if mechanism.startswith("levels") else ()
+    spec = (
+        small_county_spec(level_weights=weights)
+        if base == "county-admissions"
+        else example_spec(base)
+    )
+    mechanism = mechanism.removeprefix("levels").removeprefix("+")
     if not mechanism:
         return spec
     if mechanism in ("zcdp", "zcdp_gls"):
@@ -126,7 +137,12 @@ def _with_extra(
         assert instant is not None
         j = PeriodClock(stream.period).index_of(instant)
         epoch, index = divmod(j, stream.horizon)
-        footprints.append(Footprint(name, epoch, index + 1, vector))
+        groups = budget_groups(stream)
+        if not groups:
+            footprints.append(Footprint(name, epoch, index + 1, vector))
+        for group in groups:  # each level's bank draws its own noise, labelled by the level
+            label = f"{name}|{group.name}"
+            footprints.append(Footprint(label, epoch, index + 1, vector[group.start : group.stop]))
     if not any(f.vector.any() for f in footprints):
         return None  # counted nowhere (a negative flag): the caller picks another
     out = list(records)
@@ -185,6 +201,8 @@ def coupled_draw(
     periods = SCENARIOS[scenario][2]
     records = _records(scenario, spec)
     strategies = {name: stream_strategy(stream) for name, stream in spec.streams.items()}
+    for name, stream in spec.streams.items():
+        strategies |= {f"{name}|{g.name}": strategies[name] for g in budget_groups(stream)}
     seed = int(rng.integers(2**31))
     extra = None
     while extra is None:

@@ -30,6 +30,7 @@ import pytest
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
+from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
 from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.noise import InsecureSeededSampler
@@ -50,13 +51,17 @@ SCENARIOS = {
     # places (issue 29), small geography (tests/places_fixture.py): a record adds to its
     # county, state and nation; revised by the tree projection every two periods
     "county-admissions": (4, 12.0),
+    # each level its own share of the budget (level_weights 1, 2, 5): one bank per level
+    "county-admissions+levels": (4, 12.0),
 }
 
 
 def _spec(scenario: str) -> EngineSpec:
     """The example spec; after ``+``, the mechanism every stream uses instead."""
     base, _, mechanism = scenario.partition("+")
-    spec = small_county_spec() if base == "county-admissions" else example_spec(base)
+    if base == "county-admissions":
+        return small_county_spec(level_weights=(1, 2, 5) if mechanism == "levels" else ())
+    spec = example_spec(base)
     if not mechanism:
         return spec
     streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}
@@ -233,6 +238,19 @@ def _assert_neighbours(
     for (stream, epoch, period), l1 in total_l1.items():
         bound = spec.streams[stream].sensitivity
         assert l1 <= bound + 1e-9, f"{stream} {epoch}/{period}: running totals moved by {l1}"
+    # budget groups: what the record moved in each group, over that group's Delta_g, times its
+    # epsilon_g, adds up to at most the stream's epsilon (each group is its own mechanism)
+    loss: dict[tuple[str, int, int], float] = defaultdict(float)
+    for key, a in releases.items():
+        stream = spec.streams[a["stream"]]
+        for group in budget_groups(stream):
+            if group.start <= a["counter_index"] < group.stop:
+                moved = abs(a["noisy_total"] - changed[key]["noisy_total"])
+                rate = group_epsilon(stream, group) / group_sensitivity(stream, group)
+                loss[(a["stream"], a["epoch"], a["period"])] += moved * rate
+    for (stream, epoch, period), spent in loss.items():
+        epsilon = float(spec.streams[stream].epsilon)
+        assert spent <= epsilon + 1e-9, f"{stream} {epoch}/{period}: loss {spent} > {epsilon}"
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -10,9 +10,13 @@ is the same as "every node in S", and the weighted least-squares problem
     min sum_i (1/v_i) ||y_i - c~_i||^2   s.t.  y_i in S for every node i
 
 separates per node into the *unweighted* orthogonal projection of ``c~_i`` onto ``S``: exact,
-one pass, no iteration. Consistent running totals are the Fenwick read-path sums of projected
-nodes (plus the consistent final totals of earlier epochs); period counts are their differences.
-Inputs are noisy values only: this is post-processing and spends no budget.
+one pass, no iteration. A places stream with budget groups (levels with their own share of
+the budget) has a diagonal covariance ``V_i`` per node instead; the problem
+``min sum_i (y_i - c~_i)^T V_i^-1 (y_i - c~_i)`` still separates per node, into the GLS
+projection of ``c~_i`` under ``V_i`` (the tree's two passes, weighted). Consistent running
+totals are the Fenwick read-path sums of projected nodes (plus the consistent final totals
+of earlier epochs); period counts are their differences. Inputs are noisy values only: this
+is post-processing and spends no budget.
 """
 
 from __future__ import annotations
@@ -26,12 +30,17 @@ from streamdp.engine.spec import StreamSpec
 FloatArray = npt.NDArray[np.float64]
 
 
-def project_nodes(spec: StreamSpec, values: npt.ArrayLike) -> FloatArray:
+def project_nodes(
+    spec: StreamSpec, values: npt.ArrayLike, level_variances: FloatArray | None = None
+) -> FloatArray:
     """Project every node's counter vector onto the stream's constraint subspace.
 
     Args:
         spec: the stream (its counter layout and constraint kind).
         values: noisy node values, shape (n, width) in :attr:`CounterSpec.names` order.
+        level_variances: a places stream with budget groups: node ``i``'s noise variance in
+            each level (shape (>= n, levels)); the projection of row ``i`` is then the GLS one
+            under those variances. None: every counter's noise has the same variance.
 
     Returns:
         shape (n, width), float64; every row satisfies the constraints (the projection is the
@@ -42,6 +51,10 @@ def project_nodes(spec: StreamSpec, values: npt.ArrayLike) -> FloatArray:
     y = np.asarray(values, dtype=np.float64)
     if spec.constraints.kind == "none" or y.shape[0] == 0:
         return y.copy()
+    if level_variances is not None:
+        from streamdp.kinds.places import project_by_level
+
+        return project_by_level(spec, y, level_variances)
     return stream_kind(spec.counters.kind).project(spec, y)
 
 
@@ -59,7 +72,9 @@ def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:
 
 
 def consistent_epochs(
-    spec: StreamSpec, epochs: list[npt.NDArray[np.int64]]
+    spec: StreamSpec,
+    epochs: list[npt.NDArray[np.int64]],
+    level_variances: FloatArray | None = None,
 ) -> list[tuple[FloatArray, FloatArray]]:
     """Consistent (period counts, running totals) for every epoch, each shape (n_e, width).
 
@@ -67,6 +82,8 @@ def consistent_epochs(
         spec: the stream.
         epochs: noisy node values of each epoch in order, shape (n_e, width) (node i at row
             i-1; n_e = periods closed in that epoch).
+        level_variances: per node and level noise variances of a stream with budget groups
+            (see :func:`project_nodes`); the same for every epoch.
 
     Returns:
         per epoch ``(counts, totals)``; totals include the consistent final totals of earlier
@@ -75,7 +92,7 @@ def consistent_epochs(
     results: list[tuple[FloatArray, FloatArray]] = []
     carry = np.zeros(spec.counters.width, dtype=np.float64)
     for values in epochs:
-        projected = project_nodes(spec, values)
+        projected = project_nodes(spec, values, level_variances)
         prefix = prefix_sums(spec.mechanism, projected)
         counts = np.diff(prefix, axis=0, prepend=np.zeros((1, prefix.shape[1])))
         totals = prefix + carry

@@ -71,7 +71,8 @@ class CounterSpec:
       attribute ``flag_field`` is true.
     - ``places``: one counter per place of ``places`` (a public hierarchy), times the cells of
       ``attributes`` when given; a record names its leaf place in ``attributes.<place_field>``
-      and adds 1 to it and every place above it (:mod:`streamdp.kinds.places`).
+      and adds 1 to it and every place above it (:mod:`streamdp.kinds.places`); with
+      ``level_weights`` each level gets its own share of the budget.
     """
 
     kind: CounterKind
@@ -81,6 +82,9 @@ class CounterSpec:
     flag_counter: str = ""
     places: Places | None = None
     place_field: str = ""
+    # places: each level's relative share of the stream's budget, root level first (issue
+    # 29; :mod:`streamdp.engine.budget_groups`); empty: one budget for every counter
+    level_weights: tuple[Decimal, ...] = ()
 
     @cached_property
     def names(self) -> tuple[str, ...]:

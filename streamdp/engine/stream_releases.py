@@ -18,10 +18,14 @@ from streamdp.noise.sampler import NoiseSampler
 FloatArray = npt.NDArray[np.float64]
 
 
-def scaled_stds(std: float, scale: FloatArray | None, width: int) -> list[float]:
-    """``std`` per counter (``width`` of them), times ``scale`` (``sqrt(P_jj)``) when given."""
+def scaled_stds(std: float | FloatArray, scale: FloatArray | None, width: int) -> list[float]:
+    """``std`` per counter (``width`` of them; one for all, or one each), times ``scale``
+    (``sqrt(P_jj)``) when given."""
     if scale is None:
-        return [std] * width
+        if isinstance(std, np.ndarray):
+            each: list[float] = std.astype(np.float64).tolist()
+            return each
+        return [float(std)] * width
     out: list[float] = (std * scale).tolist()
     return out
 
@@ -59,6 +63,21 @@ def unit_fields(spec: StreamSpec) -> dict[str, object]:
     }
 
 
+def group_fields(spec: StreamSpec) -> list[dict[str, object]]:
+    """Per counter, a stream with budget groups says which group the counter is in and what
+    that group spends (``budget_group``: its name, its share of the stream's epsilon or rho,
+    and that amount); empty for a stream without groups."""
+    from streamdp.engine.budget_groups import budget_groups
+
+    out: list[dict[str, object]] = []
+    for group in budget_groups(spec):
+        amount = float(spec.budget) * float(group.share)
+        key = "epsilon" if spec.rho is None else "rho"
+        field = {"name": group.name, "share": float(group.share), key: amount}
+        out += [{"budget_group": field}] * (group.stop - group.start)
+    return out
+
+
 def release_records(
     spec: StreamSpec,
     clock: PeriodClock,
@@ -79,8 +98,8 @@ def release_records(
     start_text, end_text = clock.iso(start), clock.iso(end)
     eps = float(spec.epsilon)
     # projected at publication: sqrt(P_jj) per counter
-    count_stds = scaled_stds(float(release.count_std), scale, len(names))
-    total_stds = scaled_stds(float(release.total_std), scale, len(names))
+    count_stds = scaled_stds(release.count_std, scale, len(names))
+    total_stds = scaled_stds(release.total_std, scale, len(names))
     # a zCDP stream's noise is the sampler's discrete Gaussian: named as such
     name = (
         sampler.name if spec.rho is None else str(getattr(sampler, "gaussian_name", sampler.name))
@@ -92,6 +111,7 @@ def release_records(
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
     optional = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
+    by_counter = group_fields(spec)
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -112,7 +132,7 @@ def release_records(
             noise=name,
             noise_secure=secure,
             counter_index=c,
-            optional_fields=optional,
+            optional_fields=optional if not by_counter else {**optional, **by_counter[c]},
         )
         for c, counter_name in enumerate(names)
     ]

@@ -17,6 +17,8 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.factored_noise import project_rows
+from streamdp.continual.grouped_bank import GroupedBank
+from streamdp.engine.grouped_variances import GroupedVariances
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord
 from streamdp.engine.revision import consistent_epochs, project_nodes
@@ -59,7 +61,7 @@ class RevisionStats:
     seconds: float
 
 
-def _scaled_variance(shrink: FloatArray, variance: float) -> list[float]:
+def _scaled_variance(shrink: FloatArray, variance: float | FloatArray) -> list[float]:
     """Per counter ``sqrt(P_jj variance)``."""
     out: list[float] = np.sqrt(shrink * variance).tolist()
     return out
@@ -86,6 +88,8 @@ class StreamRevisions:
         self._project_in_revisions = project_in_revisions
         self._shrink: FloatArray | None = None
         self._projection: FloatArray | None = None
+        # a stream with budget groups: node noise variances per level, (horizon, levels)
+        self._level_variances: FloatArray | None = None
         self.number = 0
         # absolute periods below this already have their consistent values published
         self.revised_through = 0
@@ -113,6 +117,8 @@ class StreamRevisions:
         self.number += 1
         started = time.perf_counter()
         counter = nodes.counter
+        grouped = GroupedVariances(self.spec, counter) if isinstance(counter, GroupedBank) else None
+        self._level_variances = None if grouped is None else grouped.level_variances
         results = (
             self._released_since_revision(nodes) if self._noise_ahead else self._from_nodes(nodes)
         )
@@ -134,7 +140,9 @@ class StreamRevisions:
         # release's (same node noise, same linear combination); epochs add their final
         # totals' variance as carry, exactly as the releases do
         shrink = self.projection_diagonal()
-        final_var = counter.total_variance(self.horizon)
+        final_var = (
+            counter.total_variance(self.horizon) if grouped is None else grouped.total(self.horizon)
+        )
         scale = np.sqrt(shrink)
         for epoch, offset, counts, totals in results:
             # row r of ``counts`` is period offset + r + 1 of the epoch
@@ -145,7 +153,10 @@ class StreamRevisions:
             total_rows = totals.tolist()
             for p in range(max(offset, first_new), offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
-                if self._noise_ahead:  # the release's own stds, computed as it computed them
+                if grouped is not None:  # each level's own variances, projected per node
+                    count_stds = np.sqrt(grouped.count(p + 1)).tolist()
+                    total_stds = np.sqrt(grouped.total(p + 1) + epoch * final_var).tolist()
+                elif self._noise_ahead:  # the release's own stds, computed as it computed them
                     count_std = counter.count_std(p + 1)
                     total_std = counter.total_std(p + 1)
                     count_stds = scaled_stds(count_std, scale, self.width)
@@ -204,7 +215,7 @@ class StreamRevisions:
         self, values: npt.NDArray[np.int64], carry: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
         """One epoch's consistent (counts, totals), its totals carrying ``carry``."""
-        ((counts, prefix),) = consistent_epochs(self.spec, [values])
+        ((counts, prefix),) = consistent_epochs(self.spec, [values], self._level_variances)
         return counts, prefix + carry
 
     def _carry_into(self, epoch: int, oldest: int, past: list[npt.NDArray[np.int64]]) -> FloatArray:

@@ -182,7 +182,7 @@ def read_stream(
         _check_gaussian_limits(
             ctx, rho, l2_squared, mechanism, objective, horizon, branching, sensitivity * multiplier
         )
-    return StreamSpec(
+    spec = StreamSpec(
         name=name,
         source=source.name,
         epsilon=epsilon,
@@ -205,6 +205,13 @@ def read_stream(
         l2_squared=l2_squared,
         privacy_unit=unit,
     )
+    from streamdp.engine.budget_groups import check_budget_groups
+
+    try:
+        check_budget_groups(spec)
+    except ConfigError as error:
+        raise ctx.fail("counters.level_weights", str(error)) from None
+    return spec
 
 
 def _privacy(

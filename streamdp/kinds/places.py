@@ -23,6 +23,7 @@ stream has attributes.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,7 +54,11 @@ class PlacesKind:
     def parse_counters(self, reader: ConfigReader, table: dict[str, Any]) -> CounterSpec:
         from streamdp.engine.spec import CounterSpec
 
-        reader.only(table, ("kind", "places", "field", "attributes", "places_sha256"), "counters")
+        reader.only(
+            table,
+            ("kind", "places", "field", "attributes", "places_sha256", "level_weights"),
+            "counters",
+        )
         written = table.get("places")
         if not isinstance(written, str) or not written.strip():
             raise reader.fail(
@@ -87,7 +92,11 @@ class PlacesKind:
                 f"most {MAX_PLACE_COUNTERS}",
             )
         return CounterSpec(
-            kind="places", attributes=attributes, places=places, place_field=place_field
+            kind="places",
+            attributes=attributes,
+            places=places,
+            place_field=place_field,
+            level_weights=_level_weights(reader, table.get("level_weights"), places),
         )
 
     def parse_constraints(
@@ -146,6 +155,51 @@ class PlacesKind:
         places = _places(spec.counters)
         cells = spec.counters.width // places.size
         return np.repeat(tree_projection_variances(places.tree), cells)
+
+
+def project_by_level(
+    spec: StreamSpec, values: FloatArray, level_variances: FloatArray
+) -> FloatArray:
+    """Every row of ``values`` (shape (n, width)) projected onto "place = sum of its
+    children" by exact GLS, each place weighted by its level's node noise variance in that
+    row (``level_variances``, shape (n, levels): a stream with budget groups, whose levels
+    carry different noise). O(counters) per row, never a dense matrix."""
+    places = _places(spec.counters)
+    n = values.shape[0]
+    cells = spec.counters.width // places.size
+    by_cell = values.reshape(n, places.size, cells).transpose(0, 2, 1)
+    weights = np.asarray(level_variances, dtype=np.float64)[:n, places.depth][:, None, :]
+    projected = tree_projection(by_cell, places.tree, weights)
+    out: FloatArray = np.ascontiguousarray(projected.transpose(0, 2, 1)).reshape(n, -1)
+    return out
+
+
+def projected_variances_by_level(spec: StreamSpec, level_variances: FloatArray) -> FloatArray:
+    """The noise variance of every counter after :func:`project_by_level`, per row: shape
+    (n, width) from the levels' node variances (n, levels); exact, the projection being the
+    GLS estimate under those variances."""
+    places = _places(spec.counters)
+    cells = spec.counters.width // places.size
+    per_place = np.asarray(level_variances, dtype=np.float64)[:, places.depth]
+    out: FloatArray = np.repeat(tree_projection_variances(places.tree, per_place), cells, axis=1)
+    return out
+
+
+def _level_weights(reader: ConfigReader, written: Any, places: Places) -> tuple[Decimal, ...]:
+    """``counters.level_weights``: one positive number per level, root level first (their
+    ratios are the levels' shares of the budget); absent: ``()``."""
+    if written is None:
+        return ()
+    levels = places.levels
+    if not isinstance(written, list) or len(written) != levels:
+        raise reader.fail(
+            "counters.level_weights",
+            f"must list one weight per level of the places, root first: {levels} numbers "
+            f"such as {[1] * levels}, got {written!r}",
+        )
+    return tuple(
+        reader.epsilon(weight, f"counters.level_weights[{i}]") for i, weight in enumerate(written)
+    )
 
 
 def _places(counters: CounterSpec) -> Places:

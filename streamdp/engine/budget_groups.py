@@ -1,0 +1,135 @@
+"""A stream's budget groups (issue 29; seed 002's heterogeneous allocation): a places stream
+with ``level_weights`` gives each level of its places its own share of the stream's epsilon
+(or rho), so the levels a reader cares about (counties, say) get less noise and the others more.
+
+Group ``g`` (the counters of one level: its places x every cell) receives share
+``w_g / sum(w)`` of the budget and ``1 / levels`` of one event's contribution bound (an event
+adds exactly one increment per level, so each level holds the same part of it). Its node noise
+is calibrated on those two alone:
+
+- pure DP: ``epsilon_g = epsilon w_g / sum(w)`` rounded down to a float and
+  ``Delta_g = Delta / levels`` rounded up, then the node scales ``Delta_g / (epsilon_g
+  lambda_i)`` rounded up as for any counter; the groups' losses add up to at most epsilon;
+- zCDP: ``rho_g = rho w_g / sum(w)`` exactly and the squared L2 bound ``ceil(L2^2 / levels)``.
+
+Equal weights give the scales of the stream without weights (to the last rounding). Revisions
+weight each counter by its own node variance (:mod:`streamdp.engine.grouped_revisions`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from streamdp.continual.counter import ContinualCounter
+from streamdp.continual.gaussian_budgets import GaussianBudget
+from streamdp.continual.grouped_bank import GroupedBank, float_at_least, float_at_most
+from streamdp.continual.strategy import Strategy, build_strategy
+from streamdp.engine.spec import StreamSpec
+from streamdp.errors import ConfigError
+from streamdp.noise.sampler import NoiseSampler
+
+#: Mechanisms a stream with budget groups runs: one node per period, consistency by revisions.
+GROUPED_MECHANISMS = ("fda", "binary", "naive")
+
+
+@dataclass(frozen=True)
+class BudgetGroup:
+    """Counters ``[start, stop)`` with ``share`` of the stream's budget (epsilon or rho) and
+    ``contribution``, the part of one event's (or unit's) contribution bound they hold."""
+
+    name: str
+    start: int
+    stop: int
+    share: Fraction
+    contribution: Fraction
+
+
+def budget_groups(spec: StreamSpec) -> tuple[BudgetGroup, ...]:
+    """The stream's budget groups in counter order; empty for a stream without weights."""
+    counters = spec.counters
+    weights = counters.level_weights
+    if not weights or counters.places is None:
+        return ()
+    exact = [Fraction(w) for w in weights]
+    total = sum(exact, Fraction(0))
+    cells = counters.width // counters.places.size
+    levels = len(counters.places.tree.level_bounds)
+    return tuple(
+        BudgetGroup(
+            name=f"level {level}",
+            start=start * cells,
+            stop=stop * cells,
+            share=weight / total,
+            contribution=Fraction(1, levels),
+        )
+        for level, ((start, stop), weight) in enumerate(
+            zip(counters.places.tree.level_bounds, exact, strict=True)
+        )
+    )
+
+
+def group_epsilon(spec: StreamSpec, group: BudgetGroup) -> float:
+    """The group's epsilon, rounded down to a float (pure DP)."""
+    return float_at_most(Fraction(spec.epsilon) * group.share)
+
+
+def group_sensitivity(spec: StreamSpec, group: BudgetGroup) -> float:
+    """The group's L1 contribution bound, rounded up to a float (pure DP)."""
+    return float_at_least(spec.noise_sensitivity * group.contribution)
+
+
+def group_gaussian(spec: StreamSpec, group: BudgetGroup) -> GaussianBudget:
+    """The group's zCDP budget: its exact share of rho, its part of the squared L2 bound
+    (rounded up to an integer)."""
+    assert spec.rho is not None
+    l2_squared = math.ceil(spec.l2_squared * group.contribution)
+    return GaussianBudget(Fraction(spec.rho) * group.share, l2_squared)
+
+
+def open_grouped_bank(
+    spec: StreamSpec, strategy: Strategy, sampler: NoiseSampler, *, noise_label: str = ""
+) -> GroupedBank:
+    """A fresh epoch-0 bank of the stream's budget groups (each group's noise labelled by
+    ``noise_label`` and its name)."""
+    counters: list[tuple[int, int, ContinualCounter]] = []
+    for group in budget_groups(spec):
+        label = f"{noise_label}|{group.name}" if noise_label else ""
+        if spec.rho is None:
+            counter = ContinualCounter(
+                strategy,
+                group_epsilon(spec, group),
+                group_sensitivity(spec, group),
+                group.stop - group.start,
+                sampler,
+                noise_label=label,
+            )
+        else:
+            counter = ContinualCounter(
+                strategy,
+                float(spec.epsilon),
+                float(spec.noise_sensitivity),
+                group.stop - group.start,
+                sampler,
+                noise_label=label,
+                gaussian=group_gaussian(spec, group),
+            )
+        counters.append((group.start, group.stop, counter))
+    return GroupedBank(counters)
+
+
+def check_budget_groups(spec: StreamSpec) -> None:
+    """:class:`ConfigError` unless the stream's mechanism runs grouped and every group's
+    node noise stays in the sampler's safe range."""
+    if not budget_groups(spec):
+        return
+    if spec.mechanism not in GROUPED_MECHANISMS:
+        raise ConfigError(
+            f"level_weights run with mechanism {', '.join(GROUPED_MECHANISMS)} (one node per "
+            f"period, consistency by revisions), not {spec.mechanism!r}"
+        )
+    from streamdp.noise.insecure import InsecureSeededSampler
+
+    strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
+    open_grouped_bank(spec, strategy, InsecureSeededSampler(0))  # draws nothing
