@@ -322,6 +322,13 @@ def _run_config(args: argparse.Namespace) -> int:
                 branching=stream.branching,
             )
             rows.append(StreamPlan(name, result, epsilon))
+    from streamdp.planner.level_weights import level_plan, render_level_plan
+
+    levels = {
+        name: level_plan(stream)
+        for name, stream in spec.streams.items()
+        if stream.counters.places is not None and args.target_std is None
+    }
     costs = {
         name: _unit_costs(stream, args.noise)
         for name, stream in spec.streams.items()
@@ -341,6 +348,8 @@ def _run_config(args: argparse.Namespace) -> int:
                     unit.field,
                 )
                 entry["unit_costs"] = [c.as_dict() for c in costs[name]]
+            if entry["stream"] in levels:
+                entry["level_weights"] = levels[str(entry["stream"])]
         sys.stdout.write(json.dumps(plans, indent=2) + "\n")
     else:
         out = [render_streams(rows, args.target_std)]
@@ -360,6 +369,9 @@ def _run_config(args: argparse.Namespace) -> int:
                 ),
                 render_unit_costs(table, unit.field),
             ]
+        out += [
+            line for name, plan in levels.items() for line in ("", render_level_plan(name, plan))
+        ]
         sys.stdout.write("\n".join(out) + "\n")
     return 0
 
