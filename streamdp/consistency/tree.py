@@ -85,6 +85,14 @@ class Tree:
         return bounds
 
     @cached_property
+    def depth(self) -> IntArray:
+        """Each node's level (root 0), shape (nodes,)."""
+        depth = np.zeros(self.size, dtype=np.int64)
+        for level, (start, stop) in enumerate(self.level_bounds):
+            depth[start:stop] = level
+        return depth
+
+    @cached_property
     def leaves(self) -> IntArray:
         return np.flatnonzero(self.child_count == 0).astype(np.int64)
 

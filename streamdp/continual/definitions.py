@@ -24,6 +24,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
 from typing import ClassVar, Literal
 
+from streamdp.continual.exact_float import float_at_least, float_at_most
 from streamdp.errors import ConfigError
 
 Definition = Literal["pure", "zcdp"]
@@ -58,20 +59,6 @@ def _decimal(value: Fraction) -> Decimal:
     return _DIGITS.divide(Decimal(value.numerator), Decimal(value.denominator))
 
 
-def _float_up(value: Decimal) -> float:
-    out = float(value)
-    while Decimal(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
-
-
-def _float_down(value: Decimal) -> float:
-    out = float(value)
-    while Decimal(out) > value:
-        out = math.nextafter(out, 0.0)
-    return out
-
-
 @dataclass(frozen=True)
 class PureLoss:
     """Pure epsilon-DP (the default; discrete Laplace noise calibrated on L1 sensitivity)."""
@@ -91,7 +78,7 @@ class PureLoss:
     def epsilon_at(self, delta: Fraction | float | str = DEFAULT_DELTA) -> float:
         """epsilon itself (pure DP holds for every delta, including 0), as a float rounded up."""
         _delta(delta)
-        return _float_up(_decimal(self.epsilon))
+        return float_at_least(_decimal(self.epsilon))
 
     def as_dict(self, delta: Fraction | float | str = DEFAULT_DELTA) -> dict[str, object]:
         del delta
@@ -152,7 +139,7 @@ def zcdp_epsilon(rho: Fraction | float | str, delta: Fraction | float | str) -> 
     log_inverse = up.ln(up.divide(Decimal(1), d))
     # ln and sqrt are correctly rounded to 50 digits; one unit in the 45th digit covers both
     value = r + 2 * up.sqrt(up.multiply(r, log_inverse))
-    return _float_up(up.plus(value * (1 + Decimal(10) ** -45)))
+    return float_at_least(up.plus(value * (1 + Decimal(10) ** -45)))
 
 
 def rho_for_epsilon(epsilon: Fraction | float | str, delta: Fraction | float | str) -> float:
@@ -162,7 +149,7 @@ def rho_for_epsilon(epsilon: Fraction | float | str, delta: Fraction | float | s
     down = Context(prec=50, rounding=ROUND_FLOOR)
     log_inverse = down.ln(down.divide(Decimal(1), d))
     root = down.sqrt(e + log_inverse) - down.sqrt(log_inverse)
-    rho = _float_down(down.multiply(root, root) * (1 - Decimal(10) ** -45))
+    rho = float_at_most(down.multiply(root, root) * (1 - Decimal(10) ** -45))
     while zcdp_epsilon(rho, delta) > float(e) and rho > 0:
         rho = math.nextafter(rho, 0.0)
     return rho

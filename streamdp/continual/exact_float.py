@@ -5,8 +5,28 @@ Used to prove that a rounded noise scale or loss is on the safe side of its exac
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
+from fractions import Fraction
+
 import numpy as np
 import numpy.typing as npt
+
+
+def float_at_most(value: Fraction | Decimal) -> float:
+    """The largest float not above the exact number ``value``."""
+    out = float(value)
+    while out > value:
+        out = math.nextafter(out, -math.inf)
+    return out
+
+
+def float_at_least(value: Fraction | Decimal) -> float:
+    """The smallest float not below the exact number ``value``."""
+    out = float(value)
+    while out < value:
+        out = math.nextafter(out, math.inf)
+    return out
 
 
 def _split(a: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:

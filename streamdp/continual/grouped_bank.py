@@ -16,7 +16,6 @@ consistency comes from revisions, which weight each group by its own variance.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -233,15 +232,3 @@ class GroupedBank:
         if bank.epoch != state.get("epoch") or any(len(row) != bank.width for row in nodes):
             raise StateError("the grouped bank's epoch or node widths disagree with its groups")
         return bank
-
-
-def float_at_most(value: Any) -> float:
-    """The largest float not above the exact number ``value`` (a Fraction or Decimal)."""
-    out = float(value)
-    return math.nextafter(out, -math.inf) if out > value else out
-
-
-def float_at_least(value: Any) -> float:
-    """The smallest float not below the exact number ``value`` (a Fraction or Decimal)."""
-    out = float(value)
-    return math.nextafter(out, math.inf) if out < value else out

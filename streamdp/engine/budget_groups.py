@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from streamdp.continual.counter import ContinualCounter
+from streamdp.continual.exact_float import float_at_least, float_at_most
 from streamdp.continual.gaussian_budgets import GaussianBudget
-from streamdp.continual.grouped_bank import GroupedBank, float_at_least, float_at_most
+from streamdp.continual.grouped_bank import GroupedBank
 from streamdp.continual.strategy import Strategy, build_strategy
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import ConfigError

@@ -65,10 +65,7 @@ class Places:
     @cached_property
     def depth(self) -> IntArray:
         """Each place's depth (root 0), shape (places,)."""
-        depth = np.zeros(self.size, dtype=np.int64)
-        for start, stop in self.tree.level_bounds[1:]:
-            depth[start:stop] = depth[self.tree.parent[start:stop]] + 1
-        return depth
+        return self.tree.depth
 
     @property
     def levels(self) -> int:

@@ -18,6 +18,7 @@ Continuous-noise variances: the discrete noise the stream draws differs from the
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -51,7 +52,7 @@ def consistent_level_errors(
 ) -> FloatArray:
     """Mean variance of each level's consistent counts under ``weights``, per level, over the
     whole-budget variance of one place's release (equal weights and no projection give 1)."""
-    depth = _depth(tree)
+    depth = tree.depth
     factors = level_variance_factors(weights, definition)
     projected = tree_projection_variances(tree, factors[depth])
     levels = factors.shape[0]
@@ -118,7 +119,7 @@ STARTS = 3
 def _simplex_grid(levels: int, steps: int) -> list[FloatArray]:
     """Points of the simplex with coordinates multiples of ``1/steps``, every one at least
     :data:`MIN_SHARE` (for many levels, fewer steps: at most about 10^4 points)."""
-    while steps > 2 and _binomial(steps + levels - 1, levels - 1) > 10_000:
+    while steps > 2 and math.comb(steps + levels - 1, levels - 1) > 10_000:
         steps -= 1
     points: list[FloatArray] = []
 
@@ -131,19 +132,6 @@ def _simplex_grid(levels: int, steps: int) -> list[FloatArray]:
 
     extend([], steps)
     return [np.clip(p, MIN_SHARE, None) / np.clip(p, MIN_SHARE, None).sum() for p in points]
-
-
-def _binomial(n: int, k: int) -> int:
-    from math import comb
-
-    return comb(n, k)
-
-
-def _depth(tree: Tree) -> npt.NDArray[np.int64]:
-    depth = np.zeros(tree.size, dtype=np.int64)
-    for level, (start, stop) in enumerate(tree.level_bounds):
-        depth[start:stop] = level
-    return depth
 
 
 def level_plan(stream: StreamSpec) -> dict[str, Any]:
@@ -161,11 +149,14 @@ def level_plan(stream: StreamSpec) -> dict[str, Any]:
     now = now / now.sum()
     deepest = optimal_level_weights(tree, definition, target=levels - 1)
     alike = optimal_level_weights(tree, definition, target=None)
+    columns = {
+        label: (weights, consistent_level_errors(tree, weights, definition))
+        for label, weights in (("now", now), ("best_deepest", deepest), ("best_levels", alike))
+    }
     rows = []
     for level, (start, stop) in enumerate(tree.level_bounds):
         row: dict[str, float] = {"level": level, "places": stop - start}
-        for label, weights in (("now", now), ("best_deepest", deepest), ("best_levels", alike)):
-            errors = consistent_level_errors(tree, weights, definition)
+        for label, (weights, errors) in columns.items():
             row[f"share_{label}"] = float(weights[level])
             row[f"std_{label}"] = float(np.sqrt(errors[level]))
         rows.append(row)
