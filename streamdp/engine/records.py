@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from streamdp.consistency.nonnegative import METHOD as NONNEGATIVE_METHOD
 from streamdp.engine.dead_letter_bounds import (
     MAX_DEAD_LETTER_MESSAGE,
     MAX_OFFSET,
@@ -116,7 +117,11 @@ class ConsistentRecord:
     computed from stored noisy nodes only (post-processing, no budget). ``count_std`` /
     ``total_std`` map counter name to the estimate's exact standard deviation (the projection's
     variance: ``P_jj`` times the release's). ``periods_covered`` is the number of periods (over
-    all epochs) the revision was computed from.
+    all epochs) the revision was computed from. ``nonnegative_counts``/``nonnegative_totals``
+    (a places stream with ``consistency.nonnegative_integers``; None otherwise) map counter name
+    to a non-negative integer estimate post-processed from ``counts``/``totals`` (biased,
+    tree-consistent; :mod:`streamdp.consistency.nonnegative`), labelled by
+    ``nonnegative_method`` in the JSON.
     """
 
     kind: ClassVar[RecordKind] = "consistent"
@@ -137,6 +142,8 @@ class ConsistentRecord:
     # under Kafka's request limit); ``part`` is 1-based. One part: the fields are left out
     part: int = 1
     parts: int = 1
+    nonnegative_counts: dict[str, int] | None = None
+    nonnegative_totals: dict[str, int] | None = None
 
     @property
     def key(self) -> str:
@@ -161,6 +168,16 @@ class ConsistentRecord:
             "count_std": self.count_std,
             "total_std": self.total_std,
             **({"part": self.part, "parts": self.parts} if self.parts > 1 else {}),
+            **self._nonnegative_fields(),
+        }
+
+    def _nonnegative_fields(self) -> dict[str, Any]:
+        if self.nonnegative_counts is None or self.nonnegative_totals is None:
+            return {}
+        return {
+            "nonnegative_method": NONNEGATIVE_METHOD,
+            "nonnegative_counts": self.nonnegative_counts,
+            "nonnegative_totals": self.nonnegative_totals,
         }
 
     def to_json(self) -> str:

@@ -146,10 +146,14 @@ PRESENTATION_KEYS = ("title", "description", "unit")
 @dataclass(frozen=True)
 class ConsistencySpec:
     """When consistent revisions are published: after every ``every_periods`` closed periods
-    (0 = never on a count) and/or when an epoch ends (``at_epoch_end``)."""
+    (0 = never on a count) and/or when an epoch ends (``at_epoch_end``). With
+    ``nonnegative_integers`` (places streams on their tree) each revised period also carries
+    non-negative integer estimates, post-processed from its consistent values
+    (:mod:`streamdp.consistency.nonnegative`)."""
 
     every_periods: int = 0
     at_epoch_end: bool = True
+    nonnegative_integers: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.consistency.nonnegative import TopDownIntegers
 from streamdp.continual.factored_noise import project_rows
 from streamdp.continual.grouped_bank import GroupedBank
 from streamdp.engine.grouped_variances import GroupedVariances
@@ -29,22 +30,23 @@ from streamdp.engine.stream_releases import scaled_stds
 FloatArray = npt.NDArray[np.float64]
 
 
-#: The most bytes of counter entries one consistent record may hold: its four maps (counts,
-#: totals and their stds) stay well under Kafka's default 1 MB request limit.
+#: The most bytes of counter entries one consistent record may hold: its maps (counts, totals
+#: and their stds, and the non-negative integer estimates when published) stay well under
+#: Kafka's default 1 MB request limit.
 MAX_PART_BYTES = 400_000
-#: What one counter's entry in the four maps may take besides its name: the quotes, colon and
-#: comma, and a float's shortest repr (at most 24 characters), four times.
-_ENTRY_OVERHEAD = 4 * 28
+#: What one counter's entry in one map may take besides its name: the quotes, colon and comma,
+#: and a float's shortest repr (at most 24 characters).
+_ENTRY_OVERHEAD = 28
 
 
-def counter_parts(names: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Contiguous ``[start, stop)`` ranges of the counters, each part's entries at most
-    :data:`MAX_PART_BYTES` (a function of the public names only); one range for a stream
-    whose records fit whole."""
+def counter_parts(names: tuple[str, ...], maps: int = 4) -> list[tuple[int, int]]:
+    """Contiguous ``[start, stop)`` ranges of the counters, each part's entries in its ``maps``
+    maps at most :data:`MAX_PART_BYTES` (a function of the public names only); one range for a
+    stream whose records fit whole."""
     parts: list[tuple[int, int]] = []
     start, size = 0, 0
     for i, name in enumerate(names):
-        entry = 4 * len(name.encode()) + _ENTRY_OVERHEAD
+        entry = maps * (len(name.encode()) + _ENTRY_OVERHEAD)
         if i > start and size + entry > MAX_PART_BYTES:
             parts.append((start, i))
             start, size = i, 0
@@ -59,6 +61,22 @@ class RevisionStats:
 
     residual: float
     seconds: float
+
+
+def nonnegative_estimator(spec: StreamSpec) -> TopDownIntegers | None:
+    """The stream's non-negative integer estimator (``consistency.nonnegative_integers``, a
+    places stream on its tree), or None."""
+    places = spec.counters.places
+    if not spec.consistency.nonnegative_integers or places is None:
+        return None
+    return TopDownIntegers(places.tree, spec.counters.width // places.size)
+
+
+def _named(
+    names: tuple[str, ...], row: list[int] | None, lo: int, hi: int
+) -> dict[str, int] | None:
+    """Counters ``lo..hi-1`` of ``row`` by name (None: not published)."""
+    return None if row is None else dict(zip(names[lo:hi], row[lo:hi], strict=True))
 
 
 def _scaled_variance(shrink: FloatArray, variance: float | FloatArray) -> list[float]:
@@ -82,7 +100,9 @@ class StreamRevisions:
         self.clock = clock
         self.names = spec.counters.names
         self.width = len(self.names)
-        self._parts = counter_parts(self.names)
+        # opt-in non-negative integer estimates (places streams): two more maps per record
+        self._nonnegative = nonnegative_estimator(spec)
+        self._parts = counter_parts(self.names, 4 if self._nonnegative is None else 6)
         self.horizon = spec.horizon
         self._noise_ahead = noise_ahead
         self._project_in_revisions = project_in_revisions
@@ -151,7 +171,9 @@ class StreamRevisions:
                 continue  # every period of this epoch was published by an earlier revision
             count_rows = counts.tolist()
             total_rows = totals.tolist()
-            for p in range(max(offset, first_new), offset + counts.shape[0]):
+            first = max(offset, first_new)
+            integers = self._nonnegative_rows(counts[first - offset :], totals[first - offset :])
+            for p in range(first, offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
                 if grouped is not None:  # each level's own variances, projected per node
                     count_stds = np.sqrt(grouped.count(p + 1)).tolist()
@@ -167,6 +189,7 @@ class StreamRevisions:
                         shrink, counter.total_variance(p + 1) + epoch * final_var
                     )
                 counts_row, totals_row = count_rows[p - offset], total_rows[p - offset]
+                integer_counts, integer_totals = integers[p - first]
                 names = self.names
                 for part, (lo, hi) in enumerate(self._parts, start=1):
                     out.append(
@@ -185,10 +208,24 @@ class StreamRevisions:
                             total_std=dict(zip(names[lo:hi], total_stds[lo:hi], strict=True)),
                             part=part,
                             parts=len(self._parts),
+                            nonnegative_counts=_named(names, integer_counts, lo, hi),
+                            nonnegative_totals=_named(names, integer_totals, lo, hi),
                         )
                     )
         self.revised_through = closed
         return out
+
+    def _nonnegative_rows(
+        self, counts: FloatArray, totals: FloatArray
+    ) -> list[tuple[list[int] | None, list[int] | None]]:
+        """Per row, the non-negative integer estimates of the consistent counts and totals
+        (computed from exactly the published values), or ``(None, None)`` when the stream does
+        not publish them."""
+        if self._nonnegative is None:
+            return [(None, None)] * counts.shape[0]
+        return list(
+            zip(self._nonnegative(counts).tolist(), self._nonnegative(totals).tolist(), strict=True)
+        )
 
     def _from_nodes(self, nodes: NoisyNodes) -> list[tuple[int, int, FloatArray, FloatArray]]:
         """Fenwick streams: ``(epoch, 0, counts, totals)`` of every epoch holding a period no

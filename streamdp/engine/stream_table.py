@@ -52,7 +52,7 @@ ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls", "blt")
 #: a paragraph and a column label, carried by every release record.
 ABOUT_LIMITS = {"title": 120, "description": 1000, "unit": 40}
 _PERIOD_KEYS = ("unit", "start", "timezone", "length")
-_CONSISTENCY_KEYS = ("every_periods", "at_epoch_end")
+_CONSISTENCY_KEYS = ("every_periods", "at_epoch_end", "nonnegative_integers")
 
 
 def read_stream(
@@ -138,6 +138,7 @@ def read_stream(
         at_epoch_end=ctx.boolean(
             consistency_raw.get("at_epoch_end", True), "consistency.at_epoch_end"
         ),
+        nonnegative_integers=_nonnegative_integers(ctx, consistency_raw, counters, constraints),
     )
     on_epoch_end = cast(
         EpochEnd, ctx.choice(table.get("on_epoch_end", "roll"), "on_epoch_end", ("roll", "stop"))
@@ -212,6 +213,31 @@ def read_stream(
     except ConfigError as error:
         raise ctx.fail("counters.level_weights", str(error)) from None
     return spec
+
+
+def _nonnegative_integers(
+    ctx: ConfigReader,
+    consistency: Mapping[str, Any],
+    counters: CounterSpec,
+    constraints: ConstraintSpec,
+) -> bool:
+    """``consistency.nonnegative_integers``: only a places stream whose revisions make its tree
+    add up has the integer tree those estimates are rounded down."""
+    field_name = "consistency.nonnegative_integers"
+    wanted = ctx.boolean(consistency.get("nonnegative_integers", False), field_name)
+    if wanted and counters.kind != "places":
+        raise ctx.fail(
+            field_name,
+            f"applies to places streams only (integers rounded down the places tree); this "
+            f"stream counts {counters.kind!r}",
+        )
+    if wanted and constraints.kind != "tree":
+        raise ctx.fail(
+            field_name,
+            'needs constraints = { kind = "tree" }: the integers are rounded down the tree '
+            "from consistent values that add up",
+        )
+    return wanted
 
 
 def _privacy(
