@@ -10,12 +10,22 @@ split into keys of the changelog-backed table:
                                           epoch instead), plus
                                           the daemon's own fields (home partition, outbox
                                           sequence numbers)
+``<source>|hot|<g>|<p>``                  piece ``p`` of generation ``g`` of a hot state too
+                                          long for one record; the source's key then holds
+                                          only a head naming the generation and its pieces
+                                          (:mod:`streamdp.daemon.state_chunks`)
 ``<source>|node|<stream>|<epoch>|<t>``    one noisy node (a list of ``width`` ints), written
                                           once, by the checkpoint of the batch that drew it
-                                          (the change set's ``new_nodes``), never changed
+                                          (the change set's ``new_nodes``), never changed; a
+                                          node wider than ``NODE_PART_VALUES`` holds a head,
+                                          written after its parts
+``<source>|nodepart|<stream>|<epoch>|<t>|<p>``
+                                          part ``p`` of such a wide node
 ``<source>|noise|<stream>|<epoch>|<c>``   chunk ``c`` of a k-ary stream's node noise for one
                                           epoch (rows of ``width`` ints, at most
-                                          :data:`NOISE_CHUNK_VALUES` values a chunk), written
+                                          :data:`NOISE_CHUNK_VALUES` values a chunk; rows
+                                          wider than that as segments of one row, see
+                                          :func:`noise_chunks`), written
                                           once, by the checkpoint of the batch that drew it
                                           (before anything released with it is published),
                                           and never changed; the hot state names how many
@@ -63,15 +73,38 @@ from streamdp.errors import StateError
 
 NodeKey = tuple[str, int, int]  # (stream, epoch, t) with t the 1-based node index
 SEPARATOR = "|"
-#: Most noise values in one ``noise`` chunk: a value is at most 15 bytes of JSON (scales are
-#: below 2^40), so a chunk stays under 250 KB, well below a producer's 1 MB request limit.
-#: The census stream (width 355, N = 4095, 4,506 nodes) needs 98 chunks of 46 rows.
+#: Most noise values in one ``noise`` chunk. The census stream (width 355, N = 4095, 4,506
+#: nodes) needs 98 chunks of 46 rows.
 NOISE_CHUNK_VALUES = 16_384
+#: The encoded size bound of one noise chunk: an int64 value is at most 20 characters, with its
+#: separator 22, and each row (at most one per value) adds its brackets and separator, 4 more.
+MAX_NOISE_CHUNK_BYTES = NOISE_CHUNK_VALUES * 26 + 2
 
 
 def hot_key(source: str) -> str:
     """Table key of a source's hot state."""
     return source
+
+
+def hot_piece_key(source: str, generation: int, piece: int) -> str:
+    """Table key of one piece of a hot state stored in pieces."""
+    return SEPARATOR.join((source, "hot", str(generation), str(piece)))
+
+
+def parse_hot_piece_key(source: str, key: str) -> tuple[int, int] | None:
+    """``(generation, piece)`` of a :func:`hot_piece_key` of ``source``; None for other keys."""
+    prefix = f"{source}{SEPARATOR}hot{SEPARATOR}"
+    if not key.startswith(prefix):
+        return None
+    generation, _, piece = key[len(prefix) :].partition(SEPARATOR)
+    if not (generation.isdigit() and piece.isdigit()):
+        return None
+    return int(generation), int(piece)
+
+
+def node_part_key(source: str, stream: str, epoch: int, t: int, part: int) -> str:
+    """Table key of one part of a noisy node stored in parts."""
+    return SEPARATOR.join((source, "nodepart", stream, str(epoch), str(t), str(part)))
 
 
 def node_key(source: str, stream: str, epoch: int, t: int) -> str:
@@ -103,13 +136,40 @@ def parse_noise_key(source: str, key: str) -> NodeKey | None:
     return _parse_entry(source, "noise", key)
 
 
-def noise_chunks(noise: npt.NDArray[np.int64]) -> list[list[list[int]]]:
-    """An epoch's node noise ``(nodes, width)`` as bounded chunks of whole rows (at most
-    :data:`NOISE_CHUNK_VALUES` values each, at least one row); their concatenation is
-    the noise."""
-    rows = max(1, NOISE_CHUNK_VALUES // max(1, noise.shape[1]))
+def noise_chunks(noise: npt.NDArray[np.int64]) -> list[Any]:
+    """An epoch's node noise ``(nodes, width)`` as bounded chunks of at most
+    :data:`NOISE_CHUNK_VALUES` values each (:func:`noise_rows` joins them): whole rows, or,
+    for rows wider than that, ``{"width": width, "values": [...]}`` segments of the rows in
+    order."""
+    width = max(1, noise.shape[1])
+    if width > NOISE_CHUNK_VALUES:
+        flat = noise.reshape(-1).tolist()
+        return [
+            {"width": width, "values": flat[i : i + NOISE_CHUNK_VALUES]}
+            for i in range(0, len(flat), NOISE_CHUNK_VALUES)
+        ]
+    rows = NOISE_CHUNK_VALUES // width
     values = noise.tolist()
     return [values[i : i + rows] for i in range(0, len(values), rows)]
+
+
+def noise_rows(chunks: list[Any]) -> list[list[int]] | None:
+    """The noise rows of an epoch's stored chunks, in order (:func:`noise_chunks`); None if
+    segments do not make whole rows (a set a crash cut short: never adopted, never restored)."""
+    rows: list[list[int]] = []
+    flat: list[int] = []
+    width = 0
+    for chunk in chunks:
+        if isinstance(chunk, dict):
+            width = int(chunk["width"])
+            flat.extend(chunk["values"])
+        else:
+            rows.extend(list(r) for r in chunk)
+    if flat:
+        if len(flat) % width:
+            return None
+        rows.extend(flat[i : i + width] for i in range(0, len(flat), width))
+    return rows
 
 
 def outbox_key(source: str, seq: int) -> str:

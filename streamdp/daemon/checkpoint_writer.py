@@ -2,7 +2,10 @@
 as state-table writes (the key layout of :mod:`streamdp.daemon.checkpoint`), in the protocol's
 order: event-id chunks, a k-ary epoch's noise, new noisy nodes, the outbox records, and the hot
 state last (on recovery it then refers only to what is already written). The outbox records
-are deleted by the outcome's ``cleanup``, with the chunks of the periods that closed.
+are deleted by the outcome's ``cleanup``, with the chunks of the periods that closed. A wide
+stream's nodes and hot state are cut into bounded records (:mod:`streamdp.daemon.state_chunks`):
+each node's parts before its head, the hot state's pieces before the head that names them, and
+the pieces of the generation that head replaces deleted by the ``cleanup``.
 
 O(what the batch changed), whatever the history (issue 15); nothing here reads the engine
 beyond the change set it hands out.
@@ -16,7 +19,9 @@ from typing import Any
 
 from streamdp.daemon.checkpoint import (
     hot_key,
+    hot_piece_key,
     node_key,
+    node_part_key,
     noise_chunks,
     noise_key,
     outbox_key,
@@ -25,6 +30,7 @@ from streamdp.daemon.checkpoint import (
 )
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 from streamdp.daemon.routing import OutputTopics
+from streamdp.daemon.state_chunks import hot_head, hot_pieces, node_head, node_parts
 from streamdp.engine import DeadLetterRecord, Engine
 from streamdp.engine.changes import ChangeSet
 
@@ -54,6 +60,10 @@ class SourceSlot:
         # the same two for the privacy-unit admission logs, per (stream, period)
         self.unit_chunks: dict[tuple[str, int], int] = {}
         self.unit_present: dict[tuple[str, int], int] = {}
+        # the (generation, pieces) the stored hot state's head names (None: stored whole),
+        # and the generation the next hot state in pieces takes (above every one stored)
+        self.hot_stored: tuple[int, int] | None = None
+        self.next_hot_generation = 0
 
 
 def write_checkpoint(
@@ -82,7 +92,16 @@ def write_checkpoint(
         }
         slot.stored_noise[(stream, epoch)] = len(chunks)
     for (stream, epoch, t), values in changes.new_nodes.items():
-        outcome.writes.append(StateWrite(slot.home, node_key(source, stream, epoch, t), values))
+        parts = node_parts(values)
+        if parts is None:
+            outcome.writes.append(StateWrite(slot.home, node_key(source, stream, epoch, t), values))
+            continue
+        # a wide node: its parts, then its head (a crash between them leaves no node stored)
+        for p, part in enumerate(parts):
+            key = node_part_key(source, stream, epoch, t, p)
+            outcome.writes.append(StateWrite(slot.home, key, part))
+        head = node_head(len(parts), len(values))
+        outcome.writes.append(StateWrite(slot.home, node_key(source, stream, epoch, t), head))
     # a tick's releases and revisions carry its public instant (dead letters: none)
     stamp = outcome.released_at
     for record in changes.outputs:
@@ -119,7 +138,32 @@ def write_checkpoint(
     if unit_counts:  # streams with a privacy unit only
         hot[DAEMON_STATE_KEY]["unit_chunks"] = unit_counts
     # the hot state goes last: on recovery it only refers to nodes already written
-    outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
+    _write_hot(source, slot, hot, outcome)
+
+
+def _write_hot(source: str, slot: SourceSlot, hot: dict[str, Any], outcome: BatchOutcome) -> None:
+    """Write the hot state whole, or as a new generation of pieces followed by the head that
+    names it; delete the pieces of the generation it replaces once it is stored."""
+    pieces = hot_pieces(hot)
+    replaced = slot.hot_stored
+    if pieces is None:
+        outcome.writes.append(StateWrite(slot.home, hot_key(source), hot))
+        slot.hot_stored = None
+    else:
+        generation = slot.next_hot_generation
+        slot.next_hot_generation += 1
+        for p, piece in enumerate(pieces):
+            outcome.writes.append(
+                StateWrite(slot.home, hot_piece_key(source, generation, p), piece)
+            )
+        head = hot_head(generation, len(pieces))
+        outcome.writes.append(StateWrite(slot.home, hot_key(source), head))
+        slot.hot_stored = (generation, len(pieces))
+    if replaced is not None:
+        generation, count = replaced
+        outcome.cleanup += [
+            StateWrite(slot.home, hot_piece_key(source, generation, p), None) for p in range(count)
+        ]
 
 
 def _write_seen(

@@ -1,8 +1,10 @@
 """Loading a source from the state table: the hot state joined with its stored nodes, epoch
 noise and event ids into an engine snapshot, restored; what a crash left behind found and
 reused (the outbox re-published with the same keys and values, stored nodes and epoch noise
-adopted so that nothing stored is ever drawn again). See :mod:`streamdp.daemon.checkpoint` for
-the keys and :mod:`streamdp.daemon.checkpoint_writer` for how they are written.
+adopted so that nothing stored is ever drawn again) or deleted (pieces of hot-state
+generations other than the one the head names). See :mod:`streamdp.daemon.checkpoint` for
+the keys, :mod:`streamdp.daemon.checkpoint_writer` for how they are written and
+:mod:`streamdp.daemon.state_chunks` for the records a wide stream's state is cut into.
 """
 
 from __future__ import annotations
@@ -13,10 +15,14 @@ from typing import Any
 from streamdp.daemon.checkpoint import (
     NodeKey,
     counted_nodes,
+    hot_piece_key,
     join_snapshot,
     node_key,
+    node_part_key,
     noise_key,
+    noise_rows,
     outbox_prefix,
+    parse_hot_piece_key,
     parse_node_key,
     parse_noise_key,
     parse_seen_key,
@@ -26,6 +32,7 @@ from streamdp.daemon.checkpoint import (
 )
 from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
+from streamdp.daemon.state_chunks import join_hot, join_node, parse_hot_head
 from streamdp.engine import Engine
 from streamdp.errors import StateError
 
@@ -44,16 +51,19 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
     slot = SourceSlot(engine, home)
     keys = [str(k) for k in list(table.keys())]
     counted: dict[str, dict[int, int]] = {}
+
+    def node(stream: str, epoch: int, t: int) -> list[int] | None:
+        return join_node(
+            f"noisy node {t} of stream {stream!r} epoch {epoch}",
+            table.get(node_key(source, stream, epoch, t)),
+            lambda p: table.get(node_part_key(source, stream, epoch, t, p)),
+        )
+
     if hot is not None:
-        hot = dict(hot)
+        hot = _whole_hot(table, source, slot, hot)
         daemon = dict(hot.pop(DAEMON_STATE_KEY))
         slot.home = int(daemon["home"])
         slot.next_outbox = int(daemon["next_outbox"])
-
-        def node(stream: str, epoch: int, t: int) -> list[int] | None:
-            value = table.get(node_key(source, stream, epoch, t))
-            return None if value is None else list(value)
-
         slot.stored_noise = {
             (str(stream), int(epoch)): int(n) for stream, epoch, n in daemon.get("noise_chunks", [])
         }
@@ -100,6 +110,7 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
                 )
             )
             outcome.cleanup.append(StateWrite(slot.home, key, None))
+    _forget_pieces(source, slot, keys, outcome)
     # noisy nodes a crash left stored but unreferenced (it came after the node writes,
     # before the hot state): their periods are closed again with the stored values, so no
     # node is ever drawn twice
@@ -110,9 +121,9 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
             continue
         stream, epoch, t = parsed
         if t > counted.get(stream, {}).get(epoch, 0):
-            value = table.get(key)
+            value = node(stream, epoch, t)
             if value is not None:
-                unreferenced[parsed] = list(value)
+                unreferenced[parsed] = value
     if unreferenced:
         engine.adopt_stored_nodes(unreferenced)  # never handed out to be written again
     # k-ary epoch noise stored for an epoch the restored state has not drawn (a crash came
@@ -143,13 +154,42 @@ def _noise_rows(
     table: Mapping[str, Any], source: str, stream: str, epoch: int, n: int
 ) -> list[list[int]] | None:
     """The rows of chunks ``0..n-1`` of a stored epoch noise; None if one is missing."""
-    rows: list[list[int]] = []
+    chunks: list[Any] = []
     for chunk in range(n):
         value = table.get(noise_key(source, stream, epoch, chunk))
         if value is None:
             return None
-        rows.extend(list(r) for r in value)
-    return rows
+        chunks.append(value)
+    return noise_rows(chunks)
+
+
+def _whole_hot(
+    table: Mapping[str, Any], source: str, slot: SourceSlot, stored: Any
+) -> dict[str, Any]:
+    """The hot state the source's key holds (``stored``), joined from the pieces its head
+    names when it was stored in pieces (then the slot's stored generation)."""
+    head = parse_hot_head(stored)
+    if head is None:
+        return dict(stored)
+    slot.hot_stored = head
+    generation = head[0]
+    return join_hot(source, head, lambda p: table.get(hot_piece_key(source, generation, p)))
+
+
+def _forget_pieces(source: str, slot: SourceSlot, keys: list[str], outcome: BatchOutcome) -> None:
+    """Delete the hot-state pieces of every generation but the stored head's (a crash left
+    them: a generation cut short, or one whose deletion was lost), and continue above all of
+    them, so that no piece in the table is ever overwritten."""
+    current = None if slot.hot_stored is None else slot.hot_stored[0]
+    highest = -1 if current is None else current
+    for key in keys:
+        parsed = parse_hot_piece_key(source, key)
+        if parsed is None:
+            continue
+        highest = max(highest, parsed[0])
+        if parsed[0] != current:
+            outcome.cleanup.append(StateWrite(slot.home, key, None))
+    slot.next_hot_generation = highest + 1
 
 
 def _restore_seen(

@@ -11,8 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamdp.daemon.checkpoint import MAX_NOISE_CHUNK_BYTES
 from streamdp.daemon.checkpoint_writer import MAX_SEEN_CHUNK_BYTES
 from streamdp.daemon.routing import OutputTopics
+from streamdp.daemon.state_chunks import HOT_INLINE_BYTES, MAX_HOT_PIECE_BYTES, MAX_NODE_PART_BYTES
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
@@ -23,10 +25,16 @@ PRODUCER_ACKS = ("all", "1", "0")
 #: Bytes a Kafka record batch adds around one record's key and value (header 61, record ~20).
 RECORD_OVERHEAD_BYTES = 1024
 #: The largest single record each kind of write can make, bytes of key + value; every one must
-#: fit the producer's request limit (checked by :meth:`DaemonSettings.validate`).
+#: fit the producer's request limit (checked by :meth:`DaemonSettings.validate`). None grows
+#: with a stream's counters: what does is cut into records of these sizes
+#: (:mod:`streamdp.daemon.state_chunks`, :func:`streamdp.daemon.checkpoint.noise_chunks`).
 WRITE_BOUNDS: dict[str, int] = {
     "dead letter": MAX_DEAD_LETTER_BYTES,
     "content-key chunk of the state table": MAX_SEEN_CHUNK_BYTES,
+    "hot state stored whole": HOT_INLINE_BYTES,
+    "piece of a hot state": MAX_HOT_PIECE_BYTES,
+    "noisy node or part of one": MAX_NODE_PART_BYTES,
+    "chunk of a k-ary epoch's noise": MAX_NOISE_CHUNK_BYTES,
 }
 
 
