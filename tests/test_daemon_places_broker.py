@@ -126,7 +126,7 @@ def test_a_hot_state_longer_than_the_request_limit_is_stored_in_pieces_and_resto
     day = 86_400.0
     start = parse_instant("2024-01-01T00:00:00Z")
     assert start is not None
-    cuts = (start + 3 * day, start + 7 * day)  # periods 0-2, then 3-6 and the weekly revision
+    cuts = (start + 3 * day, start + 7 * day)  # periods 1-3, then 4-7 and the weekly revision
     # the uninterrupted run: every record, a close through each cut (the same seeded noise)
     engine = Engine(scenario.spec, sampler=InsecureSeededSampler(SEED), unit_key=UNIT_KEY)
     outputs = list(engine.advance_clock(scenario.end))
@@ -144,7 +144,7 @@ def test_a_hot_state_longer_than_the_request_limit_is_stored_in_pieces_and_resto
             before_kill[topics.releases] = dict(expected[topics.releases])
     assert len(expected[topics.releases]) == 7 * 6388
     revised = {json.loads(v)["period"] for v in expected[topics.consistent].values()}
-    assert revised == set(range(7))  # the weekly revision of periods 0-6 (in parts)
+    assert revised == set(range(1, 8))  # the weekly revision of periods 1-7 (in parts)
 
     def start_worker(name: str) -> Worker:
         return Worker(
