@@ -4,7 +4,10 @@ constraint span at publication)."""
 
 from __future__ import annotations
 
+import itertools
 import math
+from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +17,9 @@ from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ReleaseRecord
 from streamdp.engine.spec import StreamSpec
 from streamdp.noise.sampler import NoiseSampler
+
+if TYPE_CHECKING:
+    from streamdp.kinds.places_file import Places
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -78,6 +84,39 @@ def group_fields(spec: StreamSpec) -> list[dict[str, object]]:
     return out
 
 
+def place_fields(spec: StreamSpec) -> list[dict[str, object]]:
+    """Per counter, a places stream's release says where its counter sits in the public tree
+    (``place``: the place's ``node`` identifier, its ``parent``'s, null at the root, its
+    ``label`` and ``level``, 0 at the root) and, with attributes, its ``cell`` (the feed draws
+    the tree from these); empty for other kinds. Public: the places file is part of the spec."""
+    places = spec.counters.places
+    if spec.counters.kind != "places" or places is None:
+        return []
+    from streamdp.kinds.attributes import cell_names
+
+    attributes = spec.counters.attributes
+    return list(_place_fields(places, tuple(cell_names(attributes)) if attributes else ()))
+
+
+@lru_cache(maxsize=8)
+def _place_fields(places: Places, cells: tuple[str, ...]) -> tuple[dict[str, object], ...]:
+    parent = places.tree.parent.tolist()
+    depth = places.depth.tolist()
+    out: list[dict[str, object]] = []
+    for i, node in enumerate(places.ids):
+        where = {
+            "node": node,
+            "parent": None if parent[i] < 0 else places.ids[parent[i]],
+            "label": places.labels[i],
+            "level": depth[i],
+        }
+        if cells:
+            out += [{"place": where, "cell": cell} for cell in cells]
+        else:
+            out.append({"place": where})
+    return tuple(out)
+
+
 def release_records(
     spec: StreamSpec,
     clock: PeriodClock,
@@ -111,7 +150,13 @@ def release_records(
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
     optional = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
-    by_counter = group_fields(spec)
+    nothing: dict[str, object] = {}
+    by_counter = [
+        {**group, **place}
+        for group, place in itertools.zip_longest(
+            group_fields(spec), place_fields(spec), fillvalue=nothing
+        )
+    ]
     return [
         ReleaseRecord(
             stream=spec.name,

@@ -111,8 +111,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _written(view: FeedView, source: str, output_dir: Path) -> int:
+    series = 0
     for path in write_static(view, source, output_dir):
-        print(f"wrote {path}")  # noqa: T201
+        if path.parent.parent.name == "series" and path.parent.parent.parent == output_dir:
+            series += 1  # one file per place of a places stream: counted, not listed
+        else:
+            print(f"wrote {path}")  # noqa: T201
+    if series:
+        print(f"wrote {series} place series under {output_dir / 'series'}")  # noqa: T201
     return 0
 
 

@@ -16,6 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streamdp.error_band import half_widths95
+from streamdp.feed.places_view import (
+    PlaceTree,
+    counter_series,
+    place_series,
+    place_tree,
+    places_document,
+)
 from streamdp.feed.records import Consistent, Release, parse_consistent, parse_release
 
 #: Columns of ``releases.csv``, in order.
@@ -62,6 +69,50 @@ CONSISTENT_COLUMNS = (
 
 
 @dataclass
+class StreamIndex:
+    """One stream's releases by counter and period, its released periods in order, its
+    latest consistent revision per period, its counters in declared order and, for a places
+    stream, its tree."""
+
+    by_counter: dict[str, dict[tuple[int, int], Release]] = field(default_factory=dict)
+    revisions: dict[tuple[int, int], Consistent] = field(default_factory=dict)
+    periods: list[tuple[int, int, str, str]] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    latest: Release | None = None
+    tree: PlaceTree | None = None
+    _periods: set[tuple[int, int, str, str]] = field(default_factory=set)
+
+    def add_period(self, release: Release) -> None:
+        self._periods.add((release.epoch, release.period, release.period_start, release.period_end))
+        if self.latest is None or (release.epoch, release.period) > (
+            self.latest.epoch,
+            self.latest.period,
+        ):
+            self.latest = release
+
+    def finish(self) -> None:
+        self.periods = sorted(self._periods)
+        self.order = declared_order([_newest(by_period) for by_period in self.by_counter.values()])
+        # each counter's newest release says where it sits (a places stream)
+        self.tree = place_tree({name: _newest(self.by_counter[name]) for name in self.order})
+
+
+def _newest(by_period: dict[tuple[int, int], Release]) -> Release:
+    return by_period[max(by_period)]
+
+
+def declared_order(releases: list[Release]) -> list[str]:
+    """The counters of one stream's ``releases`` in the order the spec declares them (each
+    release's ``counter_index``); counters of records without it follow, by name."""
+    position: dict[str, int] = {}
+    for release in releases:
+        if release.counter_index is not None:
+            position.setdefault(release.counter, release.counter_index)
+    names = {release.counter for release in releases}
+    return sorted(names, key=lambda n: (n not in position, position.get(n, 0), n))
+
+
+@dataclass
 class FeedView:
     """Everything the page shows, built from the public records read so far."""
 
@@ -71,6 +122,10 @@ class FeedView:
     ignored: int = 0
     #: bumped on every change, so a poller can tell whether anything is new
     version: int = 0
+    #: (version, per stream index) of :meth:`_indexed`
+    _index: tuple[int, dict[str, StreamIndex]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
     def add(self, record: object, expected_kind: str) -> None:
         """Take one decoded record read from the ``expected_kind`` source ("release" or
@@ -112,6 +167,9 @@ class FeedView:
         rows: list[dict[str, Any]] = []
         for key in sorted(self.consistent):
             held = self.consistent[key]
+            # once per record, not per counter (a places record holds thousands)
+            count_widths = half_widths95(held.count_std)
+            total_widths = half_widths95(held.total_std)
             rows.extend(
                 {
                     "stream": held.stream,
@@ -125,14 +183,55 @@ class FeedView:
                     "counter": counter,
                     "consistent_count": held.counts[counter],
                     "consistent_count_std": _get(held.count_std, counter),
-                    "consistent_count_half_width95": _get(half_widths95(held.count_std), counter),
+                    "consistent_count_half_width95": _get(count_widths, counter),
                     "consistent_total": held.totals.get(counter),
                     "consistent_total_std": _get(held.total_std, counter),
-                    "consistent_total_half_width95": _get(half_widths95(held.total_std), counter),
+                    "consistent_total_half_width95": _get(total_widths, counter),
                 }
                 for counter in sorted(held.counts)
             )
         return rows
+
+    def _indexed(self) -> dict[str, StreamIndex]:
+        """Per stream, its releases by counter and period, its periods and its revisions
+        (one pass over the view, rebuilt when the version changed)."""
+        if self._index is not None and self._index[0] == self.version:
+            return self._index[1]
+        index: dict[str, StreamIndex] = {name: StreamIndex() for name in self.streams()}
+        for key in sorted(self.releases):
+            release = self.releases[key]
+            held = index[release.stream]
+            held.by_counter.setdefault(release.counter, {})[release.epoch, release.period] = release
+            held.add_period(release)
+        for (name, epoch, period), revision in sorted(self.consistent.items()):
+            index[name].revisions[epoch, period] = revision
+        for held in index.values():
+            held.finish()
+        self._index = (self.version, index)
+        return index
+
+    def series(self, stream: str, place: int) -> dict[str, Any] | None:
+        """The series of the place at position ``place`` of places stream ``stream``
+        (``series/<stream>/<place>.json``), or None when there is no such place."""
+        held = self._indexed().get(stream)
+        if held is None or held.tree is None or not 0 <= place < len(held.tree.nodes):
+            return None
+        return place_series(
+            stream,
+            held.tree,
+            place,
+            releases=held.by_counter,
+            periods=held.periods,
+            revisions=held.revisions,
+        )
+
+    def places_streams(self) -> dict[str, int]:
+        """Each places stream and how many places it has (the series files it publishes)."""
+        return {
+            name: len(held.tree.nodes)
+            for name, held in self._indexed().items()
+            if held.tree is not None
+        }
 
     def document(self, source: str) -> dict[str, Any]:
         """The JSON the page draws (``feed.json``): per stream its wording (``title``,
@@ -143,38 +242,39 @@ class FeedView:
         ``consistent_total`` from the latest revision of each period; null where the counter
         has no value; the 95% half-widths are ``2.12 std + 1``, :mod:`streamdp.error_band`),
         plus the newest consistent revision in full. Columns, not one object per value: a
-        census stream of 355 counters over 120 months is a few MB, not tens."""
+        census stream of 355 counters over 120 months is a few MB, not tens.
+
+        A places stream (its releases say where each counter sits in the tree) carries the
+        root's counters only, and ``places`` (:func:`streamdp.feed.places_view.places_document`:
+        the tree, every counter's latest and newest consistent values); other places' series
+        are :meth:`series`."""
         out: list[dict[str, Any]] = []
-        for name in self.streams():
-            releases = [self.releases[k] for k in sorted(self.releases) if k[0] == name]
+        for name, held in self._indexed().items():
             epsilon_per_epoch: dict[int, float] = {}
             rho_per_epoch: dict[int, tuple[float, float]] = {}  # zCDP: (rho, delta)
-            for release in releases:
-                epsilon_per_epoch[release.epoch] = release.epsilon
-                if release.rho is not None and release.delta is not None:
-                    rho_per_epoch[release.epoch] = (release.rho, release.delta)
-            latest = max(releases, key=lambda r: (r.epoch, r.period), default=None)
-            periods = sorted({(r.epoch, r.period, r.period_start, r.period_end) for r in releases})
-            position = {(e, p): i for i, (e, p, _, _) in enumerate(periods)}
-            revisions = {
-                (k[1], k[2]): v for k, v in sorted(self.consistent.items()) if k[0] == name
-            }
+            secure = True
+            for by_period in held.by_counter.values():
+                for release in by_period.values():
+                    epsilon_per_epoch[release.epoch] = release.epsilon
+                    if release.rho is not None and release.delta is not None:
+                        rho_per_epoch[release.epoch] = (release.rho, release.delta)
+                    secure = secure and release.noise_secure
+            latest = held.latest
+            periods = held.periods
+            keys = [(e, p) for e, p, _, _ in periods]
+            revisions = held.revisions
             newest = max(revisions.values(), key=lambda c: (c.epoch, c.period), default=None)
-            counters = []
-            for counter in declared_order(releases):
-                columns: dict[str, list[Any]] = {column: [None] * len(periods) for column in SERIES}
-                for release in releases:
-                    if release.counter != counter:
-                        continue
-                    i = position[release.epoch, release.period]
-                    columns["noisy_count"][i] = release.noisy_count
-                    columns["count_std"][i] = release.count_std
-                    columns["noisy_total"][i] = release.noisy_total
-                    columns["total_std"][i] = release.total_std
-                    revised = revisions.get((release.epoch, release.period))
-                    if revised is not None:
-                        columns["consistent_total"][i] = revised.totals.get(counter)
-                counters.append({"counter": counter, **columns})
+            tree = held.tree
+            shown = held.order if tree is None else tree.place_counters(0)
+            counters = [
+                counter_series(counter, held.by_counter[counter], keys, revisions)
+                for counter in shown
+            ]
+            places = (
+                None
+                if tree is None or latest is None
+                else places_document(tree, held.by_counter, (latest.epoch, latest.period), newest)
+            )
             out.append(
                 {
                     "stream": name,
@@ -194,7 +294,7 @@ class FeedView:
                         else list(latest.unit_bounds)
                     ),
                     "noise": None if latest is None else latest.noise,
-                    "noise_secure": all(r.noise_secure for r in releases),
+                    "noise_secure": secure,
                     "epsilon_per_epoch": [
                         {"epoch": e, "epsilon": epsilon_per_epoch[e]}
                         for e in sorted(epsilon_per_epoch)
@@ -221,32 +321,15 @@ class FeedView:
                     },
                     "periods": [list(p) for p in periods],
                     "counters": counters,
-                    "consistent_latest": None if newest is None else newest.entry(),
+                    # a places stream's newest revision is in ``places`` (aligned columns)
+                    "consistent_latest": None
+                    if newest is None or tree is not None
+                    else newest.entry(),
                     "revised_periods": len(revisions),
+                    "places": places,
                 }
             )
         return {"source": source, "version": self.version, "streams": out}
-
-
-#: The columns of each counter's series in ``feed.json`` (aligned with the stream's periods).
-SERIES = (
-    "noisy_count",
-    "count_std",
-    "noisy_total",
-    "total_std",
-    "consistent_total",
-)
-
-
-def declared_order(releases: list[Release]) -> list[str]:
-    """The counters of one stream's ``releases`` in the order the spec declares them (each
-    release's ``counter_index``); counters of records without it follow, by name."""
-    position: dict[str, int] = {}
-    for release in releases:
-        if release.counter_index is not None:
-            position.setdefault(release.counter, release.counter_index)
-    names = {release.counter for release in releases}
-    return sorted(names, key=lambda n: (n not in position, position.get(n, 0), n))
 
 
 def _get(values: Mapping[str, float] | None, name: str) -> float | None:

@@ -48,6 +48,10 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 .tick { font-size: 11px; fill: #394b5e; }
 .legend { font-size: 12px; fill: #1d2733; }
 #status { color: #5d6b7a; font-size: .9em; }
+button.link { background: none; border: 0; padding: 0; font: inherit; color: #1f5f99;
+              text-decoration: underline; cursor: pointer; text-align: left; }
+.places-table tr.chosen td { background: #eef3f8; }
+.place-search { font: inherit; max-width: 100%; width: 16em; }
 """
 
 _BODY = """

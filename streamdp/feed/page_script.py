@@ -10,11 +10,13 @@ feed's version changed.
 from __future__ import annotations
 
 from streamdp.error_band import LAPLACE_95_SD
+from streamdp.feed.page_places_script import PLACES_SCRIPT
 
 #: How often the served page asks for ``feed.json``, in milliseconds.
 POLL_MILLISECONDS = 3000
 
-#: The script, with ``__POLL__`` standing for :data:`POLL_MILLISECONDS`.
+#: The script, with ``__POLL__`` standing for :data:`POLL_MILLISECONDS` and ``__PLACES__`` for
+#: the places view (:mod:`streamdp.feed.page_places_script`).
 SCRIPT = r"""
 "use strict";
 const POLL_MS = __POLL__;
@@ -213,6 +215,7 @@ function streamSection(stream) {
   }
   const names = stream.counters.map(c => c.counter);
   if (!names.length) { sec.append(el("p", {}, "No releases yet.")); return sec; }
+  if (stream.places) { placesBody(stream, sec, unit); return sec; }
   const current = names.includes(chosen[stream.stream]) ? chosen[stream.stream] : names[0];
   const select = el("select", {"aria-label": "counter"});
   for (const name of names) {
@@ -321,6 +324,7 @@ function streamSection(stream) {
   return sec;
 }
 
+__PLACES__
 function render() {
   const root = document.getElementById("streams");
   root.replaceChildren(...feed.streams.map(streamSection));
@@ -359,7 +363,10 @@ if (location.protocol.startsWith("http")) setInterval(poll, POLL_MS);
 
 
 def page_script() -> str:
-    """The script with its poll interval and the 95% band's sd multiple filled in."""
-    return SCRIPT.replace("__POLL__", str(POLL_MILLISECONDS)).replace(
-        "__BAND_SD__", repr(LAPLACE_95_SD)
+    """The script with the places view, its poll interval and the 95% band's sd multiple
+    filled in."""
+    return (
+        SCRIPT.replace("__PLACES__", PLACES_SCRIPT)
+        .replace("__POLL__", str(POLL_MILLISECONDS))
+        .replace("__BAND_SD__", repr(LAPLACE_95_SD))
     )

@@ -18,6 +18,16 @@ from streamdp.error_band import half_width95, half_widths95
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a places stream's counter sits in its public tree (release field ``place``)."""
+
+    node: str
+    parent: str | None  # None at the root
+    label: str
+    level: int
+
+
+@dataclass(frozen=True)
 class Release:
     """One counter's release in one period: the public fields the page shows."""
 
@@ -51,6 +61,10 @@ class Release:
     # (records per period, periods per epoch); None: the stream protects one event
     unit_field: str | None = None
     unit_bounds: tuple[int, int] | None = None
+    # a places stream (issue 29): the counter's place in the public tree and, with
+    # attributes, its cell (None for other kinds)
+    place: Place | None = None
+    cell: str | None = None
 
     @property
     def protects(self) -> str:
@@ -196,6 +210,27 @@ def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
     return name, (per_period, periods)
 
 
+def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
+    """``(place, cell)`` of a places stream's release (cell: None without attributes), else
+    ``(None, None)``; a malformed ``place`` counts as absent."""
+    where = record.get("place")
+    if not isinstance(where, dict):
+        return None, None
+    node, label, level = (
+        _text(where.get("node")),
+        _text(where.get("label")),
+        _int(where.get("level")),
+    )
+    parent = where.get("parent")
+    if node is None or label is None or level is None or level < 0:
+        return None, None
+    if not (parent is None or _text(parent) is not None):
+        return None, None
+    return Place(node, parent if isinstance(parent, str) else None, label, level), _text(
+        record.get("cell")
+    )
+
+
 def parse_release(record: object) -> Release | None:
     """The release in ``record`` (a decoded JSON value), or None when it is not a well-formed
     release record (another kind, a missing or mistyped field): such records are not shown."""
@@ -238,7 +273,7 @@ def parse_release(record: object) -> Release | None:
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
         None if index is None or index < 0 else index,
         _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
-        *_zcdp(record), *_unit(record),
+        *_zcdp(record), *_unit(record), *_place(record),
     )  # fmt: skip
 
 

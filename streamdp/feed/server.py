@@ -1,9 +1,10 @@
 """Serving the feed on loopback, and writing it as static files.
 
 The server answers GET for exactly the names in :data:`FILES` (the page, ``feed.json``,
-``releases.csv``, ``consistent.csv``, ``version.json``), all rendered from the :class:`FeedView`;
-it never serves files from disk, so nothing in a replay directory other than its two public files
-can be reached through it.
+``releases.csv``, ``consistent.csv``, ``version.json``) and, for a places stream, each place's
+series (``series/<stream>/<place index>.json``, :data:`SERIES_PATH`), all rendered from the
+:class:`FeedView`; it never serves files from disk, so nothing in a replay directory other than
+its two public files can be reached through it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +32,20 @@ FILES = {
     # what the page polls: a few bytes, so feed.json is fetched only when something changed
     "version.json": "application/json",
 }
+
+
+#: One place's series: the stream's name (the records' pattern) and the place's position.
+SERIES_PATH = re.compile(r"series/([A-Za-z0-9][A-Za-z0-9_.+-]{0,63})/(0|[1-9][0-9]{0,8})\.json")
+
+
+def render_series(view: FeedView, path: str) -> str | None:
+    """The text of ``series/<stream>/<place>.json``, or None when ``path`` names no place of
+    a places stream in the view."""
+    match = SERIES_PATH.fullmatch(path)
+    if match is None:
+        return None
+    series = view.series(match.group(1), int(match.group(2)))
+    return None if series is None else json.dumps(series, separators=(",", ":"))
 
 
 def render_file(view: FeedView, source: str, name: str) -> str:
@@ -59,6 +75,15 @@ def write_static(view: FeedView, source: str, output_dir: Path) -> list[Path]:
         path = output_dir / name
         path.write_text(text, encoding="utf-8")
         written.append(path)
+    for stream, places in view.places_streams().items():
+        folder = output_dir / "series" / stream
+        folder.mkdir(parents=True, exist_ok=True)
+        for place in range(places):
+            series = view.series(stream, place)
+            assert series is not None
+            path = folder / f"{place}.json"
+            path.write_text(json.dumps(series, separators=(",", ":")), encoding="utf-8")
+            written.append(path)
     return written
 
 
@@ -114,16 +139,27 @@ class FeedServer:
         path = parts[1].split("?", 1)[0].lstrip("/") or "index.html"
         if self.refresh is not None:
             self.refresh()
-        if path not in FILES:
-            known = ", ".join(f"/{name}" for name in FILES)
-            return "404 Not Found", "text/plain", f"not found; this feed serves {known}\n".encode()
         if self._rendered_version != self.view.version:
             self._rendered, self._rendered_version = {}, self.view.version
         body = self._rendered.get(path)
         if body is None:
-            body = render_file(self.view, self.source, path).encode("utf-8")
+            text = (
+                render_file(self.view, self.source, path)
+                if path in FILES
+                else render_series(self.view, path)
+            )
+            if text is None:
+                known = ", ".join(f"/{name}" for name in FILES)
+                return (
+                    "404 Not Found",
+                    "text/plain",
+                    f"not found; this feed serves {known} and /series/<stream>/<place>.json "
+                    "of its places streams\n".encode(),
+                )
+            body = text.encode("utf-8")
             self._rendered[path] = body
-        return "200 OK", FILES[path], b"" if parts[0] == "HEAD" else body
+        kind = FILES.get(path, "application/json")
+        return "200 OK", kind, b"" if parts[0] == "HEAD" else body
 
 
 async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Event) -> None:
