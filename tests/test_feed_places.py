@@ -312,3 +312,53 @@ def test_the_places_page_fits_a_phone_and_a_desktop(
     assert measure["smallest_text"] >= 9.0, measure
     # the first view stays small at 6,388 counters: the tree and two periods' columns
     assert (county_site / "index.html").stat().st_size < 3_000_000
+
+
+@pytest.mark.tool
+def test_published_non_negative_integers_are_shown_labelled_beside_the_unbiased_values(
+    tmp_path: Path,
+) -> None:
+    """A stream publishing non-negative integer estimates (consistency.nonnegative_integers):
+    the feed keeps them (consistent.csv, feed.json) and the page shows them in their own
+    labelled column next to the consistent totals."""
+    from dataclasses import replace
+
+    from streamdp.engine.spec import ConsistencySpec
+    from streamdp.feed.model import CONSISTENT_COLUMNS, to_csv
+
+    base = small_county_spec()
+    stream = replace(
+        base.streams[STREAM],
+        consistency=ConsistencySpec(every_periods=2, nonnegative_integers=True),
+    )
+    spec = replace(base, streams={STREAM: stream})
+    lines = [line.text for line in generate("county-admissions", 6, 40.0, seed=8, spec=spec)]
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(text + "\n" for text in lines), encoding="utf-8")
+    replay(spec, events, tmp_path / "out", as_of=release_instant(spec, 6),
+           sampler=InsecureSeededSampler(2))  # fmt: skip
+    view = _view(tmp_path / "out")
+    newest = merged_parts(read_jsonl(tmp_path / "out" / "consistent.jsonl"))[-1]
+    integers = newest["nonnegative_totals"]
+    (shown,) = view.document("test")["streams"]
+    names = spec.streams[STREAM].counters.names
+    assert shown["places"]["consistent"]["nonnegative_total"] == [integers[n] for n in names]
+    rows = [r for r in view.consistent_rows() if r["period"] == newest["period"]]
+    assert {r["counter"]: r["nonnegative_total"] for r in rows} == integers
+    assert {r["counter"]: r["nonnegative_count"] for r in rows} == newest["nonnegative_counts"]
+    assert (
+        to_csv(rows, CONSISTENT_COLUMNS)
+        .splitlines()[0]
+        .endswith("nonnegative_count,nonnegative_total")
+    )
+    write_static(view, "test", tmp_path / "site")
+    dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom",
+                  (tmp_path / "site" / "index.html").as_uri())  # fmt: skip
+    assert "non-negative integer total*" in dom
+    cells = re.findall(r'<tr data-place="([^"]+)" class="(?:chosen|child)">.*?'
+                       r'<td class="integer">([^<]*)</td>', dom, re.S)  # fmt: skip
+    places = spec.streams[STREAM].counters.places
+    assert places is not None
+    expected = {places.ids[i]: integers[names[2 * i]] for i in range(5)}  # nation + 4 states
+    assert {place: int(text.replace(",", "")) for place, text in cells} == expected
+    assert "biased" in dom

@@ -65,6 +65,9 @@ CONSISTENT_COLUMNS = (
     "consistent_total",
     "consistent_total_std",
     "consistent_total_half_width95",
+    # places streams publishing them: biased, post-processed, tree-consistent (else empty)
+    "nonnegative_count",
+    "nonnegative_total",
 )
 
 
@@ -187,6 +190,8 @@ class FeedView:
                     "consistent_total": held.totals.get(counter),
                     "consistent_total_std": _get(held.total_std, counter),
                     "consistent_total_half_width95": _get(total_widths, counter),
+                    "nonnegative_count": _get_int(held.nonnegative_counts, counter),
+                    "nonnegative_total": _get_int(held.nonnegative_totals, counter),
                 }
                 for counter in sorted(held.counts)
             )
@@ -330,6 +335,10 @@ class FeedView:
                 }
             )
         return {"source": source, "version": self.version, "streams": out}
+
+
+def _get_int(values: Mapping[str, int] | None, name: str) -> int | None:
+    return None if values is None else values.get(name)
 
 
 def _get(values: Mapping[str, float] | None, name: str) -> float | None:

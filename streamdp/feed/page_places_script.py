@@ -167,9 +167,12 @@ function placesBody(stream, sec, unit) {
   const fairHead = !fair ? "consistent total"
     : sameDay ? "consistent total \u00b1 95%"
     : `consistent total \u00b1 95% (${periodLabel(fair)})`;
+  // the stream's non-negative integer estimates, when it publishes them (biased: labelled)
+  const integers = fair && fair.nonnegative_total;
   const table = el("table", {class: "latest places-table"},
     el("tr", {}, el("th", {}, "place"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, fairHead)));
+       el("th", {}, "running total \u00b1 95%"), el("th", {}, fairHead),
+       ...(integers ? [el("th", {}, "non-negative integer total*")] : [])));
   const row = (i, chosen) => {
     const k = i * width + state.cell;
     const kids = children[i].length;
@@ -180,11 +183,18 @@ function placesBody(stream, sec, unit) {
       el("td", {class: "count"}, pm(P.latest.noisy_count[k], P.latest.count_std[k])),
       el("td", {class: "total"}, pm(P.latest.noisy_total[k], P.latest.total_std[k])),
       el("td", {class: "consistent"},
-         fair ? fairPm(fair.total[k], fair.total_std[k]) : "not yet revised"));
+         fair ? fairPm(fair.total[k], fair.total_std[k]) : "not yet revised"),
+      ...(integers ? [el("td", {class: "integer"}, num(integers[k], 0))] : []));
   };
   table.append(row(state.place, true));
   for (const i of children[state.place]) table.append(row(i, false));
   sec.append(el("div", {class: "table-wrap"}, table));
+  if (integers) {
+    sec.append(el("p", {class: "facts"}, "* Non-negative integer estimates of the consistent "
+      + "running totals (post-processing, every place the sum of the places below it): easier "
+      + "to read, but biased (rounding up at 0 lifts small places and lowers their siblings); "
+      + "the consistent totals beside them are the unbiased estimates."));
+  }
   const kids = children[state.place];
   if (!kids.length) {
     sec.append(el("p", {class: "facts"}, "This place has no places below it."));

@@ -102,7 +102,7 @@ def places_document(
     consistent = None
     if newest is not None:
 
-        def aligned(values: Mapping[str, float] | None) -> list[float | None]:
+        def aligned(values: Mapping[str, float] | Mapping[str, int] | None) -> list[Any]:
             if values is None:
                 return [None] * len(tree.counters)
             return [None if n is None else values.get(n) for n in tree.counters]
@@ -119,6 +119,10 @@ def places_document(
             "count_std": aligned(newest.count_std),
             "total": aligned(newest.totals),
             "total_std": aligned(newest.total_std),
+            # null when the stream does not publish non-negative integer estimates
+            "nonnegative_total": None
+            if newest.nonnegative_totals is None
+            else aligned(newest.nonnegative_totals),
         }
     return {
         "nodes": [list(node) for node in tree.nodes],

@@ -116,6 +116,10 @@ class Consistent:
     #: per counter, the exact standard deviations (records written before they existed: None)
     count_std: Mapping[str, float] | None = None
     total_std: Mapping[str, float] | None = None
+    #: a places stream's non-negative integer estimates (post-processed from counts/totals,
+    #: biased; None when the stream does not publish them)
+    nonnegative_counts: Mapping[str, int] | None = None
+    nonnegative_totals: Mapping[str, int] | None = None
 
     def merged(self, part: Consistent) -> Consistent:
         """This record with another part of the same period and revision added (a wide
@@ -126,12 +130,19 @@ class Consistent:
         ) -> Mapping[str, float] | None:
             return None if mine is None or theirs is None else {**mine, **theirs}
 
+        def union_int(
+            mine: Mapping[str, int] | None, theirs: Mapping[str, int] | None
+        ) -> Mapping[str, int] | None:
+            return None if mine is None or theirs is None else {**mine, **theirs}
+
         return replace(
             self,
             counts={**self.counts, **part.counts},
             totals={**self.totals, **part.totals},
             count_std=union(self.count_std, part.count_std),
             total_std=union(self.total_std, part.total_std),
+            nonnegative_counts=union_int(self.nonnegative_counts, part.nonnegative_counts),
+            nonnegative_totals=union_int(self.nonnegative_totals, part.nonnegative_totals),
         )
 
     def entry(self) -> dict[str, Any]:
@@ -149,6 +160,12 @@ class Consistent:
             "total_std": None if self.total_std is None else dict(self.total_std),
             "count_half_width95": half_widths95(self.count_std),
             "total_half_width95": half_widths95(self.total_std),
+            "nonnegative_counts": None
+            if self.nonnegative_counts is None
+            else dict(self.nonnegative_counts),
+            "nonnegative_totals": None
+            if self.nonnegative_totals is None
+            else dict(self.nonnegative_totals),
         }
 
 
@@ -181,6 +198,19 @@ def _number_map(value: object) -> dict[str, float] | None:
     for key, item in value.items():
         number = _number(item)
         if not isinstance(key, str) or number is None:
+            return None
+        out[key] = number
+    return out
+
+
+def _count_map(value: object) -> dict[str, int] | None:
+    """A map of non-negative integers (a non-negative estimate), else None."""
+    if not isinstance(value, dict) or not value:
+        return None
+    out: dict[str, int] = {}
+    for key, item in value.items():
+        number = _int(item)
+        if not isinstance(key, str) or number is None or number < 0:
             return None
         out[key] = number
     return out
@@ -309,7 +339,12 @@ def parse_consistent(record: object) -> Consistent | None:
         or totals is None
     ):
         return None
+    # optional non-negative integer estimates: both well-formed, or neither shown
+    integer_counts = _count_map(record.get("nonnegative_counts"))
+    integer_totals = _count_map(record.get("nonnegative_totals"))
+    if integer_counts is None or integer_totals is None:
+        integer_counts = integer_totals = None
     return Consistent(
         stream, revision, covered, constraint, epoch, period, start, end, counts, totals,
-        count_std, total_std,
+        count_std, total_std, integer_counts, integer_totals,
     )  # fmt: skip
