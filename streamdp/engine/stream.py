@@ -36,7 +36,7 @@ from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.revision import project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
-from streamdp.engine.stream_releases import release_records
+from streamdp.engine.stream_releases import optional_fields, release_records
 from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
 from streamdp.engine.stream_state import StreamState, decode_stream_state, encode_stream_state
 from streamdp.noise.sampler import NoiseSampler
@@ -73,6 +73,7 @@ class StreamRuntime:
         unit_key: bytes | None = None,
     ) -> None:
         self.spec = spec
+        self._fields: list[dict[str, object]] | None = None
         self.sampler = sampler
         self._spend = spend
         self.clock = PeriodClock(spec.period)
@@ -255,6 +256,12 @@ class StreamRuntime:
         self.next_deadline = self._deadline()
         return added
 
+    def _release_fields(self) -> list[dict[str, object]]:
+        """Every counter's optional release fields, computed at the first close."""
+        if self._fields is None:
+            self._fields = optional_fields(self.spec)
+        return self._fields
+
     def close_next(self) -> list[ReleaseRecord | ConsistentRecord]:
         """Close the oldest open period: spend (durably), draw its node, release every counter."""
         j = self.closed
@@ -274,6 +281,7 @@ class StreamRuntime:
                 release,
                 scale=self._release_scale,
                 integral=self.nodes.counter.integral_releases,
+                fields=self._release_fields(),
             )
         )
         spec = self.spec

@@ -117,6 +117,21 @@ def _place_fields(places: Places, cells: tuple[str, ...]) -> tuple[dict[str, obj
     return tuple(out)
 
 
+def optional_fields(spec: StreamSpec) -> list[dict[str, object]]:
+    """Per counter, the optional fields of its releases: the stream's (wording, zCDP, privacy
+    unit) and the counter's own (budget group, place); one shared dict when no field is per
+    counter. A stream computes this once (a places stream has up to millions of counters)."""
+    shared = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
+    nothing: dict[str, object] = {}
+    per_counter = [
+        {**shared, **group, **place}
+        for group, place in itertools.zip_longest(
+            group_fields(spec), place_fields(spec), fillvalue=nothing
+        )
+    ]
+    return per_counter or [shared] * len(spec.counters.names)
+
+
 def release_records(
     spec: StreamSpec,
     clock: PeriodClock,
@@ -126,11 +141,13 @@ def release_records(
     *,
     scale: FloatArray | None,
     integral: bool,
+    fields: list[dict[str, object]] | None = None,
 ) -> list[ReleaseRecord]:
     """The release records of absolute period ``j`` (one per counter, in counter order):
     ``release`` is the counter's noisy close of it, ``scale`` the per-counter ``sqrt(P_jj)``
     of a projected release (None: not projected), ``integral`` whether the mechanism's
-    releases are integers."""
+    releases are integers, ``fields`` the stream's :func:`optional_fields` (computed when
+    not given)."""
     names = spec.counters.names
     epoch, index = divmod(j, spec.horizon)
     start, end = clock.bounds(j)
@@ -149,14 +166,7 @@ def release_records(
     number = int if integral else float
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
-    optional = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
-    nothing: dict[str, object] = {}
-    by_counter = [
-        {**group, **place}
-        for group, place in itertools.zip_longest(
-            group_fields(spec), place_fields(spec), fillvalue=nothing
-        )
-    ]
+    per_counter = optional_fields(spec) if fields is None else fields
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -177,7 +187,7 @@ def release_records(
             noise=name,
             noise_secure=secure,
             counter_index=c,
-            optional_fields=optional if not by_counter else {**optional, **by_counter[c]},
+            optional_fields=per_counter[c],
         )
         for c, counter_name in enumerate(names)
     ]
