@@ -4,6 +4,7 @@ separation."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -196,3 +197,49 @@ def test_discrete_gaussian_sigma_outside_the_safe_range_is_refused(bad: float) -
         InsecureSeededSampler(1).discrete_gaussian(bad, 3)
     with pytest.raises(ConfigError, match="sigma"):
         discrete_gaussian_variance(bad)
+
+
+def test_large_draws_are_split_in_chunks_that_add_up_in_order() -> None:
+    from streamdp.noise import opendp_sampler
+
+    assert opendp_sampler.chunk_sizes(opendp_sampler.PARALLEL_MIN - 1, 4) == [65_535]
+    assert opendp_sampler.chunk_sizes(10**6, 1) == [10**6]
+    for n, threads in [(65_536, 4), (100_001, 2), (10**6, 4), (200_000, 3)]:
+        sizes = opendp_sampler.chunk_sizes(n, threads)
+        assert sum(sizes) == n
+        assert max(sizes) - min(sizes) <= 1
+        assert min(sizes) >= opendp_sampler.PARALLEL_MIN // 2
+        assert len(sizes) == min(threads, n // (opendp_sampler.PARALLEL_MIN // 2))
+
+    def numbered(zeros: list[int]) -> list[int]:  # a measurement whose output names its chunk
+        return [len(zeros)] * len(zeros)
+
+    drawn = opendp_sampler._draw(numbered, 200_001)
+    sizes = opendp_sampler.chunk_sizes(200_001)
+    assert drawn.tolist() == [k for k in sizes for _ in range(k)]
+
+
+def test_chunked_secure_draws_match_the_distribution_and_are_independent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parallel path (forced to 4 chunks whatever the machine's cores): the pooled draw
+    and each chunk match the discrete Laplace, the 30%-off scale is rejected (power), and no
+    chunk repeats another (each is fresh OS entropy)."""
+    from streamdp.noise import opendp_sampler
+
+    monkeypatch.setattr(opendp_sampler, "NOISE_THREADS", 4)
+    scale, n = 2.0, 4 * 50_000
+    assert opendp_sampler.chunk_sizes(n) == [50_000] * 4
+    samples = production_sampler().discrete_laplace(scale, n)
+    assert samples.shape == (n,)
+    assert chi2_discrete_laplace_pvalue(samples, scale) > P_THRESHOLD
+    assert chi2_discrete_laplace_pvalue(samples, scale * 1.3) < P_THRESHOLD
+    chunks = samples.reshape(4, 50_000)
+    for chunk in chunks:
+        assert chi2_discrete_laplace_pvalue(chunk, scale) > P_THRESHOLD
+    assert len({chunk.tobytes() for chunk in chunks}) == 4
+    # neighbouring chunks are uncorrelated (|r| < 5 sd of r under independence)
+    for a, b in itertools.pairwise(chunks):
+        assert abs(np.corrcoef(a, b)[0, 1]) < 5 / math.sqrt(50_000)
+    gaussian = production_sampler().discrete_gaussian(1.5, n)
+    assert _chi2_discrete_gaussian_pvalue(gaussian, 1.5) > P_THRESHOLD

@@ -11,6 +11,8 @@ OpenDP's opt-in for components outside its vetted core.
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from typing import Any
 
@@ -39,6 +41,41 @@ def _gaussian_measurement(sigma: float) -> Any:
     return dp.m.make_gaussian(
         dp.vector_domain(dp.atom_domain(T="i64")), dp.l2_distance(T="i64"), sigma
     )
+
+
+#: A draw of at least this many values is split into chunks drawn on several threads at once:
+#: OpenDP samples in Rust with the GIL released, so a wide stream's node noise (a million
+#: counters) uses every core. Each value is still one independent exact draw from OS entropy;
+#: the chunks are concatenated in order.
+PARALLEL_MIN = 65_536
+#: Threads drawing at once (the machine's cores, at most 4).
+NOISE_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+@lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=NOISE_THREADS, thread_name_prefix="streamdp-noise")
+
+
+def chunk_sizes(n: int, threads: int | None = None) -> list[int]:
+    """How a draw of ``n`` values is split: one chunk below :data:`PARALLEL_MIN` (or with one
+    thread), else ``threads`` (default :data:`NOISE_THREADS`) chunks (fewer if a chunk would
+    hold under half of :data:`PARALLEL_MIN`) differing in size by at most one."""
+    threads = NOISE_THREADS if threads is None else threads
+    if n < PARALLEL_MIN or threads <= 1:
+        return [n]
+    parts = max(1, min(threads, n // (PARALLEL_MIN // 2)))
+    base, extra = divmod(n, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+def _draw(measurement: Any, n: int) -> npt.NDArray[np.int64]:
+    """``n`` values of ``measurement`` applied to zeros (its noise), in parallel chunks."""
+    sizes = chunk_sizes(n)
+    if len(sizes) == 1:
+        return np.asarray(measurement([0] * n), dtype=np.int64)
+    chunks = list(_pool().map(lambda k: measurement([0] * k), sizes))
+    return np.concatenate([np.asarray(chunk, dtype=np.int64) for chunk in chunks])
 
 
 def opendp_gaussian_rho(sigma: float, l2_sensitivity: int) -> float:
@@ -74,8 +111,7 @@ class OpenDPDiscreteLaplace:
         n = check_size(size)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        noise = _measurement(b)([0] * n)
-        return np.asarray(noise, dtype=np.int64)
+        return _draw(_measurement(b), n)
 
     def discrete_gaussian(
         self, sigma: float, size: int, *, label: str = ""
@@ -87,7 +123,7 @@ class OpenDPDiscreteLaplace:
         n = check_size(size)
         if n == 0:
             return np.zeros(0, dtype=np.int64)
-        return np.asarray(_gaussian_measurement(s)([0] * n), dtype=np.int64)
+        return _draw(_gaussian_measurement(s), n)
 
     def __repr__(self) -> str:
         return "OpenDPDiscreteLaplace()"
