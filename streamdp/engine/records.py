@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -74,6 +75,9 @@ class ReleaseRecord:
     # ones only, :class:`streamdp.engine.spec.StreamAbout`) and, for a zCDP stream, its
     # privacy fields (stream_releases.zcdp_fields): optional fields, present when they apply
     optional_fields: dict[str, object] = field(default_factory=dict)
+    # the counter's own optional fields (budget group, place, cell), shared by every period's
+    # release of that counter (stream_releases.counter_fields)
+    counter_fields: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -103,6 +107,7 @@ class ReleaseRecord:
             "noise_secure": self.noise_secure,
             "counter_index": self.counter_index,
             **self.optional_fields,
+            **self.counter_fields,
         }
 
     def to_json(self) -> str:

@@ -36,7 +36,7 @@ from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.revision import project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
-from streamdp.engine.stream_releases import optional_fields, release_records
+from streamdp.engine.stream_releases import counter_fields, release_records
 from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
 from streamdp.engine.stream_state import StreamState, decode_stream_state, encode_stream_state
 from streamdp.noise.sampler import NoiseSampler
@@ -73,7 +73,7 @@ class StreamRuntime:
         unit_key: bytes | None = None,
     ) -> None:
         self.spec = spec
-        self._fields: list[dict[str, object]] | None = None
+        self._fields: list[Mapping[str, object]] | None = None
         self.sampler = sampler
         self._spend = spend
         self.clock = PeriodClock(spec.period)
@@ -256,10 +256,10 @@ class StreamRuntime:
         self.next_deadline = self._deadline()
         return added
 
-    def _release_fields(self) -> list[dict[str, object]]:
-        """Every counter's optional release fields, computed at the first close."""
+    def _release_fields(self) -> list[Mapping[str, object]]:
+        """Every counter's own optional release fields, computed at the first close."""
         if self._fields is None:
-            self._fields = optional_fields(self.spec)
+            self._fields = counter_fields(self.spec)
         return self._fields
 
     def close_next(self) -> list[ReleaseRecord | ConsistentRecord]:

@@ -4,9 +4,10 @@ constraint span at publication)."""
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Mapping
 from functools import lru_cache
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -117,19 +118,25 @@ def _place_fields(places: Places, cells: tuple[str, ...]) -> tuple[dict[str, obj
     return tuple(out)
 
 
-def optional_fields(spec: StreamSpec) -> list[dict[str, object]]:
-    """Per counter, the optional fields of its releases: the stream's (wording, zCDP, privacy
-    unit) and the counter's own (budget group, place); one shared dict when no field is per
-    counter. A stream computes this once (a places stream has up to millions of counters)."""
-    shared = {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
-    nothing: dict[str, object] = {}
-    per_counter = [
-        {**shared, **group, **place}
-        for group, place in itertools.zip_longest(
-            group_fields(spec), place_fields(spec), fillvalue=nothing
-        )
-    ]
-    return per_counter or [shared] * len(spec.counters.names)
+def stream_fields(spec: StreamSpec) -> dict[str, object]:
+    """The optional fields every release of the stream carries: its wording, zCDP fields and
+    privacy unit."""
+    return {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
+
+
+def counter_fields(spec: StreamSpec) -> list[Mapping[str, object]]:
+    """Per counter, its own optional release fields (budget group, place, cell); one shared
+    empty mapping each when it has none. A stream computes this once and every period's
+    records share the mappings (a places stream has up to millions of counters)."""
+    groups, places = group_fields(spec), place_fields(spec)
+    if not groups:
+        return list(places) or [_NOTHING] * len(spec.counters.names)
+    if not places:
+        return list(groups)
+    return [{**group, **place} for group, place in zip(groups, places, strict=True)]
+
+
+_NOTHING: Mapping[str, object] = MappingProxyType({})
 
 
 def release_records(
@@ -141,12 +148,12 @@ def release_records(
     *,
     scale: FloatArray | None,
     integral: bool,
-    fields: list[dict[str, object]] | None = None,
+    fields: list[Mapping[str, object]] | None = None,
 ) -> list[ReleaseRecord]:
     """The release records of absolute period ``j`` (one per counter, in counter order):
     ``release`` is the counter's noisy close of it, ``scale`` the per-counter ``sqrt(P_jj)``
     of a projected release (None: not projected), ``integral`` whether the mechanism's
-    releases are integers, ``fields`` the stream's :func:`optional_fields` (computed when
+    releases are integers, ``fields`` the stream's :func:`counter_fields` (computed when
     not given)."""
     names = spec.counters.names
     epoch, index = divmod(j, spec.horizon)
@@ -166,7 +173,8 @@ def release_records(
     number = int if integral else float
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
-    per_counter = optional_fields(spec) if fields is None else fields
+    shared = stream_fields(spec)
+    per_counter = counter_fields(spec) if fields is None else fields
     return [
         ReleaseRecord(
             stream=spec.name,
@@ -187,7 +195,8 @@ def release_records(
             noise=name,
             noise_secure=secure,
             counter_index=c,
-            optional_fields=per_counter[c],
+            optional_fields=shared,
+            counter_fields=per_counter[c],
         )
         for c, counter_name in enumerate(names)
     ]
