@@ -200,11 +200,15 @@ class StreamdpMetrics:
         noisy_running_totals: Mapping[str, float],
         published_at: float,
         close_latency_seconds: float | None = None,
+        releases: int | None = None,
     ) -> None:
         """Record one published period of ``stream``.
 
         ``noisy_running_totals`` maps counter name -> the NOISY running total just published
-        (one release record each); ``stddev`` is its expected standard deviation;
+        (one release record each; a wide stream's first counters only, see
+        ``streamdp.daemon.observation.MAX_COUNTER_SERIES``); ``releases`` is how many release
+        records were published (default: one per total given); ``stddev`` is the expected
+        standard deviation;
         ``period_seconds`` is the length of the stream's next period (for the stall alert);
         ``published_at`` is wall-clock Unix time.
         """
@@ -216,7 +220,7 @@ class StreamdpMetrics:
         for counter, value in noisy_running_totals.items():
             running.labels(stream, counter).set(value)
         self._counters["streamdp_releases_published_total"].labels(stream).inc(
-            len(noisy_running_totals)
+            len(noisy_running_totals) if releases is None else releases
         )
         self._gauges["streamdp_last_release_timestamp_seconds"].labels(stream).set(published_at)
         if close_latency_seconds is not None:

@@ -220,14 +220,15 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "gauge",
         ("stream", "counter"),
         "Latest NOISY running total released for the counter (already public on "
-        "streamdp.releases; never a raw count).",
+        "streamdp.releases; never a raw count); a stream's first 256 counters only.",
     ),
     MetricSpec(
         "streamdp_consistent_cumulative",
         "gauge",
         ("stream", "counter"),
         "Running total of the latest period in the latest consistent revision (post-processing "
-        "of noisy releases; already public on streamdp.consistent).",
+        "of noisy releases; already public on streamdp.consistent); a stream's first 256 "
+        "counters only.",
     ),
     # --- consistency (post-processing of noisy values) ---------------------------------------
     MetricSpec(

@@ -22,7 +22,13 @@ from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock
 from streamdp.metrics import StreamdpMetrics
 
-__all__ = ["InputProgress", "OutcomeObserver"]
+__all__ = ["MAX_COUNTER_SERIES", "InputProgress", "OutcomeObserver"]
+
+#: Most counters of one stream exported as per-counter gauges (``streamdp_release_cumulative``,
+#: ``streamdp_consistent_cumulative``): the first ones in declared order (a places stream's
+#: nation and upper levels come first). A county stream has 6,388 counters and a national one
+#: up to millions: one Prometheus series each would swamp the server and the scrape.
+MAX_COUNTER_SERIES = 256
 
 
 class OutcomeObserver:
@@ -33,6 +39,7 @@ class OutcomeObserver:
     def __init__(self, metrics: StreamdpMetrics, spec: EngineSpec) -> None:
         self._metrics = metrics
         self._spec = spec
+        self._series: dict[str, frozenset[str]] = {}
 
     def __call__(self, outcome: BatchOutcome) -> None:
         """Observe ``outcome`` once its publications are acknowledged (a tick's releases: their
@@ -45,9 +52,13 @@ class OutcomeObserver:
         for stream, dropped in outcome.unit_drops.items():
             metrics.record_unit_drops(stream, dropped)
         by_stream: dict[str, dict[str, float]] = {}
+        published: dict[str, int] = {}
         last: dict[str, Any] = {}
         for release in outcome.releases:
-            by_stream.setdefault(release.stream, {})[release.counter] = float(release.noisy_total)
+            totals = by_stream.setdefault(release.stream, {})
+            if release.counter_index < MAX_COUNTER_SERIES:
+                totals[release.counter] = float(release.noisy_total)
+            published[release.stream] = published.get(release.stream, 0) + 1
             last[release.stream] = release
         for stream, totals in by_stream.items():
             release = last[stream]
@@ -60,6 +71,7 @@ class OutcomeObserver:
                 period_seconds=end - start,
                 stddev=release.total_std,
                 noisy_running_totals=totals,
+                releases=published[stream],
                 # the tick's public instant, never the moment it ran (which a batch in front
                 # of it could delay)
                 published_at=now if outcome.released_at is None else outcome.released_at,
@@ -68,17 +80,34 @@ class OutcomeObserver:
                     None if outcome.released_at is None else max(0.0, now - outcome.released_at)
                 ),
             )
-        latest_revision: dict[str, Any] = {}
+        # per stream, the newest revised period's totals (of every part of it), first counters
+        newest: dict[str, tuple[tuple[int, int, int], dict[str, float]]] = {}
         for revision in outcome.revisions:
-            latest_revision[revision.stream] = revision
-        for stream, revision in latest_revision.items():
+            at = (revision.revision, revision.epoch, revision.period)
+            held = newest.get(revision.stream)
+            if held is None or held[0] < at:
+                held = newest[revision.stream] = (at, {})
+            if held[0] == at:
+                shown = self._shown(revision.stream)
+                held[1].update(
+                    (name, float(value)) for name, value in revision.totals.items() if name in shown
+                )
+        for stream, (_, consistent) in newest.items():
             stats = outcome.revision_stats.get(stream)
             metrics.record_consistency(
                 stream,
                 residual=stats.residual if stats else 0.0,
                 duration_seconds=stats.seconds if stats else 0.0,
-                consistent_running_totals={k: float(v) for k, v in revision.totals.items()},
+                consistent_running_totals=consistent,
             )
+
+    def _shown(self, stream: str) -> frozenset[str]:
+        """The counters of ``stream`` exported one series each (:data:`MAX_COUNTER_SERIES`)."""
+        held = self._series.get(stream)
+        if held is None:
+            names = self._spec.streams[stream].counters.names[:MAX_COUNTER_SERIES]
+            held = self._series[stream] = frozenset(names)
+        return held
 
 
 class InputProgress:

@@ -1,0 +1,75 @@
+"""Prometheus stays usable for wide streams: the per-counter gauges of a places stream cover
+its first :data:`~streamdp.daemon.observation.MAX_COUNTER_SERIES` counters (the nation and the
+states of the county example, 6,388 counters in all), while the release count still counts
+every release and the values exported are exactly the published ones."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from streamdp.daemon.observation import MAX_COUNTER_SERIES, OutcomeObserver
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.engine import Engine
+from streamdp.engine.periods import parse_instant
+from streamdp.engine.records import ConsistentRecord, ReleaseRecord
+from streamdp.metrics import StreamdpMetrics
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth import example_spec, generate, release_instant
+
+STREAM = "admissions-by-county"
+
+
+def test_a_county_stream_exports_its_first_counters_and_counts_every_release() -> None:
+    spec = example_spec("county-admissions")
+    width = spec.streams[STREAM].counters.width
+    assert width > MAX_COUNTER_SERIES
+    engine = Engine(spec, sampler=InsecureSeededSampler(3), record_outputs=True)
+    for line in generate("county-admissions", 7, 80.0, seed=2):
+        engine.ingest(line.text)
+    engine.advance_clock(parse_instant(release_instant(spec, 7)))
+    outputs = engine.take_changes().outputs
+    releases = [r for r in outputs if isinstance(r, ReleaseRecord)]
+    revisions = [r for r in outputs if isinstance(r, ConsistentRecord)]
+    assert len(releases) == 7 * width
+    assert len({r.part for r in revisions}) > 1  # the week's revision comes in parts
+    metrics = StreamdpMetrics()
+    OutcomeObserver(metrics, spec)(
+        BatchOutcome(releases=releases, revisions=revisions, periods_closed={STREAM: 7})
+    )
+    samples = [
+        sample
+        for family in text_string_to_metric_families(metrics.exposition().decode("utf-8"))
+        for sample in family.samples
+    ]
+    released = {
+        s.labels["counter"]: s.value for s in samples if s.name == "streamdp_release_cumulative"
+    }
+    first = spec.streams[STREAM].counters.names[:MAX_COUNTER_SERIES]
+    latest = {r.counter: r.noisy_total for r in releases if r.period == 7}
+    assert released == {name: float(latest[name]) for name in first}
+    consistent = {
+        s.labels["counter"]: s.value for s in samples if s.name == "streamdp_consistent_cumulative"
+    }
+    newest = {name: value for r in revisions if r.period == 7 for name, value in r.totals.items()}
+    assert consistent == {name: newest[name] for name in first}
+    (count,) = [s.value for s in samples if s.name == "streamdp_releases_published_total"]
+    assert count == 7 * width
+
+
+def test_a_narrow_stream_still_exports_every_counter() -> None:
+    spec = example_spec("restaurant")
+    (stream,) = spec.streams
+    engine = Engine(spec, sampler=InsecureSeededSampler(3), record_outputs=True)
+    for line in generate("restaurant", 3, 20.0, seed=2):
+        engine.ingest(line.text)
+    engine.advance_clock(parse_instant(release_instant(spec, 3)))
+    releases = [r for r in engine.take_changes().outputs if isinstance(r, ReleaseRecord)]
+    metrics = StreamdpMetrics()
+    OutcomeObserver(metrics, spec)(BatchOutcome(releases=releases))
+    exported = {
+        sample.labels["counter"]
+        for family in text_string_to_metric_families(metrics.exposition().decode("utf-8"))
+        for sample in family.samples
+        if sample.name == "streamdp_release_cumulative"
+    }
+    assert exported == set(spec.streams[stream].counters.names)
