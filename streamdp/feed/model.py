@@ -13,7 +13,7 @@ import io
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from streamdp.error_band import half_widths95
 from streamdp.feed.places_view import (
@@ -24,6 +24,8 @@ from streamdp.feed.places_view import (
     places_document,
 )
 from streamdp.feed.records import Consistent, Release, parse_consistent, parse_release
+
+V = TypeVar("V")
 
 #: Columns of ``releases.csv``, in order.
 RELEASE_COLUMNS = (
@@ -190,8 +192,8 @@ class FeedView:
                     "consistent_total": held.totals.get(counter),
                     "consistent_total_std": _get(held.total_std, counter),
                     "consistent_total_half_width95": _get(total_widths, counter),
-                    "nonnegative_count": _get_int(held.nonnegative_counts, counter),
-                    "nonnegative_total": _get_int(held.nonnegative_totals, counter),
+                    "nonnegative_count": _get(held.nonnegative_counts, counter),
+                    "nonnegative_total": _get(held.nonnegative_totals, counter),
                 }
                 for counter in sorted(held.counts)
             )
@@ -337,11 +339,7 @@ class FeedView:
         return {"source": source, "version": self.version, "streams": out}
 
 
-def _get_int(values: Mapping[str, int] | None, name: str) -> int | None:
-    return None if values is None else values.get(name)
-
-
-def _get(values: Mapping[str, float] | None, name: str) -> float | None:
+def _get(values: Mapping[str, V] | None, name: str) -> V | None:
     return None if values is None else values.get(name)
 
 

@@ -155,23 +155,23 @@ function placesBody(stream, sec, unit) {
 
   // the latest period of the place and its children
   const latest = stream.latest_period;
-  const fair = P.consistent;
-  const sameDay = fair && fair.epoch === P.latest.epoch && fair.period === P.latest.period;
+  const revised = P.consistent;
+  const sameDay = revised && revised.epoch === P.latest.epoch && revised.period === P.latest.period;
   sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})${cellName}`));
   const pm = (value, sd) => value === null || value === undefined ? "\u2013"
     : `${num(value, 0)} \u00b1 ${num(band(sd), 0)}`;
-  const fairPm = (value, sd) => value === null || value === undefined ? "\u2013"
+  const revisedPm = (value, sd) => value === null || value === undefined ? "\u2013"
     : sd === null || sd === undefined ? num(value, 1)
     : `${num(value, 1)} \u00b1 ${num(band(sd), 0)}`;
-  const fairHead = !fair ? "consistent total"
+  const revisedHead = !revised ? "consistent total"
     : sameDay ? "consistent total \u00b1 95%"
-    : `consistent total \u00b1 95% (${periodLabel(fair)})`;
+    : `consistent total \u00b1 95% (${periodLabel(revised)})`;
   // the stream's non-negative integer estimates, when it publishes them (biased: labelled)
-  const integers = fair && fair.nonnegative_total;
+  const integers = revised && revised.nonnegative_total;
   const table = el("table", {class: "latest places-table"},
     el("tr", {}, el("th", {}, "place"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, fairHead),
+       el("th", {}, "running total \u00b1 95%"), el("th", {}, revisedHead),
        ...(integers ? [el("th", {}, "non-negative integer total*")] : [])));
   const row = (i, chosen) => {
     const k = i * width + state.cell;
@@ -183,7 +183,7 @@ function placesBody(stream, sec, unit) {
       el("td", {class: "count"}, pm(P.latest.noisy_count[k], P.latest.count_std[k])),
       el("td", {class: "total"}, pm(P.latest.noisy_total[k], P.latest.total_std[k])),
       el("td", {class: "consistent"},
-         fair ? fairPm(fair.total[k], fair.total_std[k]) : "not yet revised"),
+         revised ? revisedPm(revised.total[k], revised.total_std[k]) : "not yet revised"),
       ...(integers ? [el("td", {class: "integer"}, num(integers[k], 0))] : []));
   };
   table.append(row(state.place, true));
@@ -198,18 +198,19 @@ function placesBody(stream, sec, unit) {
   const kids = children[state.place];
   if (!kids.length) {
     sec.append(el("p", {class: "facts"}, "This place has no places below it."));
-  } else if (fair) {
+  } else if (revised) {
     const k = state.place * width + state.cell;
-    const sum = kids.reduce((s, i) => s + (fair.total[i * width + state.cell] || 0), 0);
+    const sum = kids.reduce((s, i) => s + (revised.total[i * width + state.cell] || 0), 0);
     sec.append(el("p", {class: "facts tree-sum"},
       `The consistent running totals of its ${kids.length} places add up to ${num(sum, 1)}; `
-      + `its own is ${num(fair.total[k], 1)} (constraint: every place is the sum of the `
+      + `its own is ${num(revised.total[k], 1)} (constraint: every place is the sum of the `
       + `places below it). The noisy releases need not add up: each has its own noise.`));
   }
-  sec.append(el("p", {class: "facts"}, fair
-    ? `Latest consistent revision: ${fair.revision}, covering ${fair.periods_covered} periods `
-      + `(constraint: ${fair.constraint}); its newest period is ${periodLabel(fair)} `
-      + `(epoch ${fair.epoch}, period ${fair.period}).`
+  sec.append(el("p", {class: "facts"}, revised
+    ? `Latest consistent revision: ${revised.revision}, `
+      + `covering ${revised.periods_covered} periods `
+      + `(constraint: ${revised.constraint}); its newest period is ${periodLabel(revised)} `
+      + `(epoch ${revised.epoch}, period ${revised.period}).`
     : "No consistent revision yet."));
 }
 """

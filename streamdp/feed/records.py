@@ -10,11 +10,13 @@ exactly as released; nothing is clipped or rounded.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from streamdp.error_band import half_width95, half_widths95
+
+V = TypeVar("V")
 
 
 @dataclass(frozen=True)
@@ -125,24 +127,14 @@ class Consistent:
         """This record with another part of the same period and revision added (a wide
         stream publishes a period's counters in several records)."""
 
-        def union(
-            mine: Mapping[str, float] | None, theirs: Mapping[str, float] | None
-        ) -> Mapping[str, float] | None:
-            return None if mine is None or theirs is None else {**mine, **theirs}
-
-        def union_int(
-            mine: Mapping[str, int] | None, theirs: Mapping[str, int] | None
-        ) -> Mapping[str, int] | None:
-            return None if mine is None or theirs is None else {**mine, **theirs}
-
         return replace(
             self,
             counts={**self.counts, **part.counts},
             totals={**self.totals, **part.totals},
-            count_std=union(self.count_std, part.count_std),
-            total_std=union(self.total_std, part.total_std),
-            nonnegative_counts=union_int(self.nonnegative_counts, part.nonnegative_counts),
-            nonnegative_totals=union_int(self.nonnegative_totals, part.nonnegative_totals),
+            count_std=_union(self.count_std, part.count_std),
+            total_std=_union(self.total_std, part.total_std),
+            nonnegative_counts=_union(self.nonnegative_counts, part.nonnegative_counts),
+            nonnegative_totals=_union(self.nonnegative_totals, part.nonnegative_totals),
         )
 
     def entry(self) -> dict[str, Any]:
@@ -192,28 +184,30 @@ def _text(value: object) -> str | None:
 
 
 def _number_map(value: object) -> dict[str, float] | None:
-    if not isinstance(value, dict) or not value:
-        return None
-    out: dict[str, float] = {}
-    for key, item in value.items():
-        number = _number(item)
-        if not isinstance(key, str) or number is None:
-            return None
-        out[key] = number
-    return out
+    return _map(value, _number)
 
 
 def _count_map(value: object) -> dict[str, int] | None:
     """A map of non-negative integers (a non-negative estimate), else None."""
+    return _map(value, lambda item: None if (n := _int(item)) is None or n < 0 else n)
+
+
+def _map(value: object, parse: Callable[[object], V | None]) -> dict[str, V] | None:
+    """A non-empty JSON object whose every value ``parse`` accepts, else None."""
     if not isinstance(value, dict) or not value:
         return None
-    out: dict[str, int] = {}
+    out: dict[str, V] = {}
     for key, item in value.items():
-        number = _int(item)
-        if not isinstance(key, str) or number is None or number < 0:
+        parsed = parse(item)
+        if not isinstance(key, str) or parsed is None:
             return None
-        out[key] = number
+        out[key] = parsed
     return out
+
+
+def _union(mine: Mapping[str, V] | None, theirs: Mapping[str, V] | None) -> Mapping[str, V] | None:
+    """Two parts' maps of one record merged (None when either part lacks it)."""
+    return None if mine is None or theirs is None else {**mine, **theirs}
 
 
 def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
