@@ -33,6 +33,7 @@ from streamdp.engine.stream import stream_strategy
 from streamdp.kinds import stream_kind
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
+from tests.census_fixture import weighted_census_spec
 from tests.coupling import CoupledSampler, Footprint
 from tests.places_fixture import small_county_spec
 
@@ -59,6 +60,9 @@ SCENARIOS = {
     # each level its own share of the budget: one bank per level, revisions weighted by level
     "county-admissions+levels": ("county-admissions", "levels", 4, 12.0),
     "county-admissions+levels+zcdp": ("county-admissions", "levels+zcdp", 4, 12.0),
+    # the total, each marginal and the cells their own share: revisions weighted by group
+    "census+attributes": ("census", "attributes", 3, 8.0),
+    "census+attributes+zcdp": ("census", "attributes+zcdp", 3, 8.0),
 }
 LEVEL_WEIGHTS = (1, 2, 5)
 DRAWS = 20
@@ -67,12 +71,13 @@ DRAWS = 20
 def _spec(scenario: str) -> EngineSpec:
     base, mechanism, _, _ = SCENARIOS[scenario]
     weights = LEVEL_WEIGHTS if mechanism.startswith("levels") else ()
-    spec = (
-        small_county_spec(level_weights=weights)
-        if base == "county-admissions"
-        else example_spec(base)
-    )
-    mechanism = mechanism.removeprefix("levels").removeprefix("+")
+    if base == "county-admissions":
+        spec = small_county_spec(level_weights=weights)
+    elif mechanism.startswith("attributes"):
+        spec = weighted_census_spec()
+    else:
+        spec = example_spec(base)
+    mechanism = mechanism.removeprefix("levels").removeprefix("attributes").removeprefix("+")
     if not mechanism:
         return spec
     if mechanism in ("zcdp", "zcdp_gls"):

@@ -35,6 +35,7 @@ from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
+from tests.census_fixture import weighted_census_spec
 from tests.places_fixture import small_county_spec
 
 SEED = 23
@@ -53,6 +54,8 @@ SCENARIOS = {
     "county-admissions": (4, 12.0),
     # each level its own share of the budget (level_weights 1, 2, 5): one bank per level
     "county-admissions+levels": (4, 12.0),
+    # the census total, marginals and cells each their own share (attribute_weights)
+    "census+attributes": (6, 25.0),
 }
 
 
@@ -61,6 +64,8 @@ def _spec(scenario: str) -> EngineSpec:
     base, _, mechanism = scenario.partition("+")
     if base == "county-admissions":
         return small_county_spec(level_weights=(1, 2, 5) if mechanism == "levels" else ())
+    if mechanism == "attributes":
+        return weighted_census_spec()
     spec = example_spec(base)
     if not mechanism:
         return spec

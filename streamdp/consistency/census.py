@@ -171,6 +171,50 @@ def census_exact(
     return out_t, out_s, out_m
 
 
+def census_projected_variances(
+    sizes: Sequence[int],
+    total: npt.ArrayLike,
+    marginals: npt.ArrayLike,
+    cells: npt.ArrayLike,
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """The noise variance of every value of :func:`census_exact`'s weighted release, O(k).
+
+    The release is the GLS estimate under the groups' variances, so its cells' covariance is
+    ``N^-1`` (the normal matrix of the module docstring) and a released value ``a^T m`` has
+    variance ``a^T N^-1 a``. In the ANOVA decomposition ``N^-1`` is ``1/lambda`` on each
+    eigenspace, and the values of one group share a variance (``n = prod n_i``):
+
+        cell:         1/(n L_0) + sum_i (n_i - 1)/(n L_i) + (1 - 1/n - sum_i (n_i - 1)/n)/w_m
+        marginal i:   n/(n_i^2 L_0) + (n/n_i)(1 - 1/n_i)/L_i
+        total:        n/L_0
+
+    with ``L_0`` the grand-mean eigenvalue and ``L_i`` the main effect's of attribute ``i``.
+
+    Args:
+        sizes: categories per attribute ``(n_1, ..., n_k)``.
+        total: noisy total's variance per row, shape (R,).
+        marginals: each attribute's noisy marginal variance per row, shape (R, k).
+        cells: noisy cells' variance per row, shape (R,).
+
+    Returns:
+        (total, marginals, cells) variances after the projection, shapes (R,), (R, k), (R,).
+    """
+    n_i = np.asarray(sizes, dtype=np.float64)
+    n = float(np.prod(n_i))
+    wt = 1.0 / np.asarray(total, dtype=np.float64)
+    wi = 1.0 / np.atleast_2d(np.asarray(marginals, dtype=np.float64))
+    wm = 1.0 / np.asarray(cells, dtype=np.float64)
+    if wi.shape[1] != n_i.shape[0]:
+        raise ConfigError(f"{wi.shape[1]} marginal variances for {n_i.shape[0]} attributes")
+    main = wm[:, None] + wi * (n / n_i)  # L_i, (R, k)
+    grand = wm + (wi * (n / n_i)).sum(axis=1) + wt * n  # L_0, (R,)
+    rest = 1.0 - 1.0 / n - float(np.sum(n_i - 1.0)) / n
+    cell: FloatArray = 1.0 / (n * grand) + ((n_i - 1.0) / n / main).sum(axis=1) + rest / wm
+    marginal: FloatArray = n / (n_i**2 * grand[:, None]) + (n / n_i) * (1.0 - 1.0 / n_i) / main
+    total_out: FloatArray = n / grand
+    return total_out, marginal, cell
+
+
 def census_residuals(
     total: FloatArray, marginals: list[FloatArray], cells: FloatArray
 ) -> FloatArray:

@@ -1,19 +1,22 @@
-"""A stream's budget groups (issue 29; seed 002's heterogeneous allocation): a places stream
-with ``level_weights`` gives each level of its places its own share of the stream's epsilon
-(or rho), so the levels a reader cares about (counties, say) get less noise and the others more.
+"""A stream's budget groups (issue 29; seed 002's heterogeneous allocation): the counters a
+reader cares about most get a larger share of the stream's epsilon (or rho), so less noise,
+and the others more. The groups are the kind's (:class:`~streamdp.kinds.base.GroupedKind`):
 
-Group ``g`` (the counters of one level: its places x every cell) receives share
-``w_g / sum(w)`` of the budget and ``1 / levels`` of one event's contribution bound (an event
-adds exactly one increment per level, so each level holds the same part of it). Its node noise
-is calibrated on those two alone:
+- a places stream with ``level_weights``: one group per level (its places x every cell);
+- a census stream with ``attribute_weights``: the total, each attribute's marginal, the cells.
+
+One event adds exactly one increment to every group, so with ``G`` groups each holds ``1 / G``
+of its contribution bound. Group ``g`` receives share ``w_g / sum(w)`` of the budget; its node
+noise is calibrated on those two alone:
 
 - pure DP: ``epsilon_g = epsilon w_g / sum(w)`` rounded down to a float and
-  ``Delta_g = Delta / levels`` rounded up, then the node scales ``Delta_g / (epsilon_g
-  lambda_i)`` rounded up as for any counter; the groups' losses add up to at most epsilon;
-- zCDP: ``rho_g = rho w_g / sum(w)`` exactly and the squared L2 bound ``ceil(L2^2 / levels)``.
+  ``Delta_g = Delta / G`` rounded up, then the node scales ``Delta_g / (epsilon_g lambda_i)``
+  rounded up as for any counter; the groups' losses add up to at most epsilon;
+- zCDP: ``rho_g = rho w_g / sum(w)`` exactly and the squared L2 bound ``ceil(L2^2 / G)``.
 
 Equal weights give the scales of the stream without weights (to the last rounding). Revisions
-weight each counter by its own node variance (:mod:`streamdp.engine.grouped_revisions`).
+weight each counter by its own node variance (:meth:`~streamdp.kinds.base.GroupedKind.
+project_by_group`, :mod:`streamdp.engine.grouped_variances`).
 """
 
 from __future__ import annotations
@@ -48,26 +51,29 @@ class BudgetGroup:
 
 
 def budget_groups(spec: StreamSpec) -> tuple[BudgetGroup, ...]:
-    """The stream's budget groups in counter order; empty for a stream without weights."""
-    counters = spec.counters
-    weights = counters.level_weights
-    if not weights or counters.places is None:
+    """The stream's budget groups in counter order (its kind's
+    :meth:`~streamdp.kinds.base.GroupedKind.budget_group_ranges`, each with its weight's share);
+    empty for a stream without weights."""
+    from streamdp.kinds import stream_kind
+    from streamdp.kinds.base import GroupedKind
+
+    kind = stream_kind(spec.counters.kind)
+    if not isinstance(kind, GroupedKind):
         return ()
-    exact = [Fraction(w) for w in weights]
+    ranges = kind.budget_group_ranges(spec.counters)
+    if not ranges:
+        return ()
+    exact = [Fraction(w) for w in kind.group_weights(spec.counters)]
     total = sum(exact, Fraction(0))
-    cells = counters.width // counters.places.size
-    levels = len(counters.places.tree.level_bounds)
     return tuple(
         BudgetGroup(
-            name=f"level {level}",
-            start=start * cells,
-            stop=stop * cells,
+            name=name,
+            start=start,
+            stop=stop,
             share=weight / total,
-            contribution=Fraction(1, levels),
+            contribution=Fraction(1, len(ranges)),
         )
-        for level, ((start, stop), weight) in enumerate(
-            zip(counters.places.tree.level_bounds, exact, strict=True)
-        )
+        for (name, start, stop), weight in zip(ranges, exact, strict=True)
     )
 
 
@@ -127,7 +133,7 @@ def check_budget_groups(spec: StreamSpec) -> None:
         return
     if spec.mechanism not in GROUPED_MECHANISMS:
         raise ConfigError(
-            f"level_weights run with mechanism {', '.join(GROUPED_MECHANISMS)} (one node per "
+            f"budget weights run with mechanism {', '.join(GROUPED_MECHANISMS)} (one node per "
             f"period, consistency by revisions), not {spec.mechanism!r}"
         )
     from streamdp.noise.insecure import InsecureSeededSampler

@@ -1,10 +1,12 @@
 """Exact noise variances of the consistent values of a stream with budget groups (a places
-stream whose levels have their own share of the budget: :mod:`streamdp.engine.budget_groups`).
+stream's levels or a census stream's total, marginals and cells with their own share of the
+budget: :mod:`streamdp.engine.budget_groups`).
 
-Node ``i`` of every level has its own noise variance (the same strategy, a different scale per
-level), so its projection onto "place = sum of children" is the GLS one under those variances
-and its projected variances are the tree's closed form
-(:func:`~streamdp.consistency.tree.tree_projection_variances`). Nodes are independent: a
+Node ``i`` of every group has its own noise variance (the same strategy, a different scale per
+group), so its projection onto the constraints is the GLS one under those variances and its
+projected variances are the kind's closed form (the tree's two passes,
+:func:`~streamdp.consistency.tree.tree_projection_variances`; the census ANOVA eigenvalues,
+:func:`~streamdp.consistency.census.census_projected_variances`). Nodes are independent: a
 period's consistent running total has the sum of its read path's projected variances; its
 count, the sum over the nodes on exactly one of the read paths of ``t`` and ``t - 1``.
 """
@@ -25,9 +27,10 @@ class GroupedVariances:
 
     def __init__(self, spec: StreamSpec, bank: GroupedBank) -> None:
         self.spec = spec
-        #: node noise variance of every node of an epoch in every level, (horizon, levels)
-        self.level_variances = bank.group_node_variances()
+        #: node noise variance of every node of an epoch in every group, (horizon, groups)
+        self.group_variances = bank.group_node_variances()
         self._layout = bank.groups[0][2].strategy.layout
+        self._groups = bank.groups
         self._nodes: dict[int, FloatArray] = {}
 
     def node(self, i: int) -> FloatArray:
@@ -36,16 +39,18 @@ class GroupedVariances:
         cached = self._nodes.get(i)
         if cached is not None:
             return cached
-        from streamdp.kinds.places import projected_variances_by_level
-
-        row = self.level_variances[i - 1 : i]
+        row = self.group_variances[i - 1 : i]
         if self.spec.constraints.kind == "none":
-            places = self.spec.counters.places
-            assert places is not None
-            cells = self.spec.counters.width // places.size
-            value: FloatArray = np.repeat(row[0, places.depth], cells)
+            value: FloatArray = np.empty(self.spec.counters.width)
+            for g, (start, stop, _) in enumerate(self._groups):
+                value[start:stop] = row[0, g]
         else:
-            value = projected_variances_by_level(self.spec, row)[0]
+            from streamdp.kinds import stream_kind
+            from streamdp.kinds.base import GroupedKind
+
+            kind = stream_kind(self.spec.counters.kind)
+            assert isinstance(kind, GroupedKind)  # only its streams have budget groups
+            value = kind.projected_variances_by_group(self.spec, row)[0]
         self._nodes[i] = value
         return value
 

@@ -31,15 +31,15 @@ FloatArray = npt.NDArray[np.float64]
 
 
 def project_nodes(
-    spec: StreamSpec, values: npt.ArrayLike, level_variances: FloatArray | None = None
+    spec: StreamSpec, values: npt.ArrayLike, group_variances: FloatArray | None = None
 ) -> FloatArray:
     """Project every node's counter vector onto the stream's constraint subspace.
 
     Args:
         spec: the stream (its counter layout and constraint kind).
         values: noisy node values, shape (n, width) in :attr:`CounterSpec.names` order.
-        level_variances: a places stream with budget groups: node ``i``'s noise variance in
-            each level (shape (>= n, levels)); the projection of row ``i`` is then the GLS one
+        group_variances: a stream with budget groups: node ``i``'s noise variance in each
+            group (shape (>= n, groups)); the projection of row ``i`` is then the GLS one
             under those variances. None: every counter's noise has the same variance.
 
     Returns:
@@ -51,10 +51,12 @@ def project_nodes(
     y = np.asarray(values, dtype=np.float64)
     if spec.constraints.kind == "none" or y.shape[0] == 0:
         return y.copy()
-    if level_variances is not None:
-        from streamdp.kinds.places import project_by_level
+    if group_variances is not None:
+        from streamdp.kinds.base import GroupedKind
 
-        return project_by_level(spec, y, level_variances)
+        kind = stream_kind(spec.counters.kind)
+        assert isinstance(kind, GroupedKind)  # only its streams have budget groups
+        return kind.project_by_group(spec, y, group_variances)
     return stream_kind(spec.counters.kind).project(spec, y)
 
 
@@ -74,7 +76,7 @@ def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:
 def consistent_epochs(
     spec: StreamSpec,
     epochs: list[npt.NDArray[np.int64]],
-    level_variances: FloatArray | None = None,
+    group_variances: FloatArray | None = None,
 ) -> list[tuple[FloatArray, FloatArray]]:
     """Consistent (period counts, running totals) for every epoch, each shape (n_e, width).
 
@@ -82,7 +84,7 @@ def consistent_epochs(
         spec: the stream.
         epochs: noisy node values of each epoch in order, shape (n_e, width) (node i at row
             i-1; n_e = periods closed in that epoch).
-        level_variances: per node and level noise variances of a stream with budget groups
+        group_variances: per node and group noise variances of a stream with budget groups
             (see :func:`project_nodes`); the same for every epoch.
 
     Returns:
@@ -92,7 +94,7 @@ def consistent_epochs(
     results: list[tuple[FloatArray, FloatArray]] = []
     carry = np.zeros(spec.counters.width, dtype=np.float64)
     for values in epochs:
-        projected = project_nodes(spec, values, level_variances)
+        projected = project_nodes(spec, values, group_variances)
         prefix = prefix_sums(spec.mechanism, projected)
         counts = np.diff(prefix, axis=0, prepend=np.zeros((1, prefix.shape[1])))
         totals = prefix + carry

@@ -73,6 +73,9 @@ class CounterSpec:
       ``attributes`` when given; a record names its leaf place in ``attributes.<place_field>``
       and adds 1 to it and every place above it (:mod:`streamdp.kinds.places`); with
       ``level_weights`` each level gets its own share of the budget.
+
+    ``attributes`` with ``attribute_weights``: the total, each attribute's marginal and the cells
+    get their own shares of the budget (:mod:`streamdp.engine.budget_groups`).
     """
 
     kind: CounterKind
@@ -85,6 +88,9 @@ class CounterSpec:
     # places: each level's relative share of the stream's budget, root level first (issue
     # 29; :mod:`streamdp.engine.budget_groups`); empty: one budget for every counter
     level_weights: tuple[Decimal, ...] = ()
+    # attributes: the relative shares of the total, each attribute's marginal (in attribute
+    # order) and the cells (issue 29; seed 002); empty: one budget for every counter
+    attribute_weights: tuple[Decimal, ...] = ()
 
     @cached_property
     def names(self) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_gaussian import optimise_gaussian_gls
 from streamdp.continual.strategy import Strategy, build_any_strategy
-from streamdp.engine.budget_groups import open_grouped_bank
+from streamdp.engine.budget_groups import budget_groups, open_grouped_bank
 from streamdp.engine.open_periods import OpenPeriods
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
@@ -126,7 +126,7 @@ class StreamRuntime:
 
     def _fresh_counter(self) -> CounterBank:
         spec = self.spec
-        if spec.counters.level_weights:
+        if budget_groups(spec):
             assert isinstance(self.strategy, Strategy)  # the spec allows fda, binary, naive
             return open_grouped_bank(spec, self.strategy, self.sampler, noise_label=spec.name)
         return open_bank(

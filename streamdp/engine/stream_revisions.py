@@ -109,7 +109,7 @@ class StreamRevisions:
         self._shrink: FloatArray | None = None
         self._projection: FloatArray | None = None
         # a stream with budget groups: node noise variances per level, (horizon, levels)
-        self._level_variances: FloatArray | None = None
+        self._group_variances: FloatArray | None = None
         self.number = 0
         # absolute periods below this already have their consistent values published
         self.revised_through = 0
@@ -138,7 +138,7 @@ class StreamRevisions:
         started = time.perf_counter()
         counter = nodes.counter
         grouped = GroupedVariances(self.spec, counter) if isinstance(counter, GroupedBank) else None
-        self._level_variances = None if grouped is None else grouped.level_variances
+        self._group_variances = None if grouped is None else grouped.group_variances
         results = (
             self._released_since_revision(nodes) if self._noise_ahead else self._from_nodes(nodes)
         )
@@ -175,7 +175,7 @@ class StreamRevisions:
             integers = self._nonnegative_rows(counts[first - offset :], totals[first - offset :])
             for p in range(first, offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
-                if grouped is not None:  # each level's own variances, projected per node
+                if grouped is not None:  # each group's own variances, projected per node
                     count_stds = np.sqrt(grouped.count(p + 1)).tolist()
                     total_stds = np.sqrt(grouped.total(p + 1) + epoch * final_var).tolist()
                 elif self._noise_ahead:  # the release's own stds, computed as it computed them
@@ -252,7 +252,7 @@ class StreamRevisions:
         self, values: npt.NDArray[np.int64], carry: FloatArray
     ) -> tuple[FloatArray, FloatArray]:
         """One epoch's consistent (counts, totals), its totals carrying ``carry``."""
-        ((counts, prefix),) = consistent_epochs(self.spec, [values], self._level_variances)
+        ((counts, prefix),) = consistent_epochs(self.spec, [values], self._group_variances)
         return counts, prefix + carry
 
     def _carry_into(self, epoch: int, oldest: int, past: list[npt.NDArray[np.int64]]) -> FloatArray:

@@ -211,7 +211,8 @@ def read_stream(
     try:
         check_budget_groups(spec)
     except ConfigError as error:
-        raise ctx.fail("counters.level_weights", str(error)) from None
+        written = "attribute_weights" if spec.counters.attribute_weights else "level_weights"
+        raise ctx.fail(f"counters.{written}", str(error)) from None
     return spec
 
 

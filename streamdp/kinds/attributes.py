@@ -11,11 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamdp.consistency.census import census_exact
+from streamdp.consistency.census import (
+    CensusVariances,
+    census_exact,
+    census_projected_variances,
+)
 from streamdp.engine.events import Contribution, Extractor, RejectedError
 from streamdp.kinds.base import FloatArray, dense_projection_diagonal, refuse_clip
 
@@ -114,7 +119,7 @@ class AttributesKind:
     def parse_counters(self, reader: ConfigReader, table: dict[str, Any]) -> CounterSpec:
         from streamdp.engine.spec import CounterSpec
 
-        reader.only(table, ("kind", "attributes"), "counters")
+        reader.only(table, ("kind", "attributes", "attribute_weights"), "counters")
         attributes = read_attributes(reader, table.get("attributes"), minimum=2)
         cells = 1
         for attribute in attributes:
@@ -123,7 +128,13 @@ class AttributesKind:
             raise reader.fail(
                 "counters.attributes", f"the cross product has {cells} cells; at most 10^6"
             )
-        return CounterSpec(kind="attributes", attributes=tuple(attributes))
+        return CounterSpec(
+            kind="attributes",
+            attributes=tuple(attributes),
+            attribute_weights=_attribute_weights(
+                reader, table.get("attribute_weights"), attributes
+            ),
+        )
 
     def parse_constraints(
         self, reader: ConfigReader, table: dict[str, Any], counters: CounterSpec
@@ -170,24 +181,81 @@ class AttributesKind:
         return AttributeExtractor(spec)
 
     def project(self, spec: StreamSpec, values: FloatArray) -> FloatArray:
-        layout = census_layout(spec.counters.attributes)
-        n = values.shape[0]
-        total = values[:, 0]
-        marginals = [
-            values[:, offset : offset + size]
-            for offset, size in zip(layout.marginal_offsets, layout.sizes, strict=True)
-        ]
-        cells = values[:, layout.cell_offset :].reshape((n, *layout.sizes))
-        t_hat, m_hat, c_hat = census_exact(total, marginals, cells)
-        out = np.empty_like(values)
-        out[:, 0] = t_hat
-        for offset, size, m in zip(layout.marginal_offsets, layout.sizes, m_hat, strict=True):
-            out[:, offset : offset + size] = m
-        out[:, layout.cell_offset :] = np.asarray(c_hat).reshape(n, -1)
-        return out
+        return _project_census(census_layout(spec.counters.attributes), values, None)
 
     def projection_diagonal(self, spec: StreamSpec) -> FloatArray:
         return dense_projection_diagonal(self, spec)
+
+    # budget groups (GroupedKind): the total, each attribute's marginal, the cells
+    def budget_group_ranges(self, counters: CounterSpec) -> tuple[tuple[str, int, int], ...]:
+        if not counters.attribute_weights:
+            return ()
+        layout = census_layout(counters.attributes)
+        marginals = tuple(
+            (attribute.name, offset, offset + size)
+            for attribute, offset, size in zip(
+                counters.attributes, layout.marginal_offsets, layout.sizes, strict=True
+            )
+        )
+        return (("total", 0, 1), *marginals, ("cells", layout.cell_offset, counters.width))
+
+    def group_weights(self, counters: CounterSpec) -> tuple[Decimal, ...]:
+        return counters.attribute_weights
+
+    def project_by_group(
+        self, spec: StreamSpec, values: FloatArray, group_variances: FloatArray
+    ) -> FloatArray:
+        """Row by row: the census closed form under that row's group variances (the nodes of
+        a stream differ in scale, so in their variances)."""
+        layout = census_layout(spec.counters.attributes)
+        k = len(layout.sizes)
+        out = np.empty_like(values)
+        for row in range(values.shape[0]):
+            v = group_variances[row]
+            variances = CensusVariances(
+                total=float(v[0]),
+                marginals=tuple(float(x) for x in v[1 : k + 1]),
+                cells=float(v[k + 1]),
+            )
+            out[row : row + 1] = _project_census(layout, values[row : row + 1], variances)
+        return out
+
+    def projected_variances_by_group(
+        self, spec: StreamSpec, group_variances: FloatArray
+    ) -> FloatArray:
+        layout = census_layout(spec.counters.attributes)
+        k = len(layout.sizes)
+        v = np.asarray(group_variances, dtype=np.float64)
+        total, marginals, cells = census_projected_variances(
+            layout.sizes, v[:, 0], v[:, 1 : k + 1], v[:, k + 1]
+        )
+        out = np.empty((v.shape[0], spec.counters.width))
+        out[:, 0] = total
+        for i, (offset, size) in enumerate(zip(layout.marginal_offsets, layout.sizes, strict=True)):
+            out[:, offset : offset + size] = marginals[:, i : i + 1]
+        out[:, layout.cell_offset :] = cells[:, None]
+        return out
+
+
+def _project_census(
+    layout: CensusLayout, values: FloatArray, variances: CensusVariances | None
+) -> FloatArray:
+    """Rows of census counter vectors projected onto the hierarchy (GLS under ``variances``;
+    None: orthogonally), by the closed form of :func:`census_exact`."""
+    n = values.shape[0]
+    total = values[:, 0]
+    marginals = [
+        values[:, offset : offset + size]
+        for offset, size in zip(layout.marginal_offsets, layout.sizes, strict=True)
+    ]
+    cells = values[:, layout.cell_offset :].reshape((n, *layout.sizes))
+    t_hat, m_hat, c_hat = census_exact(total, marginals, cells, variances)
+    out = np.empty_like(values)
+    out[:, 0] = t_hat
+    for offset, size, m in zip(layout.marginal_offsets, layout.sizes, m_hat, strict=True):
+        out[:, offset : offset + size] = m
+    out[:, layout.cell_offset :] = np.asarray(c_hat).reshape(n, -1)
+    return out
 
 
 class AttributeExtractor(Extractor):
@@ -230,3 +298,37 @@ class AttributeExtractor(Extractor):
 
 
 KIND = AttributesKind()
+
+
+def _attribute_weights(
+    reader: ConfigReader, written: Any, attributes: Sequence[Attribute]
+) -> tuple[Decimal, ...]:
+    """``counters.attribute_weights``: a table with one positive number for ``total``, for
+    every attribute (by name: its marginal) and for ``cells``; their ratios are the groups'
+    shares of the budget. Returned in counter order (total, attributes, cells); absent: ``()``."""
+    if written is None:
+        return ()
+    names = ["total", *(a.name for a in attributes), "cells"]
+    example = "{ " + ", ".join(f"{name} = 1" for name in names) + " }"
+    clash = [a.name for a in attributes if a.name in ("total", "cells")]
+    if clash:
+        raise reader.fail(
+            "counters.attribute_weights",
+            f"the attribute {clash[0]!r} has the name of a group (total, cells); rename it to "
+            "weigh the groups",
+        )
+    table = reader.table(written, "counters.attribute_weights")
+    if set(table) != set(names):
+        missing = [name for name in names if name not in table]
+        unknown = [key for key in table if key not in names]
+        problem = (f"missing {', '.join(missing)}" if missing else "") + (
+            ("; " if missing else "") + f"unknown {', '.join(unknown)}" if unknown else ""
+        )
+        raise reader.fail(
+            "counters.attribute_weights",
+            f"must give one weight to the total, each attribute and the cells, e.g. {example} "
+            f"({problem})",
+        )
+    return tuple(
+        reader.epsilon(table[name], f"counters.attribute_weights.{name}") for name in names
+    )

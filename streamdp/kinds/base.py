@@ -11,12 +11,14 @@ implements :class:`StreamKind`, one line in :data:`streamdp.kinds.KINDS`, its in
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from streamdp.engine.config_reader import ConfigReader
     from streamdp.engine.events import Extractor
     from streamdp.engine.spec import ConstraintSpec, CounterSpec, StreamSpec
@@ -81,6 +83,38 @@ class StreamKind(Protocol):
         """``P_jj`` of :meth:`project` (shape (width,)): how much of a counter's noise
         variance its projection keeps (:func:`dense_projection_diagonal` for a small stream;
         a kind with many counters computes it without the dense matrix)."""
+        ...
+
+
+@runtime_checkable
+class GroupedKind(Protocol):
+    """A kind whose counters fall into budget groups a spec may weight (issue 29; seed 002):
+    contiguous ranges of the counter vector to which one event adds exactly one increment
+    each (a places stream's levels; a census stream's total, each attribute's marginal and its
+    cells). :mod:`streamdp.engine.budget_groups` gives each group its share of the budget."""
+
+    def budget_group_ranges(self, counters: CounterSpec) -> tuple[tuple[str, int, int], ...]:
+        """``(name, start, stop)`` of every group in counter order, covering every counter;
+        empty when the spec weights none."""
+        ...
+
+    def group_weights(self, counters: CounterSpec) -> tuple[Decimal, ...]:
+        """The spec's weight of every group, in the order of :meth:`budget_group_ranges`."""
+        ...
+
+    def project_by_group(
+        self, spec: StreamSpec, values: FloatArray, group_variances: FloatArray
+    ) -> FloatArray:
+        """Every row of ``values`` (shape (n, width)) projected onto the constraints by exact
+        GLS, each group's counters weighted by that group's noise variance in that row
+        (``group_variances``, shape (>= n, groups))."""
+        ...
+
+    def projected_variances_by_group(
+        self, spec: StreamSpec, group_variances: FloatArray
+    ) -> FloatArray:
+        """The noise variance of every counter after :meth:`project_by_group`, shape
+        (n, width), from the groups' node variances (n, groups); exact."""
         ...
 
 

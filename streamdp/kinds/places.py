@@ -54,6 +54,13 @@ class PlacesKind:
     def parse_counters(self, reader: ConfigReader, table: dict[str, Any]) -> CounterSpec:
         from streamdp.engine.spec import CounterSpec
 
+        if "attribute_weights" in table:
+            raise reader.fail(
+                "counters.attribute_weights",
+                "applies to kind = 'attributes' (total, marginals, cells); a places stream's "
+                "cells hold every attribute at once (one event adds to one cell per level): "
+                "weigh its levels with level_weights",
+            )
         reader.only(
             table,
             ("kind", "places", "field", "attributes", "places_sha256", "level_weights"),
@@ -155,6 +162,30 @@ class PlacesKind:
         places = _places(spec.counters)
         cells = spec.counters.width // places.size
         return np.repeat(tree_projection_variances(places.tree), cells)
+
+    # budget groups (GroupedKind): one per level, root first
+    def budget_group_ranges(self, counters: CounterSpec) -> tuple[tuple[str, int, int], ...]:
+        if not counters.level_weights:
+            return ()
+        places = _places(counters)
+        cells = counters.width // places.size
+        return tuple(
+            (f"level {level}", start * cells, stop * cells)
+            for level, (start, stop) in enumerate(places.tree.level_bounds)
+        )
+
+    def group_weights(self, counters: CounterSpec) -> tuple[Decimal, ...]:
+        return counters.level_weights
+
+    def project_by_group(
+        self, spec: StreamSpec, values: FloatArray, group_variances: FloatArray
+    ) -> FloatArray:
+        return project_by_level(spec, values, group_variances)
+
+    def projected_variances_by_group(
+        self, spec: StreamSpec, group_variances: FloatArray
+    ) -> FloatArray:
+        return projected_variances_by_level(spec, group_variances)
 
 
 def project_by_level(
