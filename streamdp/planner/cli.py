@@ -322,12 +322,18 @@ def _run_config(args: argparse.Namespace) -> int:
                 branching=stream.branching,
             )
             rows.append(StreamPlan(name, result, epsilon))
+    from streamdp.planner.attribute_weights import attribute_plan, render_attribute_plan
     from streamdp.planner.level_weights import level_plan, render_level_plan
 
     levels = {
         name: level_plan(stream)
         for name, stream in spec.streams.items()
         if stream.counters.places is not None and args.target_std is None
+    }
+    groups = {
+        name: attribute_plan(stream)
+        for name, stream in spec.streams.items()
+        if stream.counters.kind == "attributes" and args.target_std is None
     }
     costs = {
         name: _unit_costs(stream, args.noise)
@@ -350,6 +356,8 @@ def _run_config(args: argparse.Namespace) -> int:
                 entry["unit_costs"] = [c.as_dict() for c in costs[name]]
             if entry["stream"] in levels:
                 entry["level_weights"] = levels[str(entry["stream"])]
+            if entry["stream"] in groups:
+                entry["attribute_weights"] = groups[str(entry["stream"])]
         sys.stdout.write(json.dumps(plans, indent=2) + "\n")
     else:
         out = [render_streams(rows, args.target_std)]
@@ -371,6 +379,11 @@ def _run_config(args: argparse.Namespace) -> int:
             ]
         out += [
             line for name, plan in levels.items() for line in ("", render_level_plan(name, plan))
+        ]
+        out += [
+            line
+            for name, plan in groups.items()
+            for line in ("", render_attribute_plan(name, plan))
         ]
         sys.stdout.write("\n".join(out) + "\n")
     return 0
