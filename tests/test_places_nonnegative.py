@@ -4,7 +4,9 @@ post-processing of the consistent revisions.
 - the maths: the continuous step equals scipy's constrained solve; the integer split equals an
   exhaustive search over every non-negative integer vector with the parent's sum; the whole
   top-down pass equals a reference written with that search node by node; the exact-rational
-  path agrees and takes over where float arithmetic is not trusted to the unit;
+  path agrees and takes over where float arithmetic is not trusted to the unit; public tie
+  keys (a hash of the period, cell and place) share tied units fairly over periods (with a
+  power check: counter order is rejected), and the exact path agrees under them;
 - properties on random trees and cells: integer, non-negative, every parent exactly the sum of
   its children in every cell, deterministic, rows independent, and a non-negative integer tree
   is returned unchanged;
@@ -30,6 +32,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from scipy.optimize import minimize
+from scipy.stats import chi2
 
 from streamdp.consistency.nonnegative import (
     TopDownIntegers,
@@ -170,7 +173,58 @@ def test_the_float_path_equals_exact_rationals_on_ties_and_wide_magnitudes() -> 
             assert got[row].tolist() == exact_integer_split(c[row].tolist(), int(totals[row]))
 
 
-def test_ties_go_to_the_counter_first_in_order() -> None:
+def test_tie_keys_break_ties_and_the_exact_path_agrees() -> None:
+    """Rows full of ties (integers shifted by one amount, repeated values) with random keys:
+    the vectorised split equals the exact-rational one under the same keys, is still a
+    closest vector, and the keys decide which tied sibling gets a unit."""
+    rng = np.random.default_rng(8)
+    for trial in range(300):
+        k = int(rng.integers(2, 30))
+        c = rng.integers(-3, 20, (3, k)) + rng.normal(0, 2, (3, 1))
+        if trial % 2:
+            c[:, : k // 2] = c[:, :1]
+        totals = np.maximum(np.rint(c.sum(axis=1) + rng.normal(0, 3, 3)), 0).astype(np.int64)
+        keys = rng.integers(0, 2**63, (3, k)).astype(np.uint64)
+        got = closest_integer_split(c, totals, keys)
+        plain = closest_integer_split(c, totals)
+        for row in range(3):
+            assert got[row].tolist() == exact_integer_split(
+                c[row].tolist(), int(totals[row]), keys[row].tolist()
+            )
+            # same distance as the counter-order split: both are closest vectors
+            assert np.sum((got[row] - c[row]) ** 2) == pytest.approx(
+                np.sum((plain[row] - c[row]) ** 2), rel=1e-12, abs=1e-9
+            )
+    keys = np.asarray([[5, 1, 9]], dtype=np.uint64)
+    assert closest_integer_split([[0.5, 0.5, 0.5]], [1], keys).tolist() == [[0, 1, 0]]
+    assert closest_integer_split([[0.5, 0.5, 0.5]], [2], keys).tolist() == [[1, 1, 0]]
+
+
+def test_public_keys_share_tied_units_fairly_over_periods() -> None:
+    """A nation of 1 with four tied states of 0.25 each (every cell, every period): over 4,000
+    periods, each state gets the unit about a quarter of the time (chi-square, p = 1e-6).
+    Power check: counter order (no keys) gives the first state every unit and is rejected."""
+    tree = Tree(np.asarray([-1, 0, 0, 0, 0], dtype=np.int64))
+    cells, periods = 2, 4000
+    values = np.tile(np.asarray([1.0, 0.25, 0.25, 0.25, 0.25]).repeat(cells), (periods, 1))
+    rounding = TopDownIntegers(tree, cells)
+    threshold = chi2.isf(1e-6, df=3)
+
+    def statistic(estimates: npt.NDArray[np.int64]) -> float:
+        wins = estimates[:, cells:].reshape(periods, 4, cells).sum(axis=(0, 2))
+        expected = periods * cells / 4
+        return float(np.sum((wins - expected) ** 2 / expected))
+
+    fair = rounding(values, np.arange(periods))
+    assert np.all(fair[:, cells:].reshape(periods, 4, cells).sum(axis=1) == 1)
+    assert statistic(fair) < threshold
+    assert statistic(rounding(values)) > threshold
+    # a fixed function of the public salt: the same salt, the same estimates
+    assert np.array_equal(rounding(values[:5], np.arange(5)), fair[:5])
+    assert not np.array_equal(rounding(values[:50], np.arange(50) + 1), fair[:50])
+
+
+def test_ties_go_to_the_counter_first_in_order_without_keys() -> None:
     assert closest_integer_split([[0.5, 0.5, 0.5]], [1]).tolist() == [[1, 0, 0]]
     assert closest_integer_split([[0.5, 0.5, 0.5]], [2]).tolist() == [[1, 1, 0]]
     assert closest_integer_split([[-3.0, -3.0]], [1]).tolist() == [[1, 0]]
@@ -253,9 +307,9 @@ def test_huge_values_take_the_exact_path_and_still_add_up(
     exact = module.exact_integer_split
     calls: list[int] = []
 
-    def counted(values: list[float], total: int) -> list[int]:
+    def counted(values: list[float], total: int, keys: list[int] | None = None) -> list[int]:
         calls.append(total)
-        return exact(values, total)
+        return exact(values, total, keys)
 
     monkeypatch.setattr(module, "exact_integer_split", counted)
     # floats near 1e18 are 128 apart: the float split cannot place these units
@@ -390,9 +444,10 @@ def _check_records(spec: EngineSpec, parts: list[dict[str, Any]], periods: int) 
             got = np.asarray([[record[integers][name] for name in names]], dtype=np.int64)
             assert np.all(got >= 0)
             assert _tree_gaps(places.tree, got, cells) == 0
-            # a function of the published consistent values only
+            # a function of the published consistent values and the public period only
             published = np.asarray([[record[values][name] for name in names]])
-            assert np.array_equal(rounding(published), got)
+            period = record["epoch"] * stream.horizon + record["period"] - 1
+            assert np.array_equal(rounding(published, [period]), got)
             negative += int(np.sum(published < 0))
     assert negative  # the noise made consistent values negative: the estimates did work
 

@@ -11,7 +11,8 @@ Top-down, per cell (every leading index of the values is a cell of its own):
    (:func:`closest_integer_split`): the Euclidean projection of the children's values onto
    ``{x >= 0, sum x = v}`` (:func:`simplex_projection`), then each child the floor of its
    projected value, and the ``v - sum of floors`` units left to the largest fractional parts,
-   ties to the child first in counter order.
+   ties broken by a public key per child and row (:func:`public_tie_keys`: a hash of the
+   row's period, the cell and the place; without keys, counter order).
 
 Step 2 is exactly the closest integer vector: for a separable convex cost over integers with a
 fixed sum, the greedy "cheapest next unit" is optimal, and the unit costs left after the floors
@@ -28,10 +29,14 @@ parent has, so each group is one vectorised call): O(nodes x cells x log(fan-out
 Exactness. The one float computed with rounding is ``tau``, the shift of the projection; the
 floors and the order of the fractional parts of ``c - tau`` are then exact
 (:func:`fraction_parts`), so siblings whose published values differ by exactly a whole number
-tie, and ties go to counter order, whatever their magnitudes. (Ties are common: the tree
-projection shifts equally weighted siblings by one amount, and floats of one binade keep the
-same fraction, so a parent's extra units tend to go to its first children; that moves each
-estimate by at most one unit.) A rounding of ``tau`` can move the
+tie, whatever their magnitudes. Ties are common: the tree projection shifts equally weighted
+siblings by one amount, and floats of one binade keep the same fraction. Broken by counter
+order, a parent's extra units would go to its first children in every period (each estimate
+moves by at most one unit, but always the same way); the engine passes keys that rotate them
+over periods, a fixed function of public values (the period, the cell, the place), so every
+tied sibling gets the extra unit about equally often and replay and worker agree. Any
+tie-break gives the same L2 distance: the split stays the closest. A rounding of ``tau`` can
+move the
 answer only where a sibling's fractional part lies within that rounding of ``tau``'s, and the
 sum stays exact; where it would leave the unit count outside ``0..children`` (values near
 2^60), the row is computed in exact rationals (:func:`exact_integer_split`). The tests find
@@ -89,10 +94,13 @@ def simplex_projection(values: npt.ArrayLike, totals: npt.ArrayLike) -> FloatArr
     return out
 
 
-def closest_integer_split(values: npt.ArrayLike, totals: npt.ArrayLike) -> IntArray:
+def closest_integer_split(
+    values: npt.ArrayLike, totals: npt.ArrayLike, tie_keys: npt.ArrayLike | None = None
+) -> IntArray:
     """Per row of ``values`` (shape (..., k)): the non-negative integers summing exactly to the
-    row's total (``totals``, integers >= 0, shape (...)) closest in L2 to the row, ties to the
-    lower index (see the module).
+    row's total (``totals``, integers >= 0, shape (...)) closest in L2 to the row; among equal
+    fractional parts the smaller ``tie_keys`` (shape of ``values``) wins, then the lower index
+    (see the module).
 
     The projected value ``c - tau`` is never formed in floats: its floor and the order of its
     fractional parts follow exactly from the floors and fractional parts of ``c`` and ``tau``
@@ -116,10 +124,11 @@ def closest_integer_split(values: npt.ArrayLike, totals: npt.ArrayLike) -> IntAr
     units = v - whole.sum(axis=-1)
     # rank by fractional part of c - tau, largest first: the wrapped ones (largest c fraction
     # first), then the others (a value at 0 has fractional part 0, like c fraction = tau's);
-    # the sort is stable, so equal fractions keep counter order
+    # equal fractions by tie key, then (the sort is stable) counter order
     high = np.where(positive, c_high, tau_high)
     low = np.where(positive, c_low, tau_low)
-    order = np.lexsort((-low, -high, ~wrapped), axis=-1)
+    keys = np.zeros(c.shape, np.uint64) if tie_keys is None else np.asarray(tie_keys, np.uint64)
+    order = np.lexsort((keys, -low, -high, ~wrapped), axis=-1)
     rank = np.empty_like(order)
     np.put_along_axis(rank, order, np.broadcast_to(np.arange(k), order.shape), axis=-1)
     out: IntArray = whole + (rank < units[..., None])
@@ -128,7 +137,7 @@ def closest_integer_split(values: npt.ArrayLike, totals: npt.ArrayLike) -> IntAr
     unsure = (units < 0) | (units > k)
     if np.any(unsure):
         for at in zip(*np.nonzero(unsure), strict=True):
-            out[at] = exact_integer_split(c[at].tolist(), int(v[at]))
+            out[at] = exact_integer_split(c[at].tolist(), int(v[at]), keys[at].tolist())
     return out
 
 
@@ -144,9 +153,12 @@ def fraction_parts(values: FloatArray) -> tuple[IntArray, FloatArray, FloatArray
     return floors.astype(np.int64), high, low
 
 
-def exact_integer_split(values: Sequence[float], total: int) -> list[int]:
+def exact_integer_split(
+    values: Sequence[float], total: int, tie_keys: Sequence[int] | None = None
+) -> list[int]:
     """:func:`closest_integer_split` of one row in exact rationals (slow; for values whose
     float arithmetic cannot be trusted to the unit)."""
+    keys = [0] * len(values) if tie_keys is None else list(tie_keys)
     c = [Fraction(x) for x in values]
     ordered = sorted(c, reverse=True)
     running = Fraction(0)
@@ -158,10 +170,31 @@ def exact_integer_split(values: Sequence[float], total: int) -> list[int]:
     projected = [max(x - tau, Fraction(0)) for x in c]
     whole = [floor(p) for p in projected]
     units = total - sum(whole)
-    ranked = sorted(range(len(c)), key=lambda i: (-(projected[i] - whole[i]), i))
+    ranked = sorted(range(len(c)), key=lambda i: (-(projected[i] - whole[i]), keys[i], i))
     for i in ranked[:units]:
         whole[i] += 1
     return whole
+
+
+def public_tie_keys(salts: npt.ArrayLike, cells: int, places: int) -> npt.NDArray[np.uint64]:
+    """Tie-break keys of shape (n, cells, places): a 64-bit mix (splitmix64's finaliser) of
+    each row's public ``salts`` (shape (n,), e.g. the absolute period), the cell and the place.
+    A fixed function of public values only, so the estimates stay post-processing and every
+    run computes the same; over salts, each place of a tied group ranks first about equally
+    often."""
+    row = _mix64(np.asarray(salts, dtype=np.int64).astype(np.uint64))[:, None, None]
+    where = np.arange(cells * places, dtype=np.uint64).reshape(1, cells, places)
+    return _mix64(row ^ _mix64(where))
+
+
+def _mix64(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """splitmix64's output function (wrapping uint64 arithmetic), element-wise."""
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        out: npt.NDArray[np.uint64] = z ^ (z >> np.uint64(31))
+    return out
 
 
 @dataclass(frozen=True)
@@ -201,23 +234,31 @@ class TopDownIntegers:
         self.cells = cells
         self._levels = sibling_groups(tree)
 
-    def __call__(self, values: npt.ArrayLike) -> IntArray:
+    def __call__(self, values: npt.ArrayLike, salts: npt.ArrayLike | None = None) -> IntArray:
         """Rows of ``values`` (shape (n, places x cells)) -> int64 of the same shape:
-        non-negative, and every place exactly the sum of its children in every cell."""
+        non-negative, and every place exactly the sum of its children in every cell. Ties
+        between siblings are broken by :func:`public_tie_keys` of ``salts`` (one public
+        integer per row, e.g. the absolute period); None: by counter order."""
         x = np.asarray(values, dtype=np.float64)
         n, places, cells = x.shape[0], self.tree.size, self.cells
         if x.ndim != 2 or x.shape[1] != places * cells:
             raise ValueError(f"values have shape {x.shape}; expected (n, {places * cells})")
         by_cell = tree_values(x.reshape(n, places, cells).transpose(0, 2, 1), self.tree)
-        return self.by_cell(by_cell).transpose(0, 2, 1).reshape(n, -1)
+        keys = None if salts is None else public_tie_keys(salts, cells, places)
+        return self.by_cell(by_cell, keys).transpose(0, 2, 1).reshape(n, -1)
 
-    def by_cell(self, values: FloatArray) -> IntArray:
-        """The estimates of values of shape (..., places), every leading index a cell."""
+    def by_cell(
+        self, values: FloatArray, tie_keys: npt.NDArray[np.uint64] | None = None
+    ) -> IntArray:
+        """The estimates of values of shape (..., places), every leading index a cell
+        (``tie_keys``: the same shape, see :func:`closest_integer_split`)."""
         out = np.zeros(values.shape, dtype=np.int64)
         out[..., 0] = nearest_nonnegative_integers(values[..., 0])
         for groups in self._levels:
             for group in groups:
                 out[..., group.children] = closest_integer_split(
-                    values[..., group.children], out[..., group.parents]
+                    values[..., group.children],
+                    out[..., group.parents],
+                    None if tie_keys is None else tie_keys[..., group.children],
                 )
         return out

@@ -172,7 +172,11 @@ class StreamRevisions:
             count_rows = counts.tolist()
             total_rows = totals.tolist()
             first = max(offset, first_new)
-            integers = self._nonnegative_rows(counts[first - offset :], totals[first - offset :])
+            integers = self._nonnegative_rows(
+                counts[first - offset :],
+                totals[first - offset :],
+                first_period=epoch * self.horizon + first,
+            )
             for p in range(first, offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
                 if grouped is not None:  # each group's own variances, projected per node
@@ -216,15 +220,21 @@ class StreamRevisions:
         return out
 
     def _nonnegative_rows(
-        self, counts: FloatArray, totals: FloatArray
+        self, counts: FloatArray, totals: FloatArray, *, first_period: int
     ) -> list[tuple[list[int] | None, list[int] | None]]:
         """Per row, the non-negative integer estimates of the consistent counts and totals
-        (computed from exactly the published values), or ``(None, None)`` when the stream does
-        not publish them."""
+        (computed from exactly the published values; ties between siblings broken by keys of
+        the row's absolute period, ``first_period`` for the first row, public), or
+        ``(None, None)`` when the stream does not publish them."""
         if self._nonnegative is None:
             return [(None, None)] * counts.shape[0]
+        salts = np.arange(first_period, first_period + counts.shape[0], dtype=np.int64)
         return list(
-            zip(self._nonnegative(counts).tolist(), self._nonnegative(totals).tolist(), strict=True)
+            zip(
+                self._nonnegative(counts, salts).tolist(),
+                self._nonnegative(totals, salts).tolist(),
+                strict=True,
+            )
         )
 
     def _from_nodes(self, nodes: NoisyNodes) -> list[tuple[int, int, FloatArray, FloatArray]]:
