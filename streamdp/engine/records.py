@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from streamdp.consistency.nonnegative import METHOD as NONNEGATIVE_METHOD
+from streamdp.engine.counter_values import plain
 from streamdp.engine.dead_letter_bounds import (
     MAX_DEAD_LETTER_MESSAGE,
     MAX_OFFSET,
@@ -138,17 +139,18 @@ class ConsistentRecord:
     period: int
     period_start: str
     period_end: str
-    counts: dict[str, float]
-    totals: dict[str, float]
+    # counter name -> value: dicts, or views over arrays (CounterValues) for wide streams
+    counts: Mapping[str, float]
+    totals: Mapping[str, float]
     constraint: str
-    count_std: dict[str, float] = field(default_factory=dict)
-    total_std: dict[str, float] = field(default_factory=dict)
+    count_std: Mapping[str, float] = field(default_factory=dict)
+    total_std: Mapping[str, float] = field(default_factory=dict)
     # a wide stream's period is published in ``parts`` records of contiguous counters (each
     # under Kafka's request limit); ``part`` is 1-based. One part: the fields are left out
     part: int = 1
     parts: int = 1
-    nonnegative_counts: dict[str, int] | None = None
-    nonnegative_totals: dict[str, int] | None = None
+    nonnegative_counts: Mapping[str, int] | None = None
+    nonnegative_totals: Mapping[str, int] | None = None
 
     @property
     def key(self) -> str:
@@ -168,10 +170,10 @@ class ConsistentRecord:
             "period_start": self.period_start,
             "period_end": self.period_end,
             "constraint": self.constraint,
-            "counts": self.counts,
-            "totals": self.totals,
-            "count_std": self.count_std,
-            "total_std": self.total_std,
+            "counts": plain(self.counts),
+            "totals": plain(self.totals),
+            "count_std": plain(self.count_std),
+            "total_std": plain(self.total_std),
             **({"part": self.part, "parts": self.parts} if self.parts > 1 else {}),
             **self._nonnegative_fields(),
         }
@@ -181,8 +183,8 @@ class ConsistentRecord:
             return {}
         return {
             "nonnegative_method": NONNEGATIVE_METHOD,
-            "nonnegative_counts": self.nonnegative_counts,
-            "nonnegative_totals": self.nonnegative_totals,
+            "nonnegative_counts": plain(self.nonnegative_counts),
+            "nonnegative_totals": plain(self.nonnegative_totals),
         }
 
     def to_json(self) -> str:

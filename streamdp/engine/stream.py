@@ -30,13 +30,14 @@ from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_gaussian import optimise_gaussian_gls
 from streamdp.continual.strategy import Strategy, build_any_strategy
 from streamdp.engine.budget_groups import budget_groups, open_grouped_bank
+from streamdp.engine.counter_fields import CounterFields
 from streamdp.engine.open_periods import OpenPeriods
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord, ReleaseRecord
 from streamdp.engine.revision import project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
-from streamdp.engine.stream_releases import counter_fields, release_records
+from streamdp.engine.stream_releases import release_records
 from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
 from streamdp.engine.stream_state import StreamState, decode_stream_state, encode_stream_state
 from streamdp.noise.sampler import NoiseSampler
@@ -73,7 +74,7 @@ class StreamRuntime:
         unit_key: bytes | None = None,
     ) -> None:
         self.spec = spec
-        self._fields: list[Mapping[str, object]] | None = None
+        self._fields: CounterFields | None = None
         self.sampler = sampler
         self._spend = spend
         self.clock = PeriodClock(spec.period)
@@ -256,10 +257,10 @@ class StreamRuntime:
         self.next_deadline = self._deadline()
         return added
 
-    def _release_fields(self) -> list[Mapping[str, object]]:
-        """Every counter's own optional release fields, computed at the first close."""
+    def _release_fields(self) -> CounterFields:
+        """Every counter's own optional release fields, made at the first close."""
         if self._fields is None:
-            self._fields = counter_fields(self.spec)
+            self._fields = CounterFields(self.spec)
         return self._fields
 
     def close_next(self) -> list[ReleaseRecord | ConsistentRecord]:

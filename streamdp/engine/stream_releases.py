@@ -5,22 +5,16 @@ constraint span at publication)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from functools import lru_cache
-from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.bank import BankRelease
+from streamdp.engine.counter_fields import CounterFields
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ReleaseRecord
 from streamdp.engine.spec import StreamSpec
 from streamdp.noise.sampler import NoiseSampler
-
-if TYPE_CHECKING:
-    from streamdp.kinds.places_file import Places
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -70,73 +64,10 @@ def unit_fields(spec: StreamSpec) -> dict[str, object]:
     }
 
 
-def group_fields(spec: StreamSpec) -> list[dict[str, object]]:
-    """Per counter, a stream with budget groups says which group the counter is in and what
-    that group spends (``budget_group``: its name, its share of the stream's epsilon or rho,
-    and that amount); empty for a stream without groups."""
-    from streamdp.engine.budget_groups import budget_groups
-
-    out: list[dict[str, object]] = []
-    for group in budget_groups(spec):
-        amount = float(spec.budget) * float(group.share)
-        key = "epsilon" if spec.rho is None else "rho"
-        field = {"name": group.name, "share": float(group.share), key: amount}
-        out += [{"budget_group": field}] * (group.stop - group.start)
-    return out
-
-
-def place_fields(spec: StreamSpec) -> list[dict[str, object]]:
-    """Per counter, a places stream's release says where its counter sits in the public tree
-    (``place``: the place's ``node`` identifier, its ``parent``'s, null at the root, its
-    ``label`` and ``level``, 0 at the root) and, with attributes, its ``cell`` (the feed draws
-    the tree from these); empty for other kinds. Public: the places file is part of the spec."""
-    places = spec.counters.places
-    if spec.counters.kind != "places" or places is None:
-        return []
-    from streamdp.kinds.attributes import cell_names
-
-    attributes = spec.counters.attributes
-    return list(_place_fields(places, tuple(cell_names(attributes)) if attributes else ()))
-
-
-@lru_cache(maxsize=8)
-def _place_fields(places: Places, cells: tuple[str, ...]) -> tuple[dict[str, object], ...]:
-    parent = places.tree.parent.tolist()
-    depth = places.depth.tolist()
-    out: list[dict[str, object]] = []
-    for i, node in enumerate(places.ids):
-        where = {
-            "node": node,
-            "parent": None if parent[i] < 0 else places.ids[parent[i]],
-            "label": places.labels[i],
-            "level": depth[i],
-        }
-        if cells:
-            out += [{"place": where, "cell": cell} for cell in cells]
-        else:
-            out.append({"place": where})
-    return tuple(out)
-
-
 def stream_fields(spec: StreamSpec) -> dict[str, object]:
     """The optional fields every release of the stream carries: its wording, zCDP fields and
     privacy unit."""
     return {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
-
-
-def counter_fields(spec: StreamSpec) -> list[Mapping[str, object]]:
-    """Per counter, its own optional release fields (budget group, place, cell); one shared
-    empty mapping each when it has none. A stream computes this once and every period's
-    records share the mappings (a places stream has up to millions of counters)."""
-    groups, places = group_fields(spec), place_fields(spec)
-    if not groups:
-        return list(places) or [_NOTHING] * len(spec.counters.names)
-    if not places:
-        return list(groups)
-    return [{**group, **place} for group, place in zip(groups, places, strict=True)]
-
-
-_NOTHING: Mapping[str, object] = MappingProxyType({})
 
 
 def release_records(
@@ -148,13 +79,13 @@ def release_records(
     *,
     scale: FloatArray | None,
     integral: bool,
-    fields: list[Mapping[str, object]] | None = None,
+    fields: CounterFields | None = None,
 ) -> list[ReleaseRecord]:
     """The release records of absolute period ``j`` (one per counter, in counter order):
     ``release`` is the counter's noisy close of it, ``scale`` the per-counter ``sqrt(P_jj)``
     of a projected release (None: not projected), ``integral`` whether the mechanism's
-    releases are integers, ``fields`` the stream's :func:`counter_fields` (computed when
-    not given)."""
+    releases are integers, ``fields`` the stream's :class:`CounterFields` (made when not
+    given)."""
     names = spec.counters.names
     epoch, index = divmod(j, spec.horizon)
     start, end = clock.bounds(j)
@@ -174,7 +105,7 @@ def release_records(
     noisy_counts = release.noisy_count.tolist()
     noisy_totals = release.noisy_total.tolist()
     shared = stream_fields(spec)
-    per_counter = counter_fields(spec) if fields is None else fields
+    per_counter = CounterFields(spec) if fields is None else fields
     return [
         ReleaseRecord(
             stream=spec.name,

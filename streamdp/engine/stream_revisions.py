@@ -19,6 +19,7 @@ import numpy.typing as npt
 from streamdp.consistency.nonnegative import TopDownIntegers
 from streamdp.continual.factored_noise import project_rows
 from streamdp.continual.grouped_bank import GroupedBank
+from streamdp.engine.counter_values import CounterValues, float_row
 from streamdp.engine.grouped_variances import GroupedVariances
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord
@@ -73,10 +74,10 @@ def nonnegative_estimator(spec: StreamSpec) -> TopDownIntegers | None:
 
 
 def _named(
-    names: tuple[str, ...], row: list[int] | None, lo: int, hi: int
-) -> dict[str, int] | None:
+    names: tuple[str, ...], row: npt.NDArray[np.int64] | None, lo: int, hi: int
+) -> CounterValues[int] | None:
     """Counters ``lo..hi-1`` of ``row`` by name (None: not published)."""
-    return None if row is None else dict(zip(names[lo:hi], row[lo:hi], strict=True))
+    return None if row is None else CounterValues(names, row, lo, hi)
 
 
 def _scaled_variance(shrink: FloatArray, variance: float | FloatArray) -> list[float]:
@@ -169,8 +170,6 @@ class StreamRevisions:
             first_new = self.revised_through - epoch * self.horizon
             if first_new >= offset + counts.shape[0]:
                 continue  # every period of this epoch was published by an earlier revision
-            count_rows = counts.tolist()
-            total_rows = totals.tolist()
             first = max(offset, first_new)
             integers = self._nonnegative_rows(
                 counts[first - offset :],
@@ -192,7 +191,10 @@ class StreamRevisions:
                     total_stds = _scaled_variance(
                         shrink, counter.total_variance(p + 1) + epoch * final_var
                     )
-                counts_row, totals_row = count_rows[p - offset], total_rows[p - offset]
+                # each part's maps are views over these rows (no per-counter Python objects
+                # until a record is serialised: a wide stream's revision holds millions)
+                counts_row, totals_row = counts[p - offset].copy(), totals[p - offset].copy()
+                count_std_row, total_std_row = float_row(count_stds), float_row(total_stds)
                 integer_counts, integer_totals = integers[p - first]
                 names = self.names
                 for part, (lo, hi) in enumerate(self._parts, start=1):
@@ -205,11 +207,11 @@ class StreamRevisions:
                             period=p + 1,
                             period_start=self.clock.iso(start),
                             period_end=self.clock.iso(end),
-                            counts=dict(zip(names[lo:hi], counts_row[lo:hi], strict=True)),
-                            totals=dict(zip(names[lo:hi], totals_row[lo:hi], strict=True)),
+                            counts=CounterValues(names, counts_row, lo, hi),
+                            totals=CounterValues(names, totals_row, lo, hi),
                             constraint=constraint,
-                            count_std=dict(zip(names[lo:hi], count_stds[lo:hi], strict=True)),
-                            total_std=dict(zip(names[lo:hi], total_stds[lo:hi], strict=True)),
+                            count_std=CounterValues(names, count_std_row, lo, hi),
+                            total_std=CounterValues(names, total_std_row, lo, hi),
                             part=part,
                             parts=len(self._parts),
                             nonnegative_counts=_named(names, integer_counts, lo, hi),
@@ -221,7 +223,7 @@ class StreamRevisions:
 
     def _nonnegative_rows(
         self, counts: FloatArray, totals: FloatArray, *, first_period: int
-    ) -> list[tuple[list[int] | None, list[int] | None]]:
+    ) -> list[tuple[npt.NDArray[np.int64] | None, npt.NDArray[np.int64] | None]]:
         """Per row, the non-negative integer estimates of the consistent counts and totals
         (computed from exactly the published values; ties between siblings broken by keys of
         the row's absolute period, ``first_period`` for the first row, public), or
@@ -231,8 +233,8 @@ class StreamRevisions:
         salts = np.arange(first_period, first_period + counts.shape[0], dtype=np.int64)
         return list(
             zip(
-                self._nonnegative(counts, salts).tolist(),
-                self._nonnegative(totals, salts).tolist(),
+                list(self._nonnegative(counts, salts)),
+                list(self._nonnegative(totals, salts)),
                 strict=True,
             )
         )

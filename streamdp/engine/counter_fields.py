@@ -1,0 +1,140 @@
+"""Each counter's own optional release fields (a budget group's share; a place in the public
+tree and its cell), as lazy mappings.
+
+A places stream has up to millions of counters; a dict of fields per counter (and the place
+dict inside it) held for the stream's life cost about 420 bytes per counter. Here the stream
+keeps the places' columns once (identifiers, parents, labels, levels: the places file's own
+data) and a release gets a three-pointer mapping that builds the ``place`` dict only when the
+record is serialised. The JSON is the same, field for field and in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from streamdp.engine.spec import StreamSpec
+
+if TYPE_CHECKING:
+    from streamdp.kinds.places_file import Places
+
+_NOTHING: Mapping[str, object] = MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class PlaceColumns:
+    """The places of a stream as columns (one entry per place) and its cells."""
+
+    ids: tuple[str, ...]
+    parents: tuple[str | None, ...]
+    labels: tuple[str, ...]
+    levels: tuple[int, ...]
+    cells: tuple[str, ...]  # empty: no attributes (one counter per place)
+
+    def place(self, index: int) -> dict[str, object]:
+        return {
+            "node": self.ids[index],
+            "parent": self.parents[index],
+            "label": self.labels[index],
+            "level": self.levels[index],
+        }
+
+
+@lru_cache(maxsize=8)
+def place_columns(places: Places, cells: tuple[str, ...]) -> PlaceColumns:
+    """:class:`PlaceColumns` of ``places`` (built once per places and cells)."""
+    parent = places.tree.parent.tolist()
+    return PlaceColumns(
+        ids=places.ids,
+        parents=tuple(None if p < 0 else places.ids[p] for p in parent),
+        labels=tuple(places.labels),
+        levels=tuple(places.depth.tolist()),
+        cells=cells,
+    )
+
+
+class PlaceFields(Mapping[str, object]):
+    """Counter ``index``'s fields in a places stream: its ``budget_group`` (when the stream
+    has groups), its ``place`` (``node``, ``parent``, null at the root, ``label``, ``level``,
+    0 at the root) and, with attributes, its ``cell``."""
+
+    __slots__ = ("_columns", "_group", "_index")
+
+    def __init__(
+        self, columns: PlaceColumns, index: int, group: Mapping[str, object] | None
+    ) -> None:
+        self._columns = columns
+        self._index = index
+        self._group = group
+
+    def _keys(self) -> tuple[str, ...]:
+        head = ("budget_group",) if self._group is not None else ()
+        return (*head, "place", "cell") if self._columns.cells else (*head, "place")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys())
+
+    def __len__(self) -> int:
+        return len(self._keys())
+
+    def __getitem__(self, key: str) -> object:
+        columns = self._columns
+        cells = len(columns.cells) or 1
+        if key == "place":
+            return columns.place(self._index // cells)
+        if key == "cell" and columns.cells:
+            return columns.cells[self._index % cells]
+        if key == "budget_group" and self._group is not None:
+            return self._group["budget_group"]
+        raise KeyError(key)
+
+
+class CounterFields:
+    """Per counter (``fields[c]``), its own optional release fields; one shared empty mapping
+    for a counter that has none. Computed once per stream; a places counter's mapping is made
+    when its release is (see the module)."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        from streamdp.engine.budget_groups import budget_groups
+
+        self._width = spec.counters.width
+        key = "epsilon" if spec.rho is None else "rho"
+        #: (start, stop, its fields) of every budget group, in counter order
+        self._groups = [
+            (
+                group.start,
+                group.stop,
+                MappingProxyType(
+                    {
+                        "budget_group": {
+                            "name": group.name,
+                            "share": float(group.share),
+                            key: float(spec.budget) * float(group.share),
+                        }
+                    }
+                ),
+            )
+            for group in budget_groups(spec)
+        ]
+        self._columns: PlaceColumns | None = None
+        places = spec.counters.places
+        if spec.counters.kind == "places" and places is not None:
+            from streamdp.kinds.attributes import cell_names
+
+            attributes = spec.counters.attributes
+            cells = tuple(cell_names(attributes)) if attributes else ()
+            self._columns = place_columns(places, cells)
+
+    def __len__(self) -> int:
+        return self._width
+
+    def __getitem__(self, c: int) -> Mapping[str, object]:
+        if not 0 <= c < self._width:
+            raise IndexError(c)
+        group = next((f for start, stop, f in self._groups if start <= c < stop), None)
+        if self._columns is None:
+            return _NOTHING if group is None else group
+        return PlaceFields(self._columns, c, group)
