@@ -46,7 +46,7 @@ SCHEMA_VERSION = 2
 RecordKind = Literal["release", "consistent", "dead_letter"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReleaseRecord:
     """One counter's noisy release at the close of one period (DESIGN §5 outputs)."""
 
