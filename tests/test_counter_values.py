@@ -1,6 +1,7 @@
 """Records of wide streams hold no per-counter dicts: consistent records' maps are views over
 arrays (streamdp/engine/counter_values.py) and a release's own fields (budget group, place,
-cell) a lazy mapping over the places' columns (streamdp/engine/counter_fields.py). The views
+cell) are built from the places' columns when it is serialised
+(streamdp/engine/counter_fields.py). The views
 behave as the dicts they replace (lookup, order, equality, membership) and serialise to the
 same bytes, so a record built either way publishes identical JSON."""
 
@@ -108,18 +109,19 @@ def test_lazy_place_fields_are_the_fields_written_out(weights: tuple[int, ...]) 
     assert len(fields) == stream.counters.width
     for c in range(stream.counters.width):
         expected = _reference_fields(spec, c)
-        got = fields[c]
+        got = fields.of(c)
         assert list(got) == list(expected)
         assert json.dumps({**got}) == json.dumps(expected)
     with pytest.raises(IndexError):
-        fields[stream.counters.width]
+        fields.of(stream.counters.width)
+    assert fields == CounterFields(stream)
 
 
 def test_a_census_stream_with_weights_has_only_its_group_fields() -> None:
     stream = weighted_census_spec().streams["census"]
     fields = CounterFields(stream)
-    assert dict(fields[0]) == {
+    assert dict(fields.of(0)) == {
         "budget_group": {"name": "total", "share": 1 / 16, "epsilon": 1 / 16}
     }
-    assert fields[stream.counters.width - 1]["budget_group"]["name"] == "cells"  # type: ignore[index]
-    assert dict(CounterFields(small_census_spec().streams["people"])[3]) == {}
+    assert fields.of(stream.counters.width - 1)["budget_group"]["name"] == "cells"  # type: ignore[index]
+    assert dict(CounterFields(small_census_spec().streams["people"]).of(3)) == {}

@@ -1,16 +1,17 @@
 """Each counter's own optional release fields (a budget group's share; a place in the public
-tree and its cell), as lazy mappings.
+tree and its cell), built when a record is serialised.
 
 A places stream has up to millions of counters; a dict of fields per counter (and the place
 dict inside it) held for the stream's life cost about 420 bytes per counter. Here the stream
 keeps the places' columns once (identifiers, parents, labels, levels: the places file's own
-data) and a release gets a three-pointer mapping that builds the ``place`` dict only when the
-record is serialised. The JSON is the same, field for field and in the same order.
+data); every release record of the stream holds the same :class:`CounterFields` and its
+counter index, and builds its fields when serialised. The JSON is the same, field for field
+and in the same order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
@@ -56,46 +57,10 @@ def place_columns(places: Places, cells: tuple[str, ...]) -> PlaceColumns:
     )
 
 
-class PlaceFields(Mapping[str, object]):
-    """Counter ``index``'s fields in a places stream: its ``budget_group`` (when the stream
-    has groups), its ``place`` (``node``, ``parent``, null at the root, ``label``, ``level``,
-    0 at the root) and, with attributes, its ``cell``."""
-
-    __slots__ = ("_columns", "_group", "_index")
-
-    def __init__(
-        self, columns: PlaceColumns, index: int, group: Mapping[str, object] | None
-    ) -> None:
-        self._columns = columns
-        self._index = index
-        self._group = group
-
-    def _keys(self) -> tuple[str, ...]:
-        head = ("budget_group",) if self._group is not None else ()
-        return (*head, "place", "cell") if self._columns.cells else (*head, "place")
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._keys())
-
-    def __len__(self) -> int:
-        return len(self._keys())
-
-    def __getitem__(self, key: str) -> object:
-        columns = self._columns
-        cells = len(columns.cells) or 1
-        if key == "place":
-            return columns.place(self._index // cells)
-        if key == "cell" and columns.cells:
-            return columns.cells[self._index % cells]
-        if key == "budget_group" and self._group is not None:
-            return self._group["budget_group"]
-        raise KeyError(key)
-
-
 class CounterFields:
-    """Per counter (``fields[c]``), its own optional release fields; one shared empty mapping
-    for a counter that has none. Computed once per stream; a places counter's mapping is made
-    when its release is (see the module)."""
+    """Per counter (:meth:`of`), its own optional release fields; one shared empty mapping for
+    a counter that has none. Made once per stream and shared by all its release records: a
+    record asks for its counter's fields only when it is serialised (see the module)."""
 
     def __init__(self, spec: StreamSpec) -> None:
         from streamdp.engine.budget_groups import budget_groups
@@ -131,10 +96,33 @@ class CounterFields:
     def __len__(self) -> int:
         return self._width
 
-    def __getitem__(self, c: int) -> Mapping[str, object]:
+    def of(self, c: int) -> Mapping[str, object]:
+        """Counter ``c``'s fields: its ``budget_group`` (when the stream has groups), its
+        ``place`` (``node``, ``parent``, null at the root, ``label``, ``level``, 0 at the root)
+        and, with attributes, its ``cell``, in that order; built on each call."""
         if not 0 <= c < self._width:
             raise IndexError(c)
         group = next((f for start, stop, f in self._groups if start <= c < stop), None)
-        if self._columns is None:
+        columns = self._columns
+        if columns is None:
             return _NOTHING if group is None else group
-        return PlaceFields(self._columns, c, group)
+        out: dict[str, object] = {} if group is None else dict(group)
+        if columns.cells:
+            cells = len(columns.cells)
+            out["place"] = columns.place(c // cells)
+            out["cell"] = columns.cells[c % cells]
+        else:
+            out["place"] = columns.place(c)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        """The same fields for every counter (two runs of one spec)."""
+        if not isinstance(other, CounterFields):
+            return NotImplemented
+        return (
+            self._width == other._width
+            and self._groups == other._groups
+            and (self._columns is other._columns or self._columns == other._columns)
+        )
+
+    __hash__ = None  # type: ignore[assignment]

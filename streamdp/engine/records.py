@@ -23,7 +23,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from streamdp.consistency.nonnegative import METHOD as NONNEGATIVE_METHOD
 from streamdp.engine.counter_values import plain
@@ -36,6 +36,9 @@ from streamdp.engine.dead_letter_bounds import (
     safe_label,
 )
 from streamdp.engine.events import Reason, is_unicode_text
+
+if TYPE_CHECKING:
+    from streamdp.engine.counter_fields import CounterFields
 
 #: 2: one vocabulary (issue 14): the contribution bound is ``sensitivity`` (was ``delta``) and
 #: the dead-letter reason ``contribution_over_sensitivity`` (was ``contribution_over_delta``);
@@ -76,9 +79,9 @@ class ReleaseRecord:
     # ones only, :class:`streamdp.engine.spec.StreamAbout`) and, for a zCDP stream, its
     # privacy fields (stream_releases.zcdp_fields): optional fields, present when they apply
     optional_fields: dict[str, object] = field(default_factory=dict)
-    # the counter's own optional fields (budget group, place, cell), shared by every period's
-    # release of that counter (stream_releases.counter_fields)
-    counter_fields: Mapping[str, object] = field(default_factory=dict)
+    # the stream's per-counter optional fields (budget group, place, cell), shared by every
+    # release of the stream and asked for this counter's when serialised (CounterFields)
+    counter_fields: CounterFields | None = None
 
     @property
     def key(self) -> str:
@@ -108,7 +111,7 @@ class ReleaseRecord:
             "noise_secure": self.noise_secure,
             "counter_index": self.counter_index,
             **self.optional_fields,
-            **self.counter_fields,
+            **({} if self.counter_fields is None else self.counter_fields.of(self.counter_index)),
         }
 
     def to_json(self) -> str:

@@ -127,7 +127,7 @@ def release_records(
             noise_secure=secure,
             counter_index=c,
             optional_fields=shared,
-            counter_fields=per_counter[c],
+            counter_fields=per_counter,
         )
         for c, counter_name in enumerate(names)
     ]
