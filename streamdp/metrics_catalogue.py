@@ -212,8 +212,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_release_stddev",
         "gauge",
         ("stream",),
-        "Expected standard deviation of the latest noisy running total (exact variance of the "
-        "discrete noise; equal for every counter of the stream, which share one strategy).",
+        "Expected standard deviation of the latest noisy running totals (exact variance of the "
+        "discrete noise): the largest over the stream's counters (they differ when levels or "
+        "attribute groups have their own budgets, or noise is projected at publication).",
     ),
     MetricSpec(
         "streamdp_release_cumulative",

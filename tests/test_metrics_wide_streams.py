@@ -73,3 +73,29 @@ def test_a_narrow_stream_still_exports_every_counter() -> None:
         if sample.name == "streamdp_release_cumulative"
     }
     assert exported == set(spec.streams[stream].counters.names)
+
+
+def test_the_stddev_gauge_is_the_widest_counters_of_the_latest_period() -> None:
+    """A places stream whose levels have their own budgets (the nation's share small): its
+    counters' stds differ, and the gauge reports the largest of the latest period's."""
+    from tests.places_fixture import small_county_spec
+
+    spec = small_county_spec(level_weights=(1, 2, 5))
+    stream = next(iter(spec.streams))
+    engine = Engine(spec, sampler=InsecureSeededSampler(3), record_outputs=True)
+    engine.advance_clock(parse_instant(release_instant(spec, 3)))
+    releases = [r for r in engine.take_changes().outputs if isinstance(r, ReleaseRecord)]
+    latest = [r.total_std for r in releases if r.period == 3]
+    assert min(latest) < max(latest)
+    metrics = StreamdpMetrics()
+    OutcomeObserver(metrics, spec)(
+        BatchOutcome(releases=releases, revisions=[], periods_closed={stream: 3})
+    )
+    (gauge,) = [
+        sample.value
+        for family in text_string_to_metric_families(metrics.exposition().decode("utf-8"))
+        for sample in family.samples
+        if sample.name == "streamdp_release_stddev"
+    ]
+    assert gauge == max(latest)
+    assert gauge != releases[-1].total_std  # the last counter (a county) is not the widest

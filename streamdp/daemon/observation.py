@@ -54,11 +54,19 @@ class OutcomeObserver:
         by_stream: dict[str, dict[str, float]] = {}
         published: dict[str, int] = {}
         last: dict[str, Any] = {}
+        # the largest running-total std of the stream's latest period (counters differ: per
+        # level or group budgets, projections at publication)
+        widest: dict[str, float] = {}
         for release in outcome.releases:
             totals = by_stream.setdefault(release.stream, {})
             if release.counter_index < MAX_COUNTER_SERIES:
                 totals[release.counter] = float(release.noisy_total)
             published[release.stream] = published.get(release.stream, 0) + 1
+            before = last.get(release.stream)
+            if before is None or (before.epoch, before.period) != (release.epoch, release.period):
+                widest[release.stream] = release.total_std
+            else:
+                widest[release.stream] = max(widest[release.stream], release.total_std)
             last[release.stream] = release
         for stream, totals in by_stream.items():
             release = last[stream]
@@ -69,7 +77,7 @@ class OutcomeObserver:
                 epoch=release.epoch,
                 periods_released=release.period,
                 period_seconds=end - start,
-                stddev=release.total_std,
+                stddev=widest[stream],
                 noisy_running_totals=totals,
                 releases=published[stream],
                 # the tick's public instant, never the moment it ran (which a batch in front
