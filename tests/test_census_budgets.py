@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -31,14 +30,12 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from scipy import stats
 
 from streamdp.continual.fenwick import update_chain
 from streamdp.continual.node_budgets import node_scales
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
-from streamdp.engine.records import ConsistentRecord
-from streamdp.engine.replay import read_jsonl, replay
+from streamdp.engine.replay import read_jsonl
 from streamdp.engine.stream import stream_strategy
 from streamdp.errors import ConfigError
 from streamdp.kinds import stream_kind
@@ -51,6 +48,7 @@ from streamdp.planner.attribute_weights import (
 )
 from streamdp.synth import generate, release_instant
 from tests.census_fixture import small_census_spec, small_census_text, weighted_census_spec
+from tests.consistent_draws import consistent_noise_draws, replay_lines, stds_hold
 
 ROOT = Path(__file__).resolve().parents[1]
 WEIGHTS = (1, 1, 2, 6)  # total, sex, age, cells
@@ -195,14 +193,7 @@ def test_the_weighted_projection_is_the_dense_gls_row_by_row(sizes: tuple[int, .
 
 def _replayed(spec: EngineSpec, periods: int, tmp: Path, seed: int) -> Path:
     lines = [line.text for line in generate("census", periods, 20.0, seed=3, spec=spec)]
-    tmp.mkdir(parents=True, exist_ok=True)
-    events = tmp / "events.jsonl"
-    events.write_text("".join(text + "\n" for text in lines), encoding="utf-8")
-    replay(
-        spec, events, tmp / "out", as_of=release_instant(spec, periods),
-        sampler=InsecureSeededSampler(seed),
-    )  # fmt: skip
-    return tmp / "out"
+    return replay_lines(spec, lines, periods, tmp, seed)
 
 
 def _hierarchy_gap(values: dict[str, float]) -> float:
@@ -268,33 +259,9 @@ def test_a_restored_weighted_engine_continues_identically() -> None:
 
 
 @functools.cache
-def _draws(draws: int) -> tuple[Any, Any, Any, Any]:
-    """Consistent period-3 counts and totals of ``draws`` noise draws with no events (the
-    values are the consistent noise) of the weighted small census, and their stds."""
-    spec = small_census_spec(WEIGHTS)
-    spec = replace(
-        spec,
-        streams={
-            n: replace(s, consistency=replace(s.consistency, every_periods=3))
-            for n, s in spec.streams.items()
-        },
-    )
-    counts, totals = [], []
-    declared: ConsistentRecord | None = None
-    for seed in range(draws):
-        engine = Engine(spec, sampler=InsecureSeededSampler(70_000 + seed))
-        records = engine.advance_clock(release_instant(spec, 3))
-        third = next(r for r in records if isinstance(r, ConsistentRecord) and r.period == 3)
-        counts.append(list(third.counts.values()))
-        totals.append(list(third.totals.values()))
-        declared = third
-    assert declared is not None
-    return (
-        np.asarray(counts),
-        np.asarray(totals),
-        np.asarray(list(declared.count_std.values())),
-        np.asarray(list(declared.total_std.values())),
-    )
+def _draws(draws: int) -> tuple[Any, ...]:
+    """Consistent noise draws of the weighted small census (no events)."""
+    return consistent_noise_draws(small_census_spec(WEIGHTS), draws, first_seed=70_000)
 
 
 @pytest.mark.parametrize(("scale", "holds"), [(1.0, True), (1.25, False), (1 / 1.25, False)])
@@ -302,16 +269,7 @@ def test_the_weighted_streams_declared_stds_hold_in_simulation(scale: float, hol
     """Period 3's count and running total, every counter: the sum of squared standardised
     values is within a normal bound at p = 1e-6 (Bonferroni over counters, the spread from
     the sample's fourth moment); stds 25% off must be rejected everywhere."""
-    draws = 3000
-    counts, totals, count_std, total_std = _draws(draws)
-    verdicts = []
-    for values, std in ((counts, count_std), (totals, total_std)):
-        z = values / (std * scale)
-        for column in z.T:
-            statistic = float(np.sum(column**2))
-            spread = np.sqrt(draws * max(float(np.mean(column**4)) - 1.0, 1e-9))
-            bound = stats.norm.isf(1e-6 / (2 * 2 * z.shape[1])) * spread
-            verdicts.append(abs(statistic - draws) <= bound)
+    verdicts = stds_hold(_draws(3000), scale)
     if holds:
         assert all(verdicts)
     else:

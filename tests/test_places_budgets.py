@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -30,7 +29,6 @@ from typing import Any
 import jsonschema
 import numpy as np
 import pytest
-from scipy import stats
 
 from streamdp.consistency.tree import Tree
 from streamdp.continual.fenwick import update_chain
@@ -43,14 +41,14 @@ from streamdp.engine.budget_groups import (
     group_sensitivity,
     open_grouped_bank,
 )
-from streamdp.engine.records import ConsistentRecord
-from streamdp.engine.replay import read_jsonl, replay
+from streamdp.engine.replay import read_jsonl
 from streamdp.engine.stream import stream_strategy
 from streamdp.errors import ConfigError
 from streamdp.kinds.places import project_by_level, projected_variances_by_level
 from streamdp.noise import InsecureSeededSampler
 from streamdp.planner.level_weights import objective_value, optimal_level_weights
 from streamdp.synth import generate, release_instant
+from tests.consistent_draws import consistent_noise_draws, replay_lines, stds_hold
 from tests.places_fixture import small_county_spec, tree_gap
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,14 +185,7 @@ def test_the_weighted_projection_is_the_dense_gls_row_by_row() -> None:
 
 def _replayed(spec: EngineSpec, periods: int, tmp: Path, seed: int) -> Path:
     lines = [line.text for line in generate("county-admissions", periods, 12.0, seed=3, spec=spec)]
-    tmp.mkdir(parents=True, exist_ok=True)
-    events = tmp / "events.jsonl"
-    events.write_text("".join(text + "\n" for text in lines), encoding="utf-8")
-    replay(
-        spec, events, tmp / "out", as_of=release_instant(spec, periods),
-        sampler=InsecureSeededSampler(seed),
-    )  # fmt: skip
-    return tmp / "out"
+    return replay_lines(spec, lines, periods, tmp, seed)
 
 
 def test_a_weighted_stream_replays_consistent_and_says_each_levels_share(tmp_path: Path) -> None:
@@ -276,33 +267,9 @@ def test_a_grouped_bank_draws_every_levels_noise_before_any_level_closes() -> No
 
 
 @functools.cache
-def _draws(draws: int) -> tuple[Any, Any, Any, Any]:
-    """Consistent period-3 counts and totals of ``draws`` noise draws with no events (the
-    values are the consistent noise) of the weighted small county spec, and their stds."""
-    spec = small_county_spec(level_weights=WEIGHTS)
-    spec = replace(
-        spec,
-        streams={
-            n: replace(s, consistency=replace(s.consistency, every_periods=3))
-            for n, s in spec.streams.items()
-        },
-    )
-    counts, totals = [], []
-    declared: ConsistentRecord | None = None
-    for seed in range(draws):
-        engine = Engine(spec, sampler=InsecureSeededSampler(50_000 + seed))
-        records = engine.advance_clock(release_instant(spec, 3))
-        third = next(r for r in records if isinstance(r, ConsistentRecord) and r.period == 3)
-        counts.append(list(third.counts.values()))
-        totals.append(list(third.totals.values()))
-        declared = third
-    assert declared is not None
-    return (
-        np.asarray(counts),
-        np.asarray(totals),
-        np.asarray(list(declared.count_std.values())),
-        np.asarray(list(declared.total_std.values())),
-    )
+def _draws(draws: int) -> tuple[Any, ...]:
+    """Consistent noise draws of the weighted small county spec (no events)."""
+    return consistent_noise_draws(small_county_spec(level_weights=WEIGHTS), draws, 50_000)
 
 
 @pytest.mark.parametrize(("scale", "holds"), [(1.0, True), (1.25, False), (1 / 1.25, False)])
@@ -311,16 +278,7 @@ def test_the_weighted_streams_declared_stds_hold_in_simulation(scale: float, hol
     two read paths, the total's from one path), every counter: the sum of squared
     standardised values is within a normal bound at p = 1e-6 (Bonferroni over counters, the
     spread from the sample's fourth moment); stds 25% off must be rejected everywhere."""
-    draws = 3000
-    counts, totals, count_std, total_std = _draws(draws)
-    verdicts = []
-    for values, std in ((counts, count_std), (totals, total_std)):
-        z = values / (std * scale)
-        for column in z.T:
-            statistic = float(np.sum(column**2))
-            spread = np.sqrt(draws * max(float(np.mean(column**4)) - 1.0, 1e-9))
-            bound = stats.norm.isf(1e-6 / (2 * 2 * z.shape[1])) * spread
-            verdicts.append(abs(statistic - draws) <= bound)
+    verdicts = stds_hold(_draws(3000), scale)
     if holds:
         assert all(verdicts)
     else:

@@ -46,11 +46,12 @@ from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import parse_instant
-from streamdp.engine.replay import read_jsonl, replay
+from streamdp.engine.replay import read_jsonl
 from streamdp.engine.spec_loading import parse_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
+from tests.consistent_draws import replay_lines
 from tests.places_fixture import merged_parts, small_county_spec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -392,17 +393,6 @@ def _lines(spec: EngineSpec, periods: int, rate: float, seed: int) -> list[str]:
     ]
 
 
-def _replayed(spec: EngineSpec, lines: list[str], periods: int, tmp: Path, seed: int) -> Path:
-    tmp.mkdir(parents=True, exist_ok=True)
-    events = tmp / "events.jsonl"
-    events.write_text("".join(text + "\n" for text in lines), encoding="utf-8")
-    replay(
-        spec, events, tmp / "out", as_of=release_instant(spec, periods),
-        sampler=InsecureSeededSampler(seed),
-    )  # fmt: skip
-    return tmp / "out"
-
-
 _INTEGER_MAPS = {"counts": "nonnegative_counts", "totals": "nonnegative_totals"}
 
 
@@ -463,7 +453,7 @@ SPECS = {
 def test_a_replay_publishes_the_estimates_in_every_period(label: str, tmp_path: Path) -> None:
     spec = SPECS[label]()
     periods = 5
-    out = _replayed(spec, _lines(spec, periods, 6.0, seed=3), periods, tmp_path, seed=4)
+    out = replay_lines(spec, _lines(spec, periods, 6.0, seed=3), periods, tmp_path, seed=4)
     parts = read_jsonl(out / "consistent.jsonl")
     assert parts
     _check_records(spec, parts, periods)
@@ -472,7 +462,7 @@ def test_a_replay_publishes_the_estimates_in_every_period(label: str, tmp_path: 
         n: replace(s, consistency=replace(s.consistency, nonnegative_integers=False))
         for n, s in spec.streams.items()
     })  # fmt: skip
-    plain_out = _replayed(plain, _lines(spec, periods, 6.0, seed=3), periods, tmp_path / "p", 4)
+    plain_out = replay_lines(plain, _lines(spec, periods, 6.0, seed=3), periods, tmp_path / "p", 4)
     plain_parts = read_jsonl(plain_out / "consistent.jsonl")
     assert [{k: v for k, v in p.items() if not k.startswith("nonnegative_")} for p in parts] == (
         plain_parts
@@ -484,7 +474,7 @@ def test_the_wide_example_publishes_the_estimates_in_parts_under_the_limit(
 ) -> None:
     spec = _with_nonnegative(example_spec("county-admissions"))
     periods = 2
-    out = _replayed(spec, _lines(spec, periods, 100.0, seed=5), periods, tmp_path, seed=6)
+    out = replay_lines(spec, _lines(spec, periods, 100.0, seed=5), periods, tmp_path, seed=6)
     parts = read_jsonl(out / "consistent.jsonl")
     # six maps per counter instead of four: more parts, each well under 1 MB
     assert {p["parts"] for p in parts} == {5}  # three without the estimates
@@ -499,7 +489,7 @@ def test_the_release_service_publishes_the_replays_estimates(tmp_path: Path) -> 
     spec = _with_nonnegative(small_county_spec())
     periods = 4
     lines = _lines(spec, periods, 8.0, seed=7)
-    out = _replayed(spec, lines, periods, tmp_path, seed=8)
+    out = replay_lines(spec, lines, periods, tmp_path, seed=8)
     expected = read_jsonl(out / "consistent.jsonl")
     window = 3600.0
     batches: dict[int, list[InputRecord]] = defaultdict(list)

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
-import numpy as np
 import numpy.typing as npt
 
 V = TypeVar("V", float, int)
@@ -80,8 +79,3 @@ def plain(values: Mapping[str, V]) -> dict[str, V]:
     if isinstance(values, CounterValues):
         return values.as_dict()
     return values if isinstance(values, dict) else dict(values)
-
-
-def float_row(values: list[float] | npt.NDArray[Any]) -> npt.NDArray[np.float64]:
-    """A row of floats as float64 (exact: Python floats are float64)."""
-    return np.asarray(values, dtype=np.float64)

@@ -19,7 +19,7 @@ import numpy.typing as npt
 from streamdp.consistency.nonnegative import TopDownIntegers
 from streamdp.continual.factored_noise import project_rows
 from streamdp.continual.grouped_bank import GroupedBank
-from streamdp.engine.counter_values import CounterValues, float_row
+from streamdp.engine.counter_values import CounterValues
 from streamdp.engine.grouped_variances import GroupedVariances
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord
@@ -80,9 +80,9 @@ def _named(
     return None if row is None else CounterValues(names, row, lo, hi)
 
 
-def _scaled_variance(shrink: FloatArray, variance: float | FloatArray) -> list[float]:
+def _scaled_variance(shrink: FloatArray, variance: float | FloatArray) -> FloatArray:
     """Per counter ``sqrt(P_jj variance)``."""
-    out: list[float] = np.sqrt(shrink * variance).tolist()
+    out: FloatArray = np.sqrt(shrink * variance)
     return out
 
 
@@ -179,22 +179,21 @@ class StreamRevisions:
             for p in range(first, offset + counts.shape[0]):
                 start, end = self.clock.bounds(epoch * self.horizon + p)
                 if grouped is not None:  # each group's own variances, projected per node
-                    count_stds = np.sqrt(grouped.count(p + 1)).tolist()
-                    total_stds = np.sqrt(grouped.total(p + 1) + epoch * final_var).tolist()
+                    count_std_row = np.sqrt(grouped.count(p + 1))
+                    total_std_row = np.sqrt(grouped.total(p + 1) + epoch * final_var)
                 elif self._noise_ahead:  # the release's own stds, computed as it computed them
                     count_std = counter.count_std(p + 1)
                     total_std = counter.total_std(p + 1)
-                    count_stds = scaled_stds(count_std, scale, self.width)
-                    total_stds = scaled_stds(total_std, scale, self.width)
+                    count_std_row = np.asarray(scaled_stds(count_std, scale, self.width))
+                    total_std_row = np.asarray(scaled_stds(total_std, scale, self.width))
                 else:
-                    count_stds = _scaled_variance(shrink, counter.count_variance(p + 1))
-                    total_stds = _scaled_variance(
+                    count_std_row = _scaled_variance(shrink, counter.count_variance(p + 1))
+                    total_std_row = _scaled_variance(
                         shrink, counter.total_variance(p + 1) + epoch * final_var
                     )
                 # each part's maps are views over these rows (no per-counter Python objects
                 # until a record is serialised: a wide stream's revision holds millions)
                 counts_row, totals_row = counts[p - offset].copy(), totals[p - offset].copy()
-                count_std_row, total_std_row = float_row(count_stds), float_row(total_stds)
                 integer_counts, integer_totals = integers[p - first]
                 names = self.names
                 for part, (lo, hi) in enumerate(self._parts, start=1):
