@@ -17,7 +17,7 @@ import pytest
 
 from streamdp.cli import main
 from streamdp.engine.spec_loading import parse_spec
-from streamdp.planner import cli as planner_cli
+from streamdp.planner import spec_plan
 from streamdp.planner.accuracy import Plan, plan
 from streamdp.planner.target import epsilon_for_std
 from streamdp.planner.unit_cost import alternative_bounds
@@ -109,7 +109,7 @@ def test_config_compare_of_a_zcdp_unit_stream_puts_both_definitions_at_the_unit_
         seen[horizon] = (l1, l2)
         return [plan("binary", "total", horizon, epsilon, l1, points=[horizon])]
 
-    monkeypatch.setattr(planner_cli, "compare_definitions", record)
+    monkeypatch.setattr(spec_plan, "compare_definitions", record)
     assert set(_json(capsys, "plan", "--config", str(config), "--compare")) == {
         "admissions-census",
         "hiv-admissions",

@@ -5,5 +5,6 @@
 - :mod:`streamdp.planner.error_bound`: the exact 95% bound of a sum of node noises;
 - :mod:`streamdp.planner.target`: the epsilon needed for a target standard deviation;
 - :mod:`streamdp.planner.report`: tables for people;
+- :mod:`streamdp.planner.spec_plan`: every stream of a spec (``plan --config``);
 - :mod:`streamdp.planner.cli`: the ``streamdp plan`` command.
 """

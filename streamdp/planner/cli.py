@@ -1,7 +1,8 @@
 """``streamdp plan``: expected error of a continual counter before spending any budget.
 
-One configuration from flags, or every stream of a spec (``--config``); ``--target-std`` turns
-the question round and answers with the epsilon needed for a standard deviation.
+One configuration from flags, or every stream of a spec (``--config``, planned by
+:mod:`streamdp.planner.spec_plan`); ``--target-std`` turns the question round and answers with
+the epsilon needed for a standard deviation.
 ``--max-events-per-period A --max-periods-per-epoch B`` (a spec's ``privacy_unit``) plans per
 privacy unit: the noise calibrated on ``M = A x B`` times one event's sensitivity, with a table
 of what other bounds would cost (:mod:`streamdp.planner.unit_cost`).
@@ -11,31 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
-from fractions import Fraction
-from typing import TYPE_CHECKING, Any
 
-from streamdp.continual.definitions import DEFAULT_DELTA
 from streamdp.continual.kary_config import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
 from streamdp.continual.variance import NOISES
 from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import Plan, compare, plan
-from streamdp.planner.report import StreamPlan, render_comparison, render_streams, render_table
+from streamdp.planner.report import render_comparison, render_table
+from streamdp.planner.spec_plan import compare_spec, plan_spec
 from streamdp.planner.target import epsilon_for_std, planned_std
-from streamdp.planner.unit_cost import (
-    UnitCost,
-    describe_unit,
-    render_unit_costs,
-    unit_costs,
-    unit_summary,
-)
+from streamdp.planner.unit_cost import describe_unit, render_unit_costs, unit_costs, unit_summary
 from streamdp.planner.zcdp import ZCDP_MECHANISMS, compare_definitions, plan_zcdp
-
-if TYPE_CHECKING:
-    from streamdp.engine.spec import StreamSpec
 
 #: Flags that describe one configuration; --config takes all of them from the spec instead.
 _CONFIGURATION_FLAGS = (
@@ -270,166 +259,11 @@ def _run_config(args: argparse.Namespace) -> int:
     if args.compare:
         if args.target_std is not None:
             raise ConfigError("--compare and --target-std answer different questions; pick one")
-        out: list[str] = []
-        data: dict[str, Any] = {}
-        for name, stream in spec.streams.items():
-            if stream.rho is not None:  # zCDP: both definitions at its (epsilon, delta)
-                results = compare_definitions(
-                    stream.horizon,
-                    float(stream.epsilon),
-                    float(stream.noise_sensitivity),
-                    math.sqrt(stream.l2_squared),
-                    Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
-                )
-            else:
-                results = compare(
-                    stream.horizon,
-                    float(stream.epsilon),
-                    float(stream.noise_sensitivity),
-                    args.noise,
-                )
-            data[name] = [r.as_dict() for r in results]
-            out += [f"stream {name}", render_comparison(results), ""]
-        text = json.dumps(data, indent=2) if args.format == "json" else "\n".join(out).rstrip()
-        sys.stdout.write(text + "\n")
-        return 0
-    rows: list[StreamPlan] = []
-    for name, stream in spec.streams.items():
-        if stream.rho is not None:
-            if args.target_std is not None:
-                raise ConfigError(
-                    f"--target-std finds an epsilon; stream {name!r} is zCDP (it spends rho): "
-                    "plan it without --target-std, or with --rho and its flags"
-                )
-            rows.append(
-                StreamPlan(
-                    name,
-                    _plan_stream_at(stream, stream.unit_multiplier, args.noise),
-                )
-            )
-        elif args.target_std is None:
-            rows.append(
-                StreamPlan(name, _plan_stream_at(stream, stream.unit_multiplier, args.noise))
-            )
-        else:
-            epsilon, result = epsilon_for_std(
-                args.target_std,
-                stream.mechanism,
-                stream.objective,
-                stream.horizon,
-                float(stream.noise_sensitivity),
-                args.noise,
-                branching=stream.branching,
-            )
-            rows.append(StreamPlan(name, result, epsilon))
-    from streamdp.planner.attribute_weights import attribute_plan, render_attribute_plan
-    from streamdp.planner.level_weights import level_plan, render_level_plan
-
-    levels = {
-        name: level_plan(stream)
-        for name, stream in spec.streams.items()
-        if stream.counters.places is not None and args.target_std is None
-    }
-    groups = {
-        name: attribute_plan(stream)
-        for name, stream in spec.streams.items()
-        if stream.counters.kind == "attributes" and args.target_std is None
-    }
-    costs = {
-        name: _unit_costs(stream, args.noise)
-        for name, stream in spec.streams.items()
-        if stream.privacy_unit is not None and args.target_std is None
-    }
-    if args.format == "json":
-        plans = [r.as_dict() for r in rows]
-        for entry in plans:
-            if entry["stream"] in costs:
-                name = str(entry["stream"])
-                unit = spec.streams[name].privacy_unit
-                assert unit is not None
-                entry["privacy_unit"] = unit_summary(
-                    unit.max_events_per_period,
-                    unit.max_periods_per_epoch,
-                    _event_sensitivity(spec.streams[name]),
-                    unit.field,
-                )
-                entry["unit_costs"] = [c.as_dict() for c in costs[name]]
-            if entry["stream"] in levels:
-                entry["level_weights"] = levels[str(entry["stream"])]
-            if entry["stream"] in groups:
-                entry["attribute_weights"] = groups[str(entry["stream"])]
-        sys.stdout.write(json.dumps(plans, indent=2) + "\n")
+        text = compare_spec(spec, args.noise, args.format)
     else:
-        out = [render_streams(rows, args.target_std)]
-        for name, table in costs.items():
-            unit = spec.streams[name].privacy_unit
-            assert unit is not None
-            stream = spec.streams[name]
-            out += [
-                "",
-                f"stream {name}: "
-                + describe_unit(
-                    unit.max_events_per_period,
-                    unit.max_periods_per_epoch,
-                    _event_sensitivity(stream),
-                    field=unit.field,
-                    l2=stream.rho is not None,
-                ),
-                render_unit_costs(table, unit.field),
-            ]
-        out += [
-            line for name, plan in levels.items() for line in ("", render_level_plan(name, plan))
-        ]
-        out += [
-            line
-            for name, plan in groups.items()
-            for line in ("", render_attribute_plan(name, plan))
-        ]
-        sys.stdout.write("\n".join(out) + "\n")
+        text = plan_spec(spec, args.noise, args.format, args.target_std)
+    sys.stdout.write(text + "\n")
     return 0
-
-
-def _unit_costs(stream: StreamSpec, noise: str) -> list[UnitCost]:
-    """The stream planned at alternative privacy-unit bounds (:mod:`unit_cost`)."""
-    unit = stream.privacy_unit
-    assert unit is not None
-    return unit_costs(
-        lambda multiplier: _plan_stream_at(stream, multiplier, noise),
-        unit.max_events_per_period,
-        unit.max_periods_per_epoch,
-        stream.horizon,
-    )
-
-
-def _event_sensitivity(stream: StreamSpec) -> float:
-    """One event's sensitivity the stream's noise is a multiple of: L1, or L2 under zCDP."""
-    if stream.rho is not None:
-        return math.sqrt(stream.l2_squared) / stream.unit_multiplier
-    return float(stream.sensitivity)
-
-
-def _plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
-    """The plan of ``stream`` with its noise calibrated on ``multiplier`` times one event's
-    sensitivity (its own unit's multiplier: the stream as configured)."""
-    if stream.rho is not None:
-        return plan_zcdp(
-            stream.mechanism,
-            stream.objective,
-            stream.horizon,
-            Fraction(stream.rho),
-            _event_sensitivity(stream) * multiplier,
-            delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
-            branching=stream.branching,
-        )
-    return plan(
-        stream.mechanism,
-        stream.objective,
-        stream.horizon,
-        float(stream.epsilon),
-        float(stream.sensitivity * multiplier),
-        noise,
-        branching=stream.branching,
-    )
 
 
 def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:

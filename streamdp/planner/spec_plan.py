@@ -1,0 +1,172 @@
+"""``streamdp plan --config SPEC.toml``: every stream of a spec planned with its own values.
+
+Each stream is planned with its mechanism, objective, horizon, budget and sensitivity (at its
+privacy unit's multiplier when it has one), followed by what a privacy unit's bounds cost, and
+the weights of a places stream's levels or a census stream's attribute groups. The one-stream
+flags of ``streamdp plan`` live in :mod:`streamdp.planner.cli`, which calls this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+from streamdp.continual.definitions import DEFAULT_DELTA
+from streamdp.errors import ConfigError
+from streamdp.planner.accuracy import Plan, compare, plan
+from streamdp.planner.report import StreamPlan, render_comparison, render_streams
+from streamdp.planner.target import epsilon_for_std
+from streamdp.planner.unit_cost import (
+    UnitCost,
+    describe_unit,
+    render_unit_costs,
+    unit_costs,
+    unit_summary,
+)
+from streamdp.planner.zcdp import compare_definitions, plan_zcdp
+
+if TYPE_CHECKING:
+    from streamdp.engine.spec import EngineSpec, StreamSpec
+
+
+def event_sensitivity(stream: StreamSpec) -> float:
+    """One event's sensitivity the stream's noise is a multiple of: L1, or L2 under zCDP."""
+    if stream.rho is not None:
+        return math.sqrt(stream.l2_squared) / stream.unit_multiplier
+    return float(stream.sensitivity)
+
+
+def plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
+    """The plan of ``stream`` with its noise calibrated on ``multiplier`` times one event's
+    sensitivity (its own unit's multiplier: the stream as configured)."""
+    if stream.rho is not None:
+        return plan_zcdp(
+            stream.mechanism,
+            stream.objective,
+            stream.horizon,
+            Fraction(stream.rho),
+            event_sensitivity(stream) * multiplier,
+            delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+            branching=stream.branching,
+        )
+    return plan(
+        stream.mechanism,
+        stream.objective,
+        stream.horizon,
+        float(stream.epsilon),
+        float(stream.sensitivity * multiplier),
+        noise,
+        branching=stream.branching,
+    )
+
+
+def stream_unit_costs(stream: StreamSpec, noise: str) -> list[UnitCost]:
+    """The stream planned at alternative privacy-unit bounds (:mod:`unit_cost`)."""
+    unit = stream.privacy_unit
+    assert unit is not None
+    return unit_costs(
+        lambda multiplier: plan_stream_at(stream, multiplier, noise),
+        unit.max_events_per_period,
+        unit.max_periods_per_epoch,
+        stream.horizon,
+    )
+
+
+def compare_spec(spec: EngineSpec, noise: str, output_format: str) -> str:
+    """Every mechanism for each stream's horizon, budget and sensitivity; a zCDP stream is
+    compared under both definitions at its (epsilon, delta)."""
+    out: list[str] = []
+    data: dict[str, Any] = {}
+    for name, stream in spec.streams.items():
+        if stream.rho is not None:
+            results = compare_definitions(
+                stream.horizon,
+                float(stream.epsilon),
+                float(stream.noise_sensitivity),
+                math.sqrt(stream.l2_squared),
+                Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+            )
+        else:
+            results = compare(
+                stream.horizon,
+                float(stream.epsilon),
+                float(stream.noise_sensitivity),
+                noise,
+            )
+        data[name] = [r.as_dict() for r in results]
+        out += [f"stream {name}", render_comparison(results), ""]
+    return json.dumps(data, indent=2) if output_format == "json" else "\n".join(out).rstrip()
+
+
+def _stream_plan(name: str, stream: StreamSpec, noise: str, target_std: float | None) -> StreamPlan:
+    if target_std is None:
+        return StreamPlan(name, plan_stream_at(stream, stream.unit_multiplier, noise))
+    if stream.rho is not None:
+        raise ConfigError(
+            f"--target-std finds an epsilon; stream {name!r} is zCDP (it spends rho): "
+            "plan it without --target-std, or with --rho and its flags"
+        )
+    epsilon, result = epsilon_for_std(
+        target_std,
+        stream.mechanism,
+        stream.objective,
+        stream.horizon,
+        float(stream.noise_sensitivity),
+        noise,
+        branching=stream.branching,
+    )
+    return StreamPlan(name, result, epsilon)
+
+
+def plan_spec(
+    spec: EngineSpec, noise: str, output_format: str, target_std: float | None = None
+) -> str:
+    """Each stream's plan (or, with ``target_std``, the epsilon it needs), then, without a
+    target, the cost of each privacy unit's bounds and the weights of level and attribute
+    budget groups."""
+    from streamdp.planner.attribute_weights import attribute_plan, render_attribute_plan
+    from streamdp.planner.level_weights import level_plan, render_level_plan
+
+    rows = [_stream_plan(name, s, noise, target_std) for name, s in spec.streams.items()]
+    extras: dict[str, StreamSpec] = dict(spec.streams) if target_std is None else {}
+    levels = {n: level_plan(s) for n, s in extras.items() if s.counters.places is not None}
+    groups = {n: attribute_plan(s) for n, s in extras.items() if s.counters.kind == "attributes"}
+    costs = {
+        n: stream_unit_costs(s, noise) for n, s in extras.items() if s.privacy_unit is not None
+    }
+    if output_format == "json":
+        plans = [r.as_dict() for r in rows]
+        for entry in plans:
+            name = str(entry["stream"])
+            unit = spec.streams[name].privacy_unit
+            if name in costs and unit is not None:
+                entry["privacy_unit"] = unit_summary(
+                    unit.max_events_per_period,
+                    unit.max_periods_per_epoch,
+                    event_sensitivity(spec.streams[name]),
+                    unit.field,
+                )
+                entry["unit_costs"] = [c.as_dict() for c in costs[name]]
+            if name in levels:
+                entry["level_weights"] = levels[name]
+            if name in groups:
+                entry["attribute_weights"] = groups[name]
+        return json.dumps(plans, indent=2)
+    out = [render_streams(rows, target_std)]
+    for name, table in costs.items():
+        stream = spec.streams[name]
+        unit = stream.privacy_unit
+        assert unit is not None
+        described = describe_unit(
+            unit.max_events_per_period,
+            unit.max_periods_per_epoch,
+            event_sensitivity(stream),
+            field=unit.field,
+            l2=stream.rho is not None,
+        )
+        out += ["", f"stream {name}: {described}", render_unit_costs(table, unit.field)]
+    out += [line for name, p in levels.items() for line in ("", render_level_plan(name, p))]
+    out += [line for name, p in groups.items() for line in ("", render_attribute_plan(name, p))]
+    return "\n".join(out)
