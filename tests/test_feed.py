@@ -646,12 +646,30 @@ _MEASURE = """<script>
 const texts = [...document.querySelectorAll("svg text")];
 const heights = texts.map(t => t.getBoundingClientRect().height).filter(h => h > 0);
 const tables = [...document.querySelectorAll("table")];
+// a chart's text drawn beyond its chart's box is cut off; two texts of a chart that cross
+// are unreadable
+const inside = (r, box) => r.left >= box.left - 0.5 && r.right <= box.right + 0.5
+  && r.top >= box.top - 0.5 && r.bottom <= box.bottom + 0.5;
+const cross = (a, b) => a.left < b.right && b.left < a.right && a.top < b.bottom
+  && b.top < a.bottom;
+const clipped = [], crossing = [];
+for (const svg of document.querySelectorAll("svg")) {
+  const box = svg.getBoundingClientRect();
+  const own = [...svg.querySelectorAll("text")].map(t => [t, t.getBoundingClientRect()])
+    .filter(([, r]) => r.width > 0);
+  for (const [t, r] of own) if (!inside(r, box)) clipped.push(t.textContent);
+  own.forEach(([t, r], i) => own.slice(i + 1).forEach(([u, q]) => {
+    if (cross(r, q)) crossing.push(`${t.textContent} / ${u.textContent}`);
+  }));
+}
 parent.document.body.dataset.measure = JSON.stringify({
   viewport: window.innerWidth,
   page: document.documentElement.scrollWidth,
   smallest_text: Math.min(...heights),
   texts: heights.length,
   tables_outside_wrap: tables.filter(t => !t.closest(".table-wrap")).length,
+  clipped_texts: clipped,
+  crossing_texts: crossing,
   status: document.getElementById("status").textContent,
   source: document.getElementById("source").textContent,
 });
@@ -752,6 +770,8 @@ def test_the_page_fits_a_phone_and_a_desktop(
     assert measure["tables_outside_wrap"] == 0, measure
     assert measure["texts"] > 0
     assert measure["smallest_text"] >= 9.0, measure  # px on screen, at every width
+    assert measure["clipped_texts"] == [], measure  # chart titles wrap instead
+    assert measure["crossing_texts"] == [], measure
     # no address, port or server path on a public page; the data's own date, not the reader's
     assert "127.0.0.1" not in dom
     assert str(tmp_path) not in dom

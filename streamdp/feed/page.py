@@ -31,9 +31,9 @@ th, td { padding: .2em .7em; text-align: right; border-bottom: 1px solid #dde3ea
          white-space: nowrap; }
 @media (max-width: 600px) { th, td { padding: .2em .35em; } }
 select { max-width: 100%; }
-@media print { #status, select { display: none; } svg { break-inside: avoid; } }
+@media print { #status, select { display: none; } .chart { break-inside: avoid; } }
 th:first-child, td:first-child { text-align: left; }
-svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3em 0 1em; }
+svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; }
 .band { fill: #9cc3e6; fill-opacity: .45; stroke: none; }
 .series-line { fill: none; stroke: #1f5f99; stroke-width: 1.6; }
 .consistent-line { fill: none; stroke: #c0392b; stroke-width: 1.4; stroke-dasharray: 5 3; }
@@ -46,7 +46,9 @@ svg { background: #fbfcfd; border: 1px solid #dde3ea; display: block; margin: .3
 .marginal h4 { margin: .6em 0 0; }
 .axis { stroke: #6b7785; stroke-width: 1; }
 .tick { font-size: 11px; fill: #394b5e; }
-.legend { font-size: 12px; fill: #1d2733; }
+.chart { margin: .3em 0 1em; }
+.chart figcaption { font-size: .9em; color: #1d2733; margin-bottom: .2em; }
+.caption-note { color: #5d6b7a; }
 #status { color: #5d6b7a; font-size: .9em; }
 button.link { background: none; border: 0; padding: 0; font: inherit; color: #1f5f99;
               text-decoration: underline; cursor: pointer; text-align: left; }

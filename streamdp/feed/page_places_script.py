@@ -143,11 +143,10 @@ function placesBody(stream, sec, unit) {
     const counts = series.map(p => ({y: p.noisy_count, lo: p.noisy_count - p.count_half_width95,
       hi: p.noisy_count + p.count_half_width95, label: periodLabel(p), epoch: p.epoch}));
     const totalChart = chart(`${label}${cellName}: running total${unit} (line), 95% band `
-                             + "(shaded), consistent total (dashed)", totals, {line: true});
-    totalChart.setAttribute("class", "chart-totals");
+                             + "(shaded), consistent total (dashed)", totals,
+                             {line: true, kind: "totals"});
     const countChart = chart(`${label}${cellName}: noisy count${unit} per period, with 95% `
-                             + "interval", counts, {line: false});
-    countChart.setAttribute("class", "chart-counts");
+                             + "interval", counts, {line: false, kind: "counts"});
     sec.append(totalChart, countChart);
   } else if (counters) {
     note.textContent = "No releases of this place yet.";

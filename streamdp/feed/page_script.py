@@ -22,6 +22,8 @@ SCRIPT = r"""
 const POLL_MS = __POLL__;
 const BAND_SD = __BAND_SD__;
 const SVG = "http://www.w3.org/2000/svg";
+// the most a character of the charts' 11 px tick text is wide, to place words that must fit
+const CHAR_PX = 7;
 let feed = JSON.parse(document.getElementById("feed-data").textContent);
 const chosen = {};
 
@@ -71,17 +73,21 @@ function ticks(lo, hi) {
   return out;
 }
 
-// One chart: x = position in the series, y = values; band = [lo, hi] per point or null.
+// One chart, titled by a caption that wraps at any width: x = position in the series,
+// y = values; opts.line draws a line with a shaded band, else points with error bars;
+// opts.kind names it (class chart-<kind> on its svg).
 function chart(title, points, opts) {
   // drawn at the width it is shown at, so its text keeps its size on a phone
   const W = Math.max(300, Math.min(1100, document.getElementById("streams").clientWidth || 1000));
-  const H = W < 600 ? 220 : 260, L = W < 600 ? 52 : 70, R = 12, T = 28, B = 34;
+  const H = W < 600 ? 210 : 250, L = W < 600 ? 52 : 70, R = 12, T = 14, B = 34;
+  const caption = el("figcaption", {class: "legend"}, title);
   const svg = el("svg:svg", {viewBox: `0 0 ${W} ${H}`, width: "100%", role: "img",
-                             "aria-label": title, "data-points": points.length});
-  svg.append(el("svg:text", {x: L, y: 18, class: "legend"}, title));
+                             class: `chart-${opts.kind}`, "aria-label": title,
+                             "data-points": points.length});
+  const figure = el("figure", {class: "chart"}, caption, svg);
   if (!points.length) {
     svg.append(el("svg:text", {x: L, y: H / 2, class: "tick"}, "no releases yet"));
-    return svg;
+    return figure;
   }
   let lo = Infinity, hi = -Infinity;
   for (const p of points) {
@@ -98,15 +104,26 @@ function chart(title, points, opts) {
   }
   svg.append(el("svg:line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}));
   svg.append(el("svg:line", {x1: L, x2: W - R, y1: y(0), y2: y(0), class: "zero"}));
-  svg.append(el("svg:text", {x: L, y: H - 10, class: "tick"}, points[0].label));
-  svg.append(el("svg:text", {x: W - R, y: H - 10, "text-anchor": "end", class: "tick"},
-                points[n - 1].label));
-  // where a new epoch starts (its running totals start again from zero)
+  // the first and last period under the axis; one line each when both fit, else stacked
+  const first = points[0].label, last = points[n - 1].label;
+  const sideBySide = (first.length + last.length + 3) * CHAR_PX < W - L - R;
+  svg.append(el("svg:text", {x: L, y: H - (sideBySide ? 10 : 20), class: "tick"}, first));
+  if (n > 1) {
+    svg.append(el("svg:text", {x: W - R, y: H - (sideBySide ? 10 : 4), "text-anchor": "end",
+                               class: "tick"}, last));
+  }
+  // where a new epoch starts (its running totals start again from zero); a mark's words
+  // only where they do not run into the previous mark's
+  let freeFrom = -Infinity;
   points.forEach((p, i) => {
     if (i > 0 && p.epoch !== points[i - 1].epoch) {
-      const at = (x(i - 1) + x(i)) / 2;
+      const at = (x(i - 1) + x(i)) / 2, words = `epoch ${p.epoch}`;
       svg.append(el("svg:line", {x1: at, x2: at, y1: T, y2: H - B, class: "epoch-mark"}));
-      svg.append(el("svg:text", {x: at + 3, y: T + 10, class: "tick"}, `epoch ${p.epoch}`));
+      const wide = (words.length + 1) * CHAR_PX;
+      if (at + 3 >= freeFrom && at + 3 + wide <= W - R) {
+        svg.append(el("svg:text", {x: at + 3, y: T + 10, class: "tick"}, words));
+        freeFrom = at + 3 + wide;
+      }
     }
   });
   if (opts.line) {
@@ -117,8 +134,9 @@ function chart(title, points, opts) {
     if (thickest < 3) {
       // at this scale the band is thinner than the line: say how wide it is instead
       const widest = Math.max(...points.map(p => p.hi - p.y));
-      svg.append(el("svg:text", {x: W - R, y: 18, "text-anchor": "end", class: "tick"},
-                    `95% band ±${num(widest, 0)} at most: thinner than the line here`));
+      caption.append(el("span", {class: "caption-note"},
+                        ` The 95% band is ±${num(widest, 0)} at most: thinner than the line `
+                        + "at this scale."));
     }
     const line = points.map((p, i) => `${x(i)},${y(p.y)}`);
     svg.append(el("svg:path", {d: "M" + line.join(" L"), class: "series-line"}));
@@ -134,7 +152,7 @@ function chart(title, points, opts) {
                     el("svg:title", {}, `${p.label}: ${p.y} \u00b1 ${num(p.hi - p.y, 1)}`)));
     });
   }
-  return svg;
+  return figure;
 }
 
 // a consistent value with its 95% half-width when the record carries its standard deviation
@@ -238,11 +256,9 @@ function streamSection(stream) {
                                    epoch: p.epoch}));
   const totalChart = chart(
     `${current}: running total${unit} (line), 95% band (shaded), consistent total (dashed)`,
-    totals, {line: true});
-  totalChart.setAttribute("class", "chart-totals");
+    totals, {line: true, kind: "totals"});
   const countChart = chart(`${current}: noisy count${unit} per period, with 95% interval`,
-                           counts, {line: false});
-  countChart.setAttribute("class", "chart-counts");
+                           counts, {line: false, kind: "counts"});
   sec.append(totalChart, countChart);
 
   const latest = stream.latest_period;
