@@ -32,8 +32,10 @@ import pytest
 
 from streamdp.consistency.tree import Tree
 from streamdp.continual.fenwick import update_chain
+from streamdp.continual.grouped_bank import GroupedBank
 from streamdp.continual.node_budgets import node_scales
 from streamdp.daemon.checkpoint import join_snapshot
+from streamdp.daemon.exits import fatal_exit
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.budget_groups import (
     budget_groups,
@@ -43,7 +45,7 @@ from streamdp.engine.budget_groups import (
 )
 from streamdp.engine.replay import read_jsonl
 from streamdp.engine.stream import stream_strategy
-from streamdp.errors import ConfigError
+from streamdp.errors import ConfigError, StateError
 from streamdp.kinds.places import project_by_level, projected_variances_by_level
 from streamdp.noise import InsecureSeededSampler
 from streamdp.planner.level_weights import objective_value, optimal_level_weights
@@ -264,6 +266,35 @@ def test_a_grouped_bank_draws_every_levels_noise_before_any_level_closes() -> No
         bank.close_period(np.zeros(stream.counters.width, dtype=np.int64))
     assert bank.periods_closed == 0
     assert all(c.periods_closed == 0 for _, _, c in bank.groups)
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda group: group.pop("start"),
+        lambda group: group.update(stop="6"),
+        lambda group: group.update(counter=7),
+    ],
+)
+def test_a_malformed_grouped_state_is_refused_without_quoting_its_sums(corrupt: Any) -> None:
+    """A budget group's state holds raw partial sums (pending Fenwick nodes), and the worker
+    logs a StateError's text: the refusal names the group by position, never its contents."""
+    spec = small_county_spec(level_weights=WEIGHTS)
+    stream = next(iter(spec.streams.values()))
+    strategy = stream_strategy(stream)
+    assert not isinstance(strategy, tuple)
+    bank = open_grouped_bank(stream, strategy, InsecureSeededSampler(1), noise_label="x")
+    raw = np.zeros(stream.counters.width, dtype=np.int64)
+    raw[:4] = [424242, 414141, 171717, 161616]
+    bank.close_period(raw)
+    state = json.loads(json.dumps(bank.state()))
+    assert "424242" in json.dumps(state["groups"][0]["counter"])  # the sums are in the state
+    corrupt(state["groups"][0])
+    with pytest.raises(StateError, match="budget group 0") as refused:
+        GroupedBank.from_state(state, InsecureSeededSampler(1))
+    assert not any(str(v) in str(refused.value) for v in raw[:4])
+    _status, line = fatal_exit(refused.value)
+    assert not any(str(v) in line for v in raw[:4])
 
 
 @functools.cache

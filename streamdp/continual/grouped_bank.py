@@ -215,14 +215,19 @@ class GroupedBank:
         if not isinstance(groups, list) or not groups or not isinstance(nodes, list):
             raise StateError("a grouped bank state needs its groups and its noisy nodes")
         restored: list[tuple[int, int, ContinualCounter]] = []
-        for group in groups:
+        for index, group in enumerate(groups):
+            # the messages name the group by position only: a group's counter state holds raw
+            # partial sums, and a StateError's text reaches the worker's log
             try:
                 start, stop = group["start"], group["stop"]
                 counter = dict(group["counter"])
             except (KeyError, TypeError, ValueError):
-                raise StateError(f"malformed budget group in the state: {group!r}") from None
+                raise StateError(
+                    f"budget group {index} of the state is malformed (it needs start, stop "
+                    "and counter)"
+                ) from None
             if not isinstance(start, int) or not isinstance(stop, int):
-                raise StateError(f"a budget group's range must be integers: {group!r}")
+                raise StateError(f"budget group {index}'s start and stop must be integers")
             try:
                 counter["noisy_nodes"] = [list(row)[start:stop] for row in nodes]
             except TypeError:
