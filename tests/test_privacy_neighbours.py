@@ -33,6 +33,7 @@ from streamdp.engine import EngineSpec
 from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
 from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
+from streamdp.kinds import stream_kind
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
 from tests.census_fixture import weighted_census_spec
@@ -99,8 +100,12 @@ def _event(records: list[Record], index: int) -> dict[str, Any]:
     return data
 
 
-def _other_content(spec: EngineSpec, event: dict[str, Any]) -> dict[str, Any]:
-    """The same event id and time with different counted content."""
+def _other_content(
+    spec: EngineSpec, event: dict[str, Any], records: list[Record]
+) -> dict[str, Any]:
+    """The same event id and time with different counted content: another combo, or every
+    attribute set to another value seen in ``records`` (so each stream that reads any
+    attribute counts the record elsewhere: :func:`test_the_forged_record_counts_elsewhere`)."""
     changed = dict(event)
     if "items" in event:
         stream = next(iter(spec.streams.values()))
@@ -110,9 +115,15 @@ def _other_content(spec: EngineSpec, event: dict[str, Any]) -> dict[str, Any]:
         options = [{k: q for k, q in c.items() if q} for c in combos]
         changed["items"] = next(o for o in options if o != event["items"])
     else:
-        attributes = dict(event["attributes"])
-        attributes["hiv_positive"] = not attributes.get("hiv_positive", False)
-        changed["attributes"] = attributes
+        seen: dict[str, list[Any]] = defaultdict(list)
+        for record in records:
+            for key, value in json.loads(record.text).get("attributes", {}).items():
+                if value not in seen[key]:
+                    seen[key].append(value)
+        changed["attributes"] = {
+            key: next((v for v in seen[key] if v != value), value)
+            for key, value in event["attributes"].items()
+        }
     return changed
 
 
@@ -138,7 +149,7 @@ def _neighbour(kind: str, spec: EngineSpec, records: list[Record]) -> list[Recor
     elif kind == "reused_id_first":
         # the victim's id with other content, arriving just before the victim
         victim = _event(records, middle)
-        forged = _other_content(spec, victim)
+        forged = _other_content(spec, victim, records)
         out.insert(middle, Record(json.dumps(forged), records[middle].arrival - 1.0))
     elif kind == "exact_duplicate":
         out.insert(middle + 1, Record(records[middle].text, records[middle].arrival))
@@ -280,6 +291,22 @@ def test_one_hostile_record_moves_no_schedule_and_at_most_the_sensitivity_in_the
     other = _via_daemon(scenario, _neighbour(kind, spec, records), periods)
     assert any(o["kind"] == "release" for o in base)
     _assert_neighbours(spec, base, other)
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_forged_record_counts_elsewhere(scenario: str) -> None:
+    """'reused_id_first' has power: its forged record, counted on its own, moves a counter the
+    victim does not (in every stream), so a record reusing an id that displaced the first
+    would change the releases by two contributions and fail the bound. (It flipped only
+    ``hiv_positive`` once, which the census and places streams never read: there the forged
+    record counted exactly like its victim and a displacement would have gone unseen.)"""
+    spec, records, _ = _dataset(scenario)
+    victim = _event(records, len(records) // 2)
+    forged = _other_content(spec, victim, records)
+    assert forged["event_id"] == victim["event_id"]
+    for stream in spec.streams.values():
+        extract = stream_kind(stream.counters.kind).extractor(stream).contribution
+        assert sorted(extract(forged)) != sorted(extract(victim)), stream.name
 
 
 def test_the_check_has_power_a_record_that_counts_moves_the_totals() -> None:
