@@ -310,6 +310,9 @@ def test_the_places_page_fits_a_phone_and_a_desktop(
     assert measure["page"] <= width, measure
     assert measure["tables_outside_wrap"] == 0, measure
     assert measure["smallest_text"] >= 9.0, measure
+    assert measure["texts"] > 0, measure  # a place's charts are drawn in the first view
+    assert measure["clipped_texts"] == [], measure
+    assert measure["crossing_texts"] == [], measure
     # the first view stays small at 6,388 counters: the tree and two periods' columns
     assert (county_site / "index.html").stat().st_size < 3_000_000
 
