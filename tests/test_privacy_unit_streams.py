@@ -6,7 +6,9 @@ closed, several on one day) run with the same seeded noise, so the noise cancels
 difference is the patient's own effect. On both paths (the file replay and the daemon's
 release service over a state table, with a restart in the middle) we assert the release
 schedule is identical and, per stream and epoch, the released counts move in L1 by at most the
-declared unit sensitivity (``sensitivity`` in the records: M x one event's). The check has
+declared unit sensitivity (``sensitivity`` in the records: M x one event's), and, with budget
+shares per attribute group (``+weights``), the loss summed over the groups is at most the
+stream's epsilon (measured tight: the hostile patient spends exactly 0.5 of 0.5). The check has
 power: the same patient moves a flag stream by exactly M x Delta, and by every admission when
 the stream protects events only.
 """
@@ -24,6 +26,7 @@ from service_steps import apply_writes as _apply
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.engine import Engine, EngineSpec
+from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
 from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.spec_loading import parse_spec
@@ -74,7 +77,7 @@ period = {{ unit = "day", timezone = "UTC", start = "2024-01-01" }}
 counters = {{ kind = "attributes", attributes = [
     {{ name = "sex", categories = ["f", "m"] }},
     {{ name = "ward", categories = ["a", "b"] }},
-] }}
+]{weights} }}
 constraints = {{ kind = "hierarchy" }}
 consistency = {{ every_periods = 0, at_epoch_end = true }}
 {unit_census}
@@ -85,17 +88,21 @@ UNIT_HIV = (
 UNIT_CENSUS = (
     'privacy_unit = { field = "patient_id", max_events_per_period = 1, max_periods_per_epoch = 4 }'
 )
-MECHANISMS = ["fda", "kary_gls", "zcdp+binary", "zcdp+blt"]
+#: "+weights": the census stream's total, marginals and cells each their own budget share
+MECHANISMS = ["fda", "kary_gls", "zcdp+binary", "zcdp+blt", "fda+weights", "zcdp+binary+weights"]
+WEIGHTS = ", attribute_weights = {{ total = 1, sex = 1, ward = 2, cells = 4 }}"
 
 
 def _spec(mechanism: str, *, units: bool = True) -> EngineSpec:
-    definition, _, name = mechanism.rpartition("+")
+    weighted = mechanism.endswith("+weights")
+    definition, _, name = mechanism.removesuffix("+weights").rpartition("+")
     zcdp = definition == "zcdp"
     text = (SOURCE_ZCDP if zcdp else SOURCE_PURE) + STREAMS.format(
         budget='privacy = { definition = "zcdp", rho = 0.25 }' if zcdp else "epsilon = 0.5",
         mechanism=name,
         unit_hiv=UNIT_HIV if units else "",
         unit_census=UNIT_CENSUS if units else "",
+        weights=WEIGHTS.format() if weighted else "",
     )
     return parse_spec(text)
 
@@ -224,6 +231,22 @@ def _assert_within_unit_sensitivity(spec: EngineSpec, base: list[Any], other: li
     for (stream, epoch, period), l1 in totals.items():
         bound = spec.streams[stream].noise_sensitivity * (epoch + 1)  # the epochs so far
         assert l1 <= bound + slack, f"{stream} {epoch}/{period}: totals moved {l1} > {bound}"
+    # budget groups (pure DP): what the unit moved in each group, over the group's unit-level
+    # bound, times its epsilon, adds up to at most the stream's epsilon per epoch
+    changed = {o["key"]: o for o in other if o["kind"] == "release"}
+    loss: dict[tuple[str, int], float] = defaultdict(float)
+    for a in (o for o in base if o["kind"] == "release"):
+        stream = spec.streams[a["stream"]]
+        if stream.rho is not None:
+            continue
+        for group in budget_groups(stream):
+            if group.start <= a["counter_index"] < group.stop:
+                moved = abs(a["noisy_count"] - changed[a["key"]]["noisy_count"])
+                rate = group_epsilon(stream, group) / group_sensitivity(stream, group)
+                loss[(a["stream"], a["epoch"])] += moved * rate
+    for (stream, epoch), spent in loss.items():
+        epsilon = float(spec.streams[stream].epsilon)
+        assert spent <= epsilon + 1e-6, f"{stream} epoch {epoch}: loss {spent} > {epsilon}"
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -368,7 +391,11 @@ def test_an_engine_without_the_key_is_refused() -> None:
 )
 def test_bad_privacy_units_are_refused_with_where_and_why(unit: str, message: str) -> None:
     text = SOURCE_PURE + STREAMS.format(
-        budget="epsilon = 0.5", mechanism="fda", unit_hiv=f"privacy_unit = {unit}", unit_census=""
+        budget="epsilon = 0.5",
+        mechanism="fda",
+        unit_hiv=f"privacy_unit = {unit}",
+        unit_census="",
+        weights="",
     )
     with pytest.raises(ConfigError, match="stream 'hiv'") as info:
         parse_spec(text)
