@@ -52,10 +52,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-volume-metrics",
         action="store_true",
-        help="export records read, rejected by reason and consumer lag on /metrics, and show "
-        "input offsets in stall and gap log lines and the SIGUSR1 dump: they reveal input "
-        "volume, so /metrics, /status and the logs become PROTECTED surfaces (default off; "
-        "or STREAMDP_METRICS_INPUT_VOLUME=1)",
+        help="export records read, rejected by reason, dropped by a privacy unit's bounds and "
+        "consumer lag on /metrics (and batches_processed on /status), and show input offsets "
+        "in stall and gap log lines and the SIGUSR1 dump: they reveal input volume, so "
+        "/metrics, /status and the logs become PROTECTED surfaces (default off; or "
+        "STREAMDP_METRICS_INPUT_VOLUME set to anything but 0, false or no)",
     )
     parser.add_argument(
         "--session-timeout", type=float, help="consumer group session timeout, seconds"
@@ -102,7 +103,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-seconds",
         type=float,
-        help="longest wait to fill a batch, seconds (default 0.2; bounds period-close latency)",
+        help="batch input path: longest wait for a batch's first record; stream path: longest "
+        "wait to fill a batch; seconds (default 0.2). Periods close on the clock's tick, not on "
+        "batches",
     )
     parser.add_argument(
         "--fetch-wait",
