@@ -107,7 +107,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--buffers",
         type=int,
         default=None,
-        help="buffers of the blt mechanism under --rho (default 3; its state per counter)",
+        help=(
+            "buffers d of the blt mechanism under --rho (default 3; its working state is "
+            "2d + 1 numbers per counter)"
+        ),
     )
     parser.add_argument(
         "--sensitivity",
