@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 from stats_continual import P_THRESHOLD, variance_z_pvalue
 
+from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.lattice_blt import (
     GRID_BITS,
     PARAMETER_BITS,
     LatticeBLT,
     lattice_sigma,
 )
-from streamdp.continual.matrix_factorization import optimise_blt
 
 HORIZON = 64
 BLT = LatticeBLT.from_parameters(optimise_blt(HORIZON, 3, "mean"))

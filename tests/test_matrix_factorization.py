@@ -17,11 +17,11 @@ from scipy import stats
 from scipy.linalg import solve_triangular, toeplitz
 from stats_continual import P_THRESHOLD
 
+from streamdp.continual import blt_factorization as blt
 from streamdp.continual import matrix_factorization as mf
+from streamdp.continual.blt_factorization import BLTParameters, optimise_blt
 from streamdp.continual.matrix_factorization import (
-    BLTParameters,
     ToeplitzFactorization,
-    optimise_blt,
     optimise_toeplitz,
     series_inverse,
     sqrt_toeplitz,
@@ -209,14 +209,14 @@ def test_monte_carlo_variance_matches_release_variances() -> None:
 
 def test_blt_gradient_matches_finite_differences() -> None:
     n = 60
-    weights = mf._weights("mean", n)
+    weights = mf.objective_weights("mean", n)
     x = np.array([0.3, 2.0, 4.0, 0.2, 0.1, 0.05])
-    _, gradient = mf._blt_value_and_gradient(x, weights)
+    _, gradient = blt._blt_value_and_gradient(x, weights)
     h = 1e-6
     numeric = [
         (
-            mf._blt_value_and_gradient(x + h * e, weights)[0]
-            - mf._blt_value_and_gradient(x - h * e, weights)[0]
+            blt._blt_value_and_gradient(x + h * e, weights)[0]
+            - blt._blt_value_and_gradient(x - h * e, weights)[0]
         )
         / (2 * h)
         for e in np.eye(x.shape[0])
@@ -227,7 +227,7 @@ def test_blt_gradient_matches_finite_differences() -> None:
 @pytest.mark.parametrize("objective", ["mean", "max"])
 def test_toeplitz_gradient_matches_finite_differences(objective: str) -> None:
     n = 25
-    weights = mf._weights(objective, n)  # type: ignore[arg-type]
+    weights = mf.objective_weights(objective, n)  # type: ignore[arg-type]
     rng = np.random.default_rng(5)
     free = sqrt_toeplitz_coefficients(n)[1:] * rng.uniform(0.7, 1.2, n - 1)
     _, gradient = mf._toeplitz_value_and_gradient(free, weights)
@@ -276,7 +276,7 @@ def test_max_optimal_toeplitz_is_the_square_root() -> None:
     n = 200
     best = optimise_toeplitz(n, "max")
     np.testing.assert_allclose(best.coefficients, sqrt_toeplitz_coefficients(n), atol=1e-6)
-    weights = mf._weights("max", n)
+    weights = mf.objective_weights("max", n)
     start = np.asarray(optimise_toeplitz(n, "mean").coefficients)
     value, c = mf._optimise_toeplitz_from(start, weights)
     assert value == pytest.approx(sqrt_toeplitz(n).max_variance, rel=1e-9)
@@ -289,7 +289,7 @@ def test_blt_objective_matches_factorization() -> None:
     x = np.concatenate([np.log(params.theta / (1 - params.theta)), params.w])
     fact = params.factorization(n)
     for objective, expected in (("mean", fact.mean_variance), ("max", fact.max_variance)):
-        value = mf._blt_value_and_gradient(x, mf._weights(objective, n))[0]  # type: ignore[arg-type]
+        value = blt._blt_value_and_gradient(x, mf.objective_weights(objective, n))[0]  # type: ignore[arg-type]
         assert value == pytest.approx(expected, rel=1e-10)
 
 

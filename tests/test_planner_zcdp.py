@@ -13,13 +13,10 @@ from scipy.linalg import toeplitz
 from stats_continual import P_THRESHOLD, variance_z_pvalue
 
 from streamdp.cli import main
+from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.definitions import rho_for_epsilon, zcdp_epsilon
 from streamdp.continual.kary_gaussian import optimise_gaussian_gls
-from streamdp.continual.matrix_factorization import (
-    optimise_blt,
-    optimise_toeplitz,
-    sqrt_toeplitz,
-)
+from streamdp.continual.matrix_factorization import optimise_toeplitz, sqrt_toeplitz
 from streamdp.continual.strategy import build_strategy
 from streamdp.noise import InsecureSeededSampler
 from streamdp.planner.zcdp import ZCDP_MECHANISMS, plan_zcdp

@@ -25,11 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.bank_state import bank_state, check_state_header, periods_closed
+from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.counter_checks import check_bank, int_vector
 from streamdp.continual.factored_noise import project_rows
 from streamdp.continual.gaussian_budgets import GaussianBudget
 from streamdp.continual.lattice_blt import GRID_BITS, LatticeBLT, lattice_sigma
-from streamdp.continual.matrix_factorization import optimise_blt, series_inverse
+from streamdp.continual.matrix_factorization import series_inverse
 from streamdp.continual.privacy import check_privacy
 from streamdp.continual.releases import FactoredRelease
 from streamdp.errors import ConfigError, HorizonError, StateError

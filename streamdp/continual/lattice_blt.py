@@ -48,7 +48,8 @@ from functools import cached_property
 import numpy as np
 import numpy.typing as npt
 
-from streamdp.continual.matrix_factorization import BLTParameters, series_inverse
+from streamdp.continual.blt_factorization import BLTParameters
+from streamdp.continual.matrix_factorization import series_inverse
 from streamdp.errors import ConfigError, StateError
 from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA, MIN_GAUSSIAN_SIGMA
 

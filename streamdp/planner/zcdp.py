@@ -27,11 +27,11 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import ndtri
 
+from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.definitions import DEFAULT_DELTA, PureLoss, ZcdpLoss, rho_for_epsilon
 from streamdp.continual.kary_gaussian import optimise_gaussian_gls, unit_node_variances
 from streamdp.continual.matrix_factorization import (
     ToeplitzFactorization,
-    optimise_blt,
     optimise_toeplitz,
     sqrt_toeplitz,
     variance_scale,
