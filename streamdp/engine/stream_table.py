@@ -2,15 +2,14 @@
 
 A stream is one continual release: its source, epsilon, contribution bound (the sensitivity
 Delta), horizon N, period, counters, public constraints, mechanism and objective, lateness,
-consistency schedule and what happens at the end of an epoch (DESIGN §2, §5). The counters and
-constraints tables are read by the stream's kind (:data:`streamdp.kinds.KINDS`); the epsilon
-and Delta are refused when their exact noise scales leave the sampler's safe range.
+consistency schedule and what happens at the end of an epoch. The counters and constraints
+tables are read by the stream's kind (:data:`streamdp.kinds.KINDS`); the privacy definition and
+the noise-scale limits by :mod:`streamdp.engine.stream_privacy`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from decimal import ROUND_CEILING, ROUND_DOWN, Context, Decimal
 from typing import Any, cast
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -31,6 +30,12 @@ from streamdp.engine.spec import (
     StreamAbout,
     StreamSpec,
 )
+from streamdp.engine.stream_privacy import (
+    check_gaussian_limits,
+    check_noise_limits,
+    read_privacy,
+    zcdp_epsilon_bound,
+)
 from streamdp.errors import ConfigError
 
 MAX_HORIZON = 10_000_000
@@ -45,7 +50,6 @@ _STREAM_KEYS = (
     "objective", "allowed_lateness", "consistency", "on_epoch_end", "over_sensitivity",
     "max_future_periods", "branching", "privacy", "privacy_unit", *PRESENTATION_KEYS,
 )  # fmt: skip
-_PRIVACY_KEYS = ("definition", "rho", "delta")
 #: Mechanisms a zCDP stream runs in the worker (the others are planned with ``plan --rho``).
 ZCDP_WORKER_MECHANISMS = ("binary", "kary_gls", "blt")
 #: The longest ``title``, ``description`` and ``unit`` (characters): words for a page heading,
@@ -74,8 +78,10 @@ def read_stream(
             "source", f"unknown source {source_name!r}; configured: {', '.join(sources)}"
         )
     source = sources[source_name]
-    rho, delta = _privacy(ctx, table, source)
-    epsilon = ctx.epsilon(table["epsilon"], "epsilon") if rho is None else _zcdp_epsilon(rho, delta)
+    rho, delta = read_privacy(ctx, table, source)
+    epsilon = (
+        ctx.epsilon(table["epsilon"], "epsilon") if rho is None else zcdp_epsilon_bound(rho, delta)
+    )
     sensitivity = ctx.integer(table["sensitivity"], "sensitivity", 1)
     horizon = ctx.integer(table["horizon"], "horizon", 1, MAX_HORIZON)
     period = _period(ctx, ctx.table(table["period"], "period"))
@@ -159,7 +165,7 @@ def read_stream(
     multiplier = 1 if unit is None else unit.multiplier
     l2_squared = 0
     if rho is None:
-        _check_noise_limits(
+        check_noise_limits(
             ctx, epsilon, sensitivity * multiplier, mechanism, objective, horizon, branching
         )
     else:
@@ -180,7 +186,7 @@ def read_stream(
             counters, constraints, sensitivity
         )
         l2_squared = event_l2_squared * multiplier * multiplier
-        _check_gaussian_limits(
+        check_gaussian_limits(
             ctx, rho, l2_squared, mechanism, objective, horizon, branching, sensitivity * multiplier
         )
     spec = StreamSpec(
@@ -241,90 +247,6 @@ def _nonnegative_integers(
     return wanted
 
 
-def _privacy(
-    ctx: ConfigReader, table: Mapping[str, Any], source: SourceSpec
-) -> tuple[Decimal | None, Decimal | None]:
-    """``(rho, delta)`` of a zCDP stream (``privacy = { definition = "zcdp", rho = R,
-    delta = D }``, delta 1e-10 unless given), ``(None, None)`` for a pure-DP one; either way
-    the definition must be its source's."""
-    if "privacy" not in table:
-        if source.definition == "zcdp":
-            raise ctx.fail(
-                "privacy",
-                f"missing: source {source.name!r} caps rho (zCDP), so its streams say "
-                'privacy = { definition = "zcdp", rho = ... } instead of epsilon',
-            )
-        return None, None
-    privacy = ctx.table(table["privacy"], "privacy")
-    ctx.only(privacy, _PRIVACY_KEYS, "privacy")
-    definition = ctx.choice(privacy.get("definition"), "privacy.definition", ("zcdp",))
-    if "epsilon" in table:
-        raise ctx.fail(
-            "epsilon",
-            f"a {definition} stream spends rho, not epsilon; drop epsilon (its (epsilon, delta) "
-            "bound is reported from rho)",
-        )
-    if source.definition != "zcdp":
-        raise ctx.fail(
-            "privacy",
-            f"source {source.name!r} caps epsilon (pure DP); a zCDP stream needs a source with "
-            "rho_cap (the losses of two definitions do not add)",
-        )
-    if "rho" not in privacy:
-        raise ctx.fail("privacy.rho", "missing: the zCDP budget per epoch, e.g. 0.5")
-    rho = ctx.epsilon(privacy["rho"], "privacy.rho")
-    delta = ctx.epsilon(privacy.get("delta", Decimal("1e-10")), "privacy.delta")
-    if delta >= 1:
-        raise ctx.fail("privacy.delta", f"must be below 1, got {delta}")
-    return rho, delta
-
-
-def _zcdp_epsilon(rho: Decimal, delta: Decimal | None) -> Decimal:
-    """The (epsilon, delta) bound of ``rho`` as an exact decimal rounded up (reports only)."""
-    from fractions import Fraction
-
-    from streamdp.continual.definitions import zcdp_epsilon
-
-    assert delta is not None
-    bound = zcdp_epsilon(Fraction(rho), Fraction(delta))
-    return Context(prec=EPSILON_DIGITS, rounding=ROUND_CEILING).plus(Decimal(bound))
-
-
-def _check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
-    ctx: ConfigReader,
-    rho: Decimal,
-    l2_squared: int,
-    mechanism: str,
-    objective: str,
-    horizon: int,
-    branching: int | None,
-    touched: int,
-) -> None:
-    """Refuse a rho whose node (or level) sigmas leave the discrete Gaussian sampler's safe
-    range; a kary_gls stream's level budgets are tuned here once (cached for the worker)."""
-    from fractions import Fraction
-
-    from streamdp.continual.factored_noise import level_sigmas
-    from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas
-    from streamdp.continual.kary_gaussian import optimise_gaussian_gls
-    from streamdp.continual.strategy import build_strategy
-
-    budget = GaussianBudget(Fraction(rho), l2_squared)
-    try:
-        if mechanism == "kary_gls":
-            level_sigmas(optimise_gaussian_gls(horizon, objective, branching), budget)
-        elif mechanism == "blt":
-            from streamdp.continual.blt_counter import blt_strategy
-            from streamdp.continual.lattice_blt import lattice_sigma
-
-            lattice = blt_strategy(horizon, objective).lattice
-            lattice_sigma(lattice, horizon, budget.rho, l2_squared, touched)
-        else:
-            gaussian_node_sigmas(build_strategy(mechanism, objective, horizon), budget)
-    except ConfigError as error:
-        raise ctx.fail("privacy.rho", str(error)) from None
-
-
 def _about(ctx: ConfigReader, table: Mapping[str, Any]) -> StreamAbout:
     """The stream's optional wording: one line of printable text each, within
     :data:`ABOUT_LIMITS` (the description may hold line breaks)."""
@@ -346,40 +268,6 @@ def _about(ctx: ConfigReader, table: Mapping[str, Any]) -> StreamAbout:
                 raise ctx.fail(key, f"is {len(value)} characters; at most {limit} are allowed")
         words[key] = value
     return StreamAbout(**words)
-
-
-#: Significant digits of a stream's epsilon that the noise maths reads exactly (float's DBL_DIG).
-EPSILON_DIGITS = 15
-
-
-def _round_down(value: Decimal, digits: int) -> Decimal:
-    return Context(prec=digits, rounding=ROUND_DOWN).plus(value)
-
-
-def _check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
-    ctx: ConfigReader,
-    epsilon: Decimal,
-    sensitivity: int,
-    mechanism: Mechanism,
-    objective: Objective,
-    horizon: int,
-    branching: int | None = None,
-) -> None:
-    """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
-    (2^-40 .. 2^40 counts; see streamdp.continual.privacy.MAX_NOISE_SCALE)."""
-    from streamdp.continual.strategy import check_noise_scales
-
-    digits = len(epsilon.normalize().as_tuple().digits)
-    if digits > EPSILON_DIGITS:
-        raise ctx.fail(
-            "epsilon",
-            f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
-            f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
-        )
-    try:
-        check_noise_scales(mechanism, objective, horizon, epsilon, sensitivity, branching)
-    except ConfigError as error:
-        raise ctx.fail("epsilon", str(error)) from None
 
 
 def _period(ctx: ConfigReader, table: dict[str, Any]) -> PeriodSpec:

@@ -1,0 +1,134 @@
+"""A stream's privacy definition and the limits of its noise, as read from its spec table.
+
+``privacy = { definition = "zcdp", rho = R, delta = D }`` or a pure ``epsilon`` (the definition
+must be its source's); an epsilon, rho or Delta whose exact noise scales leave the sampler's
+safe range is refused at load, naming the field, never at the first draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import ROUND_CEILING, ROUND_DOWN, Context, Decimal
+from typing import Any
+
+from streamdp.engine.config_reader import ConfigReader
+from streamdp.engine.spec import Mechanism, Objective, SourceSpec
+from streamdp.errors import ConfigError
+
+_PRIVACY_KEYS = ("definition", "rho", "delta")
+#: Significant digits of a stream's epsilon that the noise maths reads exactly (float's DBL_DIG).
+EPSILON_DIGITS = 15
+
+
+def read_privacy(
+    ctx: ConfigReader, table: Mapping[str, Any], source: SourceSpec
+) -> tuple[Decimal | None, Decimal | None]:
+    """``(rho, delta)`` of a zCDP stream (``privacy = { definition = "zcdp", rho = R,
+    delta = D }``, delta 1e-10 unless given), ``(None, None)`` for a pure-DP one; either way
+    the definition must be its source's."""
+    if "privacy" not in table:
+        if source.definition == "zcdp":
+            raise ctx.fail(
+                "privacy",
+                f"missing: source {source.name!r} caps rho (zCDP), so its streams say "
+                'privacy = { definition = "zcdp", rho = ... } instead of epsilon',
+            )
+        return None, None
+    privacy = ctx.table(table["privacy"], "privacy")
+    ctx.only(privacy, _PRIVACY_KEYS, "privacy")
+    definition = ctx.choice(privacy.get("definition"), "privacy.definition", ("zcdp",))
+    if "epsilon" in table:
+        raise ctx.fail(
+            "epsilon",
+            f"a {definition} stream spends rho, not epsilon; drop epsilon (its (epsilon, delta) "
+            "bound is reported from rho)",
+        )
+    if source.definition != "zcdp":
+        raise ctx.fail(
+            "privacy",
+            f"source {source.name!r} caps epsilon (pure DP); a zCDP stream needs a source with "
+            "rho_cap (the losses of two definitions do not add)",
+        )
+    if "rho" not in privacy:
+        raise ctx.fail("privacy.rho", "missing: the zCDP budget per epoch, e.g. 0.5")
+    rho = ctx.epsilon(privacy["rho"], "privacy.rho")
+    delta = ctx.epsilon(privacy.get("delta", Decimal("1e-10")), "privacy.delta")
+    if delta >= 1:
+        raise ctx.fail("privacy.delta", f"must be below 1, got {delta}")
+    return rho, delta
+
+
+def zcdp_epsilon_bound(rho: Decimal, delta: Decimal | None) -> Decimal:
+    """The (epsilon, delta) bound of ``rho`` as an exact decimal rounded up (reports only)."""
+    from fractions import Fraction
+
+    from streamdp.continual.definitions import zcdp_epsilon
+
+    assert delta is not None
+    bound = zcdp_epsilon(Fraction(rho), Fraction(delta))
+    return Context(prec=EPSILON_DIGITS, rounding=ROUND_CEILING).plus(Decimal(bound))
+
+
+def check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
+    ctx: ConfigReader,
+    rho: Decimal,
+    l2_squared: int,
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    branching: int | None,
+    touched: int,
+) -> None:
+    """Refuse a rho whose node (or level) sigmas leave the discrete Gaussian sampler's safe
+    range; a kary_gls stream's level budgets are tuned here once (cached for the worker)."""
+    from fractions import Fraction
+
+    from streamdp.continual.factored_noise import level_sigmas
+    from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas
+    from streamdp.continual.kary_gaussian import optimise_gaussian_gls
+    from streamdp.continual.strategy import build_strategy
+
+    budget = GaussianBudget(Fraction(rho), l2_squared)
+    try:
+        if mechanism == "kary_gls":
+            level_sigmas(optimise_gaussian_gls(horizon, objective, branching), budget)
+        elif mechanism == "blt":
+            from streamdp.continual.blt_counter import blt_strategy
+            from streamdp.continual.lattice_blt import lattice_sigma
+
+            lattice = blt_strategy(horizon, objective).lattice
+            lattice_sigma(lattice, horizon, budget.rho, l2_squared, touched)
+        else:
+            gaussian_node_sigmas(build_strategy(mechanism, objective, horizon), budget)
+    except ConfigError as error:
+        raise ctx.fail("privacy.rho", str(error)) from None
+
+
+def _round_down(value: Decimal, digits: int) -> Decimal:
+    return Context(prec=digits, rounding=ROUND_DOWN).plus(value)
+
+
+def check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
+    ctx: ConfigReader,
+    epsilon: Decimal,
+    sensitivity: int,
+    mechanism: Mechanism,
+    objective: Objective,
+    horizon: int,
+    branching: int | None = None,
+) -> None:
+    """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
+    (2^-40 .. 2^40 counts; see streamdp.continual.privacy.MAX_NOISE_SCALE)."""
+    from streamdp.continual.strategy import check_noise_scales
+
+    digits = len(epsilon.normalize().as_tuple().digits)
+    if digits > EPSILON_DIGITS:
+        raise ctx.fail(
+            "epsilon",
+            f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
+            f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
+        )
+    try:
+        check_noise_scales(mechanism, objective, horizon, epsilon, sensitivity, branching)
+    except ConfigError as error:
+        raise ctx.fail("epsilon", str(error)) from None
