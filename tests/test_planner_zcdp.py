@@ -97,8 +97,11 @@ def test_the_issue_targets_at_4095_rho_half_unit_sensitivity() -> None:
     toeplitz_mean = plans["toeplitz", "total"].mean_variance
     assert toeplitz_mean < plans["blt", "total"].mean_variance
     assert toeplitz_mean < plans["sqrt_toeplitz", "total"].mean_variance
-    # BLT keeps its buffers per counter, independent of N
-    assert plans["blt", "total"].state_values_per_counter == 3
+    # BLT works with its buffers per counter, independent of N, and stores one noisy value per
+    # period like the others
+    assert plans["blt", "total"].working_state_per_counter == 7
+    assert plans["blt", "total"].state_values_per_counter == 4095
+    assert plans["sqrt_toeplitz", "total"].working_state_per_counter is None
 
 
 def test_plan_rho_json_says_the_definition_and_its_epsilon_delta(capsys) -> None:

@@ -66,7 +66,11 @@ class Plan:
     releases: list[ReleaseAccuracy] = field(default_factory=list)
     mean_count_variance: float = math.nan
     max_count_variance: float = math.nan
+    #: noisy values a counter stores per epoch (one per tree node; the BLT: one per period)
     state_values_per_counter: int = 0
+    #: numbers a counter works with besides them, where that is the point (the BLT's buffers
+    #: and running total, 2d + 1); None otherwise
+    working_state_per_counter: int | None = None
     branching: int | None = None
     level_budgets: tuple[float, ...] = ()
     # the privacy definition and its parameters (streamdp.continual.definitions): pure epsilon
@@ -89,6 +93,7 @@ class Plan:
             "mean_count_variance": self.mean_count_variance,
             "max_count_variance": self.max_count_variance,
             "state_values_per_counter": self.state_values_per_counter,
+            "working_state_per_counter": self.working_state_per_counter,
             "branching": self.branching,
             "level_budgets": list(self.level_budgets),
             "privacy": self.privacy or {"definition": "pure", "epsilon": self.epsilon},

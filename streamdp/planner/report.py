@@ -33,18 +33,12 @@ def _privacy(result: Plan) -> str:
     return f"epsilon {result.epsilon:g}"
 
 
-def _stored_values(result: Plan) -> int:
-    """Noisy values a counter stores per epoch: one per node. The worker's BLT stores each
-    period's noisy value once, like a tree's nodes (N per epoch); its plan carries the number
-    of buffers instead (see :func:`_blt_working_state`)."""
-    return result.horizon if result.mechanism == "blt" else result.state_values_per_counter
-
-
 def _blt_working_state(result: Plan) -> str:
     """The BLT's working state per counter: ``d`` encoding and ``d`` decoding buffers and the
-    running total (the plan's ``state_values_per_counter`` is ``d`` for blt)."""
-    buffers = result.state_values_per_counter
-    return f"{2 * buffers + 1} numbers ({buffers} buffers), whatever the horizon"
+    running total (``2d + 1``)."""
+    working = result.working_state_per_counter
+    assert working is not None
+    return f"{working} numbers ({(working - 1) // 2} buffers), whatever the horizon"
 
 
 def render_table(result: Plan) -> str:
@@ -65,7 +59,7 @@ def render_table(result: Plan) -> str:
             f"period-count variance: mean {result.mean_count_variance:.6g}  "
             f"max {result.max_count_variance:.6g}"
         ),
-        f"stored noisy values per counter per epoch: {_stored_values(result)}"
+        f"stored noisy values per counter per epoch: {result.state_values_per_counter}"
         + (
             f"; working state per counter: {_blt_working_state(result)}"
             if result.mechanism == "blt"
@@ -126,7 +120,7 @@ def render_comparison(results: list[Plan]) -> str:
         lines.append(
             f"{definition:<10} {r.mechanism:<13} {r.objective:<9} {k:>3} "
             f"{r.mean_variance:>12.6g} {r.max_variance:>12.6g} {r.mean_count_variance:>12.6g} "
-            f"{_stored_values(r):>15}"
+            f"{r.state_values_per_counter:>15}"
         )
     blt = next((r for r in results if r.mechanism == "blt"), None)
     if blt is not None:

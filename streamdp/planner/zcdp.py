@@ -91,14 +91,13 @@ def _unit_variances(
             gls.budgets,
         )
     factorization: ToeplitzFactorization
-    state = horizon
+    state = horizon  # the worker stores one noisy value per period (the BLT too)
     if mechanism == "sqrt_toeplitz":
         factorization = sqrt_toeplitz(horizon)
     elif mechanism == "blt":
         factorization = optimise_blt(horizon, buffers, _MF_OBJECTIVE[objective]).factorization(
             horizon
         )
-        state = buffers
     else:
         factorization = optimise_toeplitz(horizon, _MF_OBJECTIVE[objective])
     b = np.asarray(factorization.b_coefficients, dtype=np.float64)
@@ -163,6 +162,8 @@ def plan_zcdp(
         mean_count_variance=float(count.mean()),
         max_count_variance=float(count.max()),
         state_values_per_counter=state,
+        # the BLT works with d encoding and d decoding buffers and its running total
+        working_state_per_counter=2 * buffers + 1 if mechanism == "blt" else None,
         branching=k,
         level_budgets=budgets,
         privacy=loss.as_dict(delta),
