@@ -121,3 +121,25 @@ def test_last_offsets_gives_each_partitions_highest_offset_and_count() -> None:
         [],
     ]
     assert last_offsets(runs) == {("a", 0): (5, 3), ("b", 0): (9, 1), ("a", 1): (0, 1)}
+
+
+def test_each_run_keeps_the_clock_reading_it_was_received_at() -> None:
+    """A run's stamp is the clock's reading when it was queued, kept when a batch splits it;
+    ``take_now(received_before=T)`` takes only what was received before T (what a tick at T
+    processes before closing)."""
+    now = [10.0]
+
+    async def go() -> tuple[list[Any], list[Any], list[Any]]:
+        queue = BatchQueue(["in"], max_batch=3, clock=lambda: now[0])
+        await queue.put([Msg("in", 0, o) for o in range(4)])  # received at 10
+        now[0] = 20.0
+        await queue.put([Msg("in", 1, 0)])  # received at 20
+        before = queue.take_now(received_before=15.0)  # three records of the first run
+        rest_before = queue.take_now(received_before=15.0)  # its split tail, still stamped 10
+        nothing = queue.take_now(received_before=15.0)  # the run received at 20 stays
+        return before, rest_before + nothing, queue.take_now()
+
+    first, second, last = asyncio.run(go())
+    assert [(len(run), stamp) for run, stamp in first] == [(3, 10.0)]
+    assert [(len(run), stamp) for run, stamp in second] == [(1, 10.0)]
+    assert [(m.partition, m.offset, stamp) for run, stamp in last for m in run] == [(1, 0, 20.0)]

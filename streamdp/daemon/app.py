@@ -115,7 +115,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         tuned_fetching(app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds)
     )
     if settings.input_path == "batch":
-        queue = BatchQueue(input_names, settings.max_batch)
+        queue = BatchQueue(input_names, settings.max_batch, clock=public_clock.now)
         consumer_class = batching_consumer(consumer_class, queue)
     else:
         consumer_class = acknowledged_commits(consumer_class)

@@ -21,8 +21,9 @@ Records of every other topic (changelog recovery, standbys) keep Faust's own per
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,17 +49,26 @@ class BatchQueue:
     batches are lists of runs, so the worker's per-batch work (routing, acknowledgement) is per
     run and only the release service touches every record.
 
+    Each run is stamped with the public clock's reading when it is queued (``clock``): its
+    records *arrived* then, whatever batch they are processed in and however long the records
+    in front of them take, so that another record's processing time never moves a record
+    across a close instant while the worker keeps up. (A full queue still delays a fetch, so
+    a saturated worker's arrivals do depend on the records in front: docs/architecture.md.)
+
     ``generation`` counts :meth:`drop` calls (revocations): a fetch made before a revocation is
     not queued after it (:meth:`put` refuses it), so no revoked partition's record slips in
     behind the drop.
     """
 
-    def __init__(self, topics: Iterable[str], max_batch: int) -> None:
+    def __init__(
+        self, topics: Iterable[str], max_batch: int, clock: Callable[[], float] = time.time
+    ) -> None:
         self.topics = frozenset(topics)
         self.max_batch = max_batch
         self.limit = 4 * max_batch
+        self.clock = clock
         self.generation = 0
-        self._runs: deque[Sequence[Any]] = deque()
+        self._runs: deque[tuple[Sequence[Any], float]] = deque()
         self._count = 0
         self._arrived: asyncio.Event | None = None
         self._drained: asyncio.Event | None = None
@@ -73,8 +83,8 @@ class BatchQueue:
         return self._count
 
     async def put(self, run: Sequence[Any], *, generation: int | None = None) -> bool:
-        """Add one partition's records of one fetch, in offset order (waits while the queue
-        holds ``4 * max_batch`` records or more).
+        """Add one partition's records of one fetch, in offset order, stamped with the clock's
+        reading now (waits while the queue holds ``4 * max_batch`` records or more).
 
         With ``generation`` (the value read when the fetch was made), records are refused, and
         False returned, if partitions were revoked since: they are never acknowledged, and the
@@ -89,41 +99,63 @@ class BatchQueue:
             drained.clear()
             await drained.wait()
         if run:
-            self._runs.append(run)
+            self._runs.append((run, self.clock()))
             self._count += len(run)
             arrived.set()
         return True
 
-    async def take(self, within: float) -> list[Sequence[Any]]:
-        """Runs holding up to ``max_batch`` records in all (the last one split if need be);
-        waits at most ``within`` seconds for the first record."""
-        arrived, drained = self._events()
-        if not self._runs:
-            arrived.clear()
-            try:
-                await asyncio.wait_for(arrived.wait(), timeout=within)
-            except TimeoutError:
-                return []
+    async def wait(self, within: float) -> bool:
+        """Wait at most ``within`` seconds for a record; True when one is queued."""
+        arrived, _ = self._events()
+        if self._runs:
+            return True
+        arrived.clear()
+        try:
+            await asyncio.wait_for(arrived.wait(), timeout=within)
+        except TimeoutError:
+            return False
+        return bool(self._runs)
+
+    def take_now(self, received_before: float | None = None) -> list[tuple[Sequence[Any], float]]:
+        """Runs holding up to ``max_batch`` records in all (the last one split if need be,
+        both parts keeping its stamp), each with its stamp, at once; with ``received_before``,
+        only runs stamped before that reading (a tick's instant: what arrived before it)."""
         runs = self._runs
         room = self.max_batch
-        batch: list[Sequence[Any]] = []
+        batch: list[tuple[Sequence[Any], float]] = []
         while runs and room > 0:
-            run = runs.popleft()
+            run, stamp = runs[0]
+            if received_before is not None and stamp >= received_before:
+                break
+            runs.popleft()
             if len(run) > room:
-                runs.appendleft(run[room:])
+                runs.appendleft((run[room:], stamp))
                 run = run[:room]
-            batch.append(run)
+            batch.append((run, stamp))
             room -= len(run)
-        self._count -= self.max_batch - room
-        drained.set()
+        taken = self.max_batch - room
+        if taken:
+            self._count -= taken
+            self._events()[1].set()
         return batch
+
+    async def take(self, within: float) -> list[Sequence[Any]]:
+        """Runs holding up to ``max_batch`` records in all (the last one split if need be);
+        waits at most ``within`` seconds for the first record (their stamps dropped)."""
+        if not await self.wait(within):
+            return []
+        return [run for run, _ in self.take_now()]
 
     def drop(self, partitions: set[tuple[str, int]]) -> int:
         """Forget queued records of revoked partitions (unacknowledged: the new owner reads them
         again from the committed offset). Returns how many were dropped."""
         self.generation += 1
-        kept = [run for run in self._runs if (run[0].topic, run[0].partition) not in partitions]
-        dropped = self._count - sum(len(run) for run in kept)
+        kept = [
+            (run, stamp)
+            for run, stamp in self._runs
+            if (run[0].topic, run[0].partition) not in partitions
+        ]
+        dropped = self._count - sum(len(run) for run, _ in kept)
         self._runs = deque(kept)
         self._count -= dropped
         if self._drained is not None:

@@ -93,10 +93,13 @@ class BatchDriver:
             # per-record acknowledgements (faust_setup), their commits take these offsets
             self._acknowledge(last_offsets(runs))
 
-    def _process(self, runs: Sequence[Run]) -> BatchOutcome:
-        """The release service's outcome for a batch (call under ``runtime.lock``)."""
+    def _process(
+        self, runs: Sequence[Run], readings: Sequence[float] | None = None
+    ) -> BatchOutcome:
+        """The release service's outcome for a batch (call under ``runtime.lock``), its runs
+        received at ``readings`` of the public clock (None: now)."""
         try:
-            return self.service().process_runs(runs)
+            return self.service().process_runs(runs, readings)
         except (InputGapError, StateError, BudgetError, ConfigError) as error:
             # exit at once: nothing of this batch is durable, and leaving through Faust
             # would acknowledge its records (their offsets could then be committed)
@@ -147,25 +150,25 @@ class BatchDriver:
         with contextlib.suppress(KeyError):
             app.sensors.remove(app.monitor)
         while not worker_stopping(app):
-            runs = await batches.take(runtime.settings.batch_seconds)
-            if not runs:
+            if not await batches.wait(runtime.settings.batch_seconds):
                 if runtime.in_flight is not None and runtime.in_flight.done():
                     await self.settle()  # surfaces its error, if any
                 continue
-            generation = batches.generation
             try:
                 async with runtime.lock:
                     if runtime.shutting_down:
                         log.info("stopping: last input batch left unacknowledged")
                         return
-                    if batches.generation != generation:
-                        # partitions were revoked since the take: skip their records
-                        owned = {(tp.topic, tp.partition) for tp in app.consumer.assignment()}
-                        runs = [r for r in runs if (r[0].topic, r[0].partition) in owned]
+                    # taken under the lock, so a tick never finds records received before its
+                    # instant out of the queue and not yet processed (it processes those first)
+                    stamped = batches.take_now()
+                    if not stamped:
+                        continue  # a tick took them
+                    runs = [run for run, _ in stamped]
                     # this batch is processed while the previous one's checkpoint and
                     # publications travel; its own checkpoint is sent only after the
                     # previous one is acknowledged, so checkpoints stay in order
-                    outcome = self._process(runs)
+                    outcome = self._process(runs, [stamp for _, stamp in stamped])
                     await self.settle()
                     runtime.in_flight = asyncio.ensure_future(self._complete(outcome, runs))
             except (NotReady, ProducerSendError):
@@ -229,6 +232,18 @@ class BatchDriver:
                 next_close=math.inf if service is None else service.next_close(),
             )
 
+    async def _process_received_before(self, reading: float) -> None:
+        """Before a tick closes what is due at ``reading``: every queued record received before
+        it is processed first (call under ``runtime.lock``), so whether a record counts
+        depends on when it was received, not on how long the records in front of it took."""
+        queue = self._queue
+        if queue is None:
+            return
+        while stamped := queue.take_now(received_before=reading):
+            runs = [run for run, _ in stamped]
+            outcome = self._process(runs, [stamp for _, stamp in stamped])
+            await self._complete(outcome, runs)
+
     def _warn_of_backlogs(self, service: ReleaseService, tick: ScheduledTick) -> None:
         """Once per stream: say so when more than a whole epoch of periods is due at once
         (a spec whose start lies far in the past, on the wall clock: every period since
@@ -271,6 +286,7 @@ class BatchDriver:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
+            await self._process_received_before(tick.reading)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds
             if service.due(tick.reading):  # (a backlog is due: nothing to look at otherwise)

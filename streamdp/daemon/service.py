@@ -140,9 +140,15 @@ class ReleaseService:
         """Ingest a batch of records; see :meth:`process_runs`."""
         return self.process_runs(runs_of(batch))
 
-    def process_runs(self, runs: Iterable[Run]) -> BatchOutcome:
+    def process_runs(
+        self, runs: Iterable[Run], readings: Sequence[float] | None = None
+    ) -> BatchOutcome:
         """Ingest a batch given as runs (each one partition's records in offset order);
         returns the checkpoint writes, publications and cleanup to perform.
+
+        ``readings``, one per run (non-decreasing), are the public clock's readings when each
+        run was received (:class:`~streamdp.daemon.batch_input.BatchQueue`): its records
+        arrived then. Without them every record arrived at the clock's reading now.
 
         A record of an input topic belongs to the topic's source, whose engine keeps the
         applied offsets of that (topic, partition) with no hole: a record refused before
@@ -153,11 +159,12 @@ class ReleaseService:
         """
         outcome = BatchOutcome()
         touched: dict[str, SourceSlot] = {}
-        now = self.clock()
+        batch_now = self.clock() if readings is None else 0.0
         try:
-            for run in runs:
+            for index, run in enumerate(runs):
                 if not run:
                     continue
+                now = batch_now if readings is None else readings[index]
                 owner = self._by_topic.get(run[0].topic)
                 if owner is None:
                     for record in run:
@@ -239,12 +246,10 @@ class ReleaseService:
 
     @staticmethod
     def _touch(name: str, slot: SourceSlot, touched: dict[str, SourceSlot], now: float) -> None:
-        """The first time source ``name`` is touched in a batch, its clock reading moves to
-        ``now`` (records of the batch arrived then; nothing closes); it is checkpointed after
-        the batch."""
-        if name not in touched:
-            touched[name] = slot
-            slot.engine.observe_clock(now)
+        """Source ``name``'s clock reading moves to ``now`` before a run of its records (they
+        arrived then; nothing closes); it is checkpointed after the batch."""
+        touched[name] = slot
+        slot.engine.observe_clock(now)
 
     def _from_other_topic(
         self, record: InputLike, outcome: BatchOutcome, touched: dict[str, SourceSlot], now: float

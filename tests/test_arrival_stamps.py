@@ -1,0 +1,168 @@
+"""A record arrives when the worker receives it, not when its batch is processed.
+
+The batch input queue stamps each fetched run with the public clock's reading (``BatchQueue``);
+the release service judges a run's records at that stamp, and every tick first processes what
+was received before its instant. So while the worker keeps up, how long the records in front
+take to process never moves a record across a close instant (``benchmarks/arrival_race.py``
+measured the batch reading moving one in five records at the edge). Checked on the service (a
+batch holding runs from both sides of a close instant) and on the worker's driver (a tick
+finding runs received before its instant still queued).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+from typing import Any
+
+from faust.types import TP
+
+from streamdp.daemon.batch_input import BatchQueue
+from streamdp.daemon.batches import BatchDriver
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.routing import InputRecord
+from streamdp.daemon.service import ReleaseService
+from streamdp.daemon.tick_schedule import ScheduledTick
+from streamdp.engine.periods import PeriodClock
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth.generators import example_spec
+
+SPEC = example_spec("hospital")
+SOURCE = next(iter(SPEC.sources))
+CENSUS = SPEC.streams["admissions-census"]
+DAY = 3
+DAY_START, DAY_END = PeriodClock(CENSUS.period).bounds(DAY)
+CLOSE = DAY_END + CENSUS.allowed_lateness_seconds  # the day's public close instant
+
+
+def _admission(event_id: str, offset: int) -> InputRecord:
+    value = {
+        "event_id": event_id,
+        "event_time": DAY_END - 60.0,
+        "source": SOURCE,
+        "attributes": {"sex": "male", "age": "0-17", "ward": "icu", "hiv_positive": False},
+    }
+    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode())
+
+
+def _service(now: list[float]) -> ReleaseService:
+    service = ReleaseService(
+        SPEC,
+        sampler=InsecureSeededSampler(3),
+        state={},
+        clock=lambda: now[0],
+        topic_partitions={SOURCE: 1},
+    )
+    service.assign([0])
+    return service
+
+
+def _late(outcome: BatchOutcome) -> set[str | None]:
+    return {d.event_id for d in outcome.dead_letters if d.reason == "late"}
+
+
+def test_a_batch_judges_each_run_at_the_reading_it_was_received_at() -> None:
+    """One batch, processed after the close instant, holding a run received before it and one
+    received after: the first run's record counts, the second's is late. Judged at the batch's
+    reading (the previous rule), both were late."""
+    now = [CLOSE + 0.02]  # the batch is processed 20 ms after the close instant
+    runs = [[_admission("before", 0)], [_admission("after", 1)]]
+    stamped = _service(now).process_runs(runs, [CLOSE - 0.01, CLOSE + 0.01])
+    assert _late(stamped) == {"after"}
+    assert _late(_service(now).process_runs(runs)) == {"before", "after"}  # the batch reading
+
+
+class _Consumer:
+    def __init__(self) -> None:
+        self.acknowledged: list[tuple[TP, int, int]] = []
+
+    def assignment(self) -> set[TP]:
+        return {TP(SOURCE, 0)}
+
+    def acknowledge_through(self, tp: TP, offset: int, count: int) -> None:
+        self.acknowledged.append((tp, offset, count))
+
+    def highwater(self, tp: TP) -> int:
+        return 0
+
+
+def _driver(now: list[float], queue: BatchQueue) -> tuple[BatchDriver, list[BatchOutcome]]:
+    committed: list[BatchOutcome] = []
+
+    async def commit(outcome: BatchOutcome) -> None:
+        committed.append(outcome)
+
+    service = _service(now)
+    runtime: Any = SimpleNamespace(
+        service=service,
+        ready=True,
+        lock=asyncio.Lock(),
+        shutting_down=False,
+        in_flight=None,
+        batches=0,
+        records=0,
+        backlog_warned=set(),
+        settings=SimpleNamespace(tick_seconds=0.5),
+    )
+    driver = BatchDriver(
+        SimpleNamespace(consumer=_Consumer(), rebalancing=False),
+        runtime,
+        protocol=SimpleNamespace(commit=commit),  # type: ignore[arg-type]
+        progress=SimpleNamespace(observe=lambda ends, highwater: None),  # type: ignore[arg-type]
+        end_worker=lambda error, **kwargs: None,
+        new_service=lambda: service,
+        queue=queue,
+        source_topics={SOURCE},
+    )
+    return driver, committed
+
+
+def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
+    """Runs received before the close instant are still queued when the tick at the close
+    runs (the batch task was busy): the tick processes them first, so they count and the
+    day's release includes them; a run received after the instant stays queued for the batch
+    task and will be judged late at its own stamp."""
+    now = [CLOSE - 1.0]
+
+    async def go() -> tuple[list[BatchOutcome], int, int]:
+        queue = BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0])
+        await queue.put([_admission(f"early-{i}", i) for i in range(3)])  # split: max_batch 2
+        now[0] = CLOSE + 0.01
+        await queue.put([_admission("after", 3)])
+        driver, committed = _driver(now, queue)
+        await driver.tick(ScheduledTick(CLOSE, CLOSE))
+        return committed, len(queue), driver._runtime.records
+
+    committed, left, records = asyncio.run(go())
+    assert left == 1  # the run received after the instant
+    assert records == 3
+    outcomes = committed[:-1]  # the input batches, then the tick's releases
+    assert sum(o.accepted for o in outcomes) == 3
+    assert not any(_late(o) for o in outcomes)
+    released = [json.loads(p.value) for p in committed[-1].publications]
+    day = {
+        r["counter"]: r["noisy_count"]
+        for r in released
+        if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
+    }
+    assert day, "the tick released the day"
+    without = _day_released_without_input()
+    assert day["total"] - without["total"] == 3  # the three records are in it (same noise)
+
+
+def _day_released_without_input() -> dict[str, int]:
+    """The same tick on an empty queue: the day's release with the same seeded noise."""
+    now = [CLOSE - 1.0]
+
+    async def go() -> dict[str, int]:
+        driver, committed = _driver(now, BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0]))
+        await driver.tick(ScheduledTick(CLOSE, CLOSE))
+        released = [json.loads(p.value) for o in committed for p in o.publications]
+        return {
+            r["counter"]: r["noisy_count"]
+            for r in released
+            if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
+        }
+
+    return asyncio.run(go())
