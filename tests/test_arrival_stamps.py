@@ -140,12 +140,7 @@ def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
     outcomes = committed[:-1]  # the input batches, then the tick's releases
     assert sum(o.accepted for o in outcomes) == 3
     assert not any(_late(o) for o in outcomes)
-    released = [json.loads(p.value) for p in committed[-1].publications]
-    day = {
-        r["counter"]: r["noisy_count"]
-        for r in released
-        if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
-    }
+    day = _day_counts(committed[-1:])
     assert day, "the tick released the day"
     without = _day_released_without_input()
     assert day["total"] - without["total"] == 3  # the three records are in it (same noise)
@@ -158,11 +153,16 @@ def _day_released_without_input() -> dict[str, int]:
     async def go() -> dict[str, int]:
         driver, committed = _driver(now, BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0]))
         await driver.tick(ScheduledTick(CLOSE, CLOSE))
-        released = [json.loads(p.value) for o in committed for p in o.publications]
-        return {
-            r["counter"]: r["noisy_count"]
-            for r in released
-            if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
-        }
+        return _day_counts(committed)
 
     return asyncio.run(go())
+
+
+def _day_counts(outcomes: list[BatchOutcome]) -> dict[str, int]:
+    """The closing day's released census counts among ``outcomes``' publications."""
+    released = [json.loads(p.value) for o in outcomes for p in o.publications]
+    return {
+        r["counter"]: r["noisy_count"]
+        for r in released
+        if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
+    }
