@@ -8,6 +8,9 @@ What these tests prove:
   written to the state changelog exactly once (never redrawn);
 - rebalance: two workers share the partitions; one leaves mid-stream; the releases are still
   exactly the replay's;
+- privacy units: with the hospital streams protecting patients, both the SIGKILL restart and
+  the rebalance publish exactly the replay's values (the patients' counts travel with the
+  checkpoint; a restore that forgot them fails the restart test);
 - bad input: every bad record reaches the dead-letter topic with its reason, and every good
   event is counted (releases equal the replay's);
 - metrics: /metrics served over HTTP shows the epsilon the durable ledger recorded;
@@ -29,6 +32,7 @@ from typing import Any
 
 import pytest
 from daemon_harness import (
+    Scenario,
     Worker,
     close_through,
     collect,
@@ -178,10 +182,14 @@ def test_worker_releases_equal_a_file_replay_of_the_same_records(broker, setup) 
     assert worker.stop() == 0, worker.log_tail()
 
 
-def _sigkill_mid_stream_and_restart(broker, setup, mechanism: str = "") -> tuple[str, Worker]:  # type: ignore[no-untyped-def]
+def _sigkill_mid_stream_and_restart(  # type: ignore[no-untyped-def]
+    broker, setup, mechanism: str = "", *, unit_key: Path | None = None
+) -> tuple[str, Worker]:
     """Half the input, a close, SIGKILL once something is released, the rest of the input, a
     restart, a final close: every expected value published. ``mechanism`` replaces the
-    restaurant stream's. Returns the app id and the running second worker."""
+    restaurant stream's; with ``unit_key`` the hospital streams protect patients
+    (:func:`_protect_patients`) and both workers read that key. Returns the app id and the
+    running second worker."""
     make, start = setup
     scenario, config, app_id, T = make()
     if mechanism:
@@ -190,7 +198,10 @@ def _sigkill_mid_stream_and_restart(broker, setup, mechanism: str = "") -> tuple
         )
         assert scenario.spec.streams["restaurant-items"].mechanism == mechanism
         config.write_text(scenario.spec_text)
-    first = start(config, app_id, T, "w1")
+    if unit_key is not None:
+        _protect_patients(scenario, config)
+    key_args = () if unit_key is None else ("--unit-key-file", str(unit_key))
+    first = start(config, app_id, T, "w1", extra_args=key_args)
     first.wait_ready()
     half = len(scenario.lines[next(iter(scenario.lines))]) // 2
     expected = replay_outputs(scenario, T, cut=half)
@@ -210,7 +221,7 @@ def _sigkill_mid_stream_and_restart(broker, setup, mechanism: str = "") -> tuple
     # a supervisor restarts once the group session of the killed worker expired (6 s): one
     # rebalance, not two (on Tansu the dead member is only dropped when the next one joins)
     wait_session_expired(broker, app_id, first)
-    second = start(config, app_id, T, "w2")
+    second = start(config, app_id, T, "w2", extra_args=key_args)
     wait_sole_owner(broker, app_id, second, scenario.spec.sources, gone=killed)
     close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
     seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=150)
@@ -285,10 +296,20 @@ def test_sigterm_during_a_backlog_exits_cleanly_then_restart_changes_nothing(bro
 
 
 def test_two_workers_one_leaves_mid_stream(broker, setup) -> None:
+    _two_workers_one_leaves_mid_stream(broker, setup)
+
+
+def _two_workers_one_leaves_mid_stream(broker, setup, unit_key: Path | None = None) -> None:  # type: ignore[no-untyped-def]
+    """Two workers share the partitions; after a third of the input and a close, the one that
+    owns sources stops; the rest goes to the other: every value is the replay's. With
+    ``unit_key``, the hospital streams protect patients (:func:`_protect_patients`)."""
     make, start = setup
     scenario, config, app_id, T = make()
-    a = start(config, app_id, T, "a")
-    b = start(config, app_id, T, "b")
+    if unit_key is not None:
+        _protect_patients(scenario, config)
+    key_args = () if unit_key is None else ("--unit-key-file", str(unit_key))
+    a = start(config, app_id, T, "a", extra_args=key_args)
+    b = start(config, app_id, T, "b", extra_args=key_args)
     a.wait_ready()
     b.wait_ready()
     third = len(scenario.lines[next(iter(scenario.lines))]) // 3
@@ -567,6 +588,29 @@ def _hospital_per_patient(text: str) -> str:
     return f"{restaurant}[sources.hospital-admissions]{census}[streams.hiv-admissions]{hiv}"
 
 
+def _protect_patients(scenario: Scenario, config: Path) -> None:
+    """The hospital streams protect patients (:func:`_hospital_per_patient`), and the
+    admissions come from 9 patients in turn, so the bounds drop most of them: a worker that
+    lost or doubled a patient's counts would admit a different set of records."""
+    scenario.spec_text = _hospital_per_patient(scenario.spec_text)
+    config.write_text(scenario.spec_text)
+    topic = scenario.spec.sources["hospital-admissions"].topic
+    patients = []
+    for i, line in enumerate(scenario.lines[topic]):
+        event = json.loads(line.text)  # every line is a good event (no bad fraction)
+        event["patient_id"] = f"patient-{i % 9:03d}"
+        patients.append(Line(json.dumps(event), line.expect, line.period))
+    scenario.lines[topic] = patients
+
+
+def _unit_key_file(directory: Path) -> Path:
+    """A worker's secret for the patients' keyed digests (not the replay's key: whether a
+    record counts never depends on the key)."""
+    key = directory / "unit.key"
+    key.write_text("a worker's own secret, 32 bytes+\n")
+    return key
+
+
 def test_a_patient_level_stream_runs_in_the_worker_and_equals_its_replay(
     broker, setup, tmp_path: Path
 ) -> None:
@@ -577,17 +621,8 @@ def test_a_patient_level_stream_runs_in_the_worker_and_equals_its_replay(
     never reach a public topic."""
     make, start = setup
     scenario, config, app_id, T = make(periods=20)
-    scenario.spec_text = _hospital_per_patient(scenario.spec_text)
-    config.write_text(scenario.spec_text)
-    topic = scenario.spec.sources["hospital-admissions"].topic
-    patients = []
-    for i, line in enumerate(scenario.lines[topic]):
-        event = json.loads(line.text)  # every line is a good event (no bad fraction)
-        event["patient_id"] = f"patient-{i % 9:03d}"
-        patients.append(Line(json.dumps(event), line.expect, line.period))
-    scenario.lines[topic] = patients
-    key = tmp_path / "unit.key"
-    key.write_text("a worker's own secret, 32 bytes+\n")
+    _protect_patients(scenario, config)
+    key = _unit_key_file(tmp_path)
     worker = start(config, app_id, T, "w1", extra_args=("--unit-key-file", str(key)))
     worker.wait_ready()
     produce(broker, lines_as_records(scenario))
@@ -606,6 +641,27 @@ def test_a_patient_level_stream_runs_in_the_worker_and_equals_its_replay(
     assert status["streams"]["admissions-census"]["protects"] == "patient_id per epoch"
     assert status["streams"]["hiv-admissions"]["sensitivity"] == 12
     assert worker.stop() == 0, worker.log_tail()
+
+
+def test_sigkill_of_a_patient_level_worker_then_restart_keeps_every_patients_counts(
+    broker, setup, tmp_path: Path
+) -> None:
+    """Issue 28 on the real path: the patients' counts (keyed digests in the state table) are
+    restored with the offsets they were checkpointed with. The bounds bind on both sides of
+    the kill, so a restart that lost a patient's periods would admit records the replay drops
+    (or, replaying the input twice, count a patient's records twice) and publish other
+    values."""
+    app_id, second = _sigkill_mid_stream_and_restart(
+        broker, setup, unit_key=_unit_key_file(tmp_path)
+    )
+    _assert_each_written_once(_node_writes(broker, app_id))
+    assert second.stop() == 0, second.log_tail()
+
+
+def test_two_patient_level_workers_one_leaves_mid_stream(broker, setup, tmp_path: Path) -> None:
+    """Issue 28: a rebalance moves the patients' counts with the partitions they belong to;
+    the worker that takes over admits exactly the records the replay admits."""
+    _two_workers_one_leaves_mid_stream(broker, setup, unit_key=_unit_key_file(tmp_path))
 
 
 @pytest.mark.parametrize("census_mechanism", ["kary_gls", "blt"])
