@@ -133,12 +133,19 @@ def _run(regime: Regime, arrivals: list[tuple[float, bytes]]) -> tuple[dict[str,
     queue: deque[tuple[int, float]] = deque()  # (arrival index, moment it entered the queue)
     blocked: deque[int] = deque()  # arrived while the queue was full
     arrived, start = 0, arrivals[0][0]
+    # the last batch's processing, which holds the event loop (the fetch task cannot queue,
+    # so cannot stamp, a record received meanwhile until it ends); its checkpoint commit
+    # after it is awaited I/O, during which fetches are queued as they come
+    busy_from = busy_to = start
     while arrived < len(arrivals) or queue:
         while arrived < len(arrivals) and arrivals[arrived][0] <= start:
             if blocked or len(queue) >= limit:
                 blocked.append(arrived)
             else:
-                queue.append((arrived, arrivals[arrived][0]))
+                received = arrivals[arrived][0]
+                if busy_from <= received < busy_to:
+                    received = busy_to
+                queue.append((arrived, received))
             arrived += 1
         if not queue:
             start = arrivals[arrived][0]  # nothing queued: the next batch starts at an arrival
@@ -154,7 +161,8 @@ def _run(regime: Regime, arrivals: list[tuple[float, bytes]]) -> tuple[dict[str,
         else:
             outcome = service.process([record(k) for k, _ in batch])
         late |= {d.event_id for d in outcome.dead_letters if d.reason == "late"}
-        start += regime.fixed + regime.per_record * len(batch)
+        busy_from, busy_to = start, start + regime.per_record * len(batch)
+        start = busy_to + regime.fixed
     now[0] = max(start, CLOSE) + 1.0
     released: dict[str, Any] = {}
     while True:

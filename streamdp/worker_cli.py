@@ -50,6 +50,16 @@ def register(parser: argparse.ArgumentParser) -> None:
         "close per heartbeat",
     )
     parser.add_argument(
+        "--delivery-allowance",
+        type=float,
+        metavar="SECONDS",
+        help="wall seconds between a period's close instant and its release (default 5): a "
+        "record counts when its own Kafka timestamp (CreateTime, or LogAppendTime on topics "
+        "so configured) is at or before its period's close and it is received within this "
+        "allowance after it, so no other record's processing moves it; set it above the "
+        "consumer lag you tolerate",
+    )
+    parser.add_argument(
         "--input-volume-metrics",
         action="store_true",
         help="export records read, rejected by reason, dropped by a privacy unit's bounds and "
@@ -144,6 +154,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "standby_replicas": args.standby_replicas,
         "clock": args.clock,
         "tick_seconds": args.tick,
+        "delivery_allowance_seconds": args.delivery_allowance,
         "stall_exit_seconds": args.stall_exit,
         "input_path": args.input_path,
         "session_timeout": args.session_timeout,

@@ -24,6 +24,7 @@ from streamdp.daemon.outcome import BatchOutcome
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.tick_schedule import ScheduledTick
+from streamdp.engine.clock import PublicClock
 from streamdp.engine.periods import PeriodClock
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth.generators import example_spec
@@ -36,23 +37,24 @@ DAY_START, DAY_END = PeriodClock(CENSUS.period).bounds(DAY)
 CLOSE = DAY_END + CENSUS.allowed_lateness_seconds  # the day's public close instant
 
 
-def _admission(event_id: str, offset: int) -> InputRecord:
+def _admission(event_id: str, offset: int, sent_ms: int | None = None) -> InputRecord:
     value = {
         "event_id": event_id,
         "event_time": DAY_END - 60.0,
         "source": SOURCE,
         "attributes": {"sex": "male", "age": "0-17", "ward": "icu", "hiv_positive": False},
     }
-    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode())
+    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode(), sent_ms)
 
 
-def _service(now: list[float]) -> ReleaseService:
+def _service(now: list[float], *, by_timestamp: bool = False) -> ReleaseService:
     service = ReleaseService(
         SPEC,
         sampler=InsecureSeededSampler(3),
         state={},
         clock=lambda: now[0],
         topic_partitions={SOURCE: 1},
+        reading_at=PublicClock().at if by_timestamp else None,
     )
     service.assign([0])
     return service
@@ -87,13 +89,15 @@ class _Consumer:
         return 0
 
 
-def _driver(now: list[float], queue: BatchQueue) -> tuple[BatchDriver, list[BatchOutcome]]:
+def _driver(
+    now: list[float], queue: BatchQueue, *, by_timestamp: bool = False
+) -> tuple[BatchDriver, list[BatchOutcome]]:
     committed: list[BatchOutcome] = []
 
     async def commit(outcome: BatchOutcome) -> None:
         committed.append(outcome)
 
-    service = _service(now)
+    service = _service(now, by_timestamp=by_timestamp)
     runtime: Any = SimpleNamespace(
         service=service,
         ready=True,
@@ -131,7 +135,7 @@ def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
         now[0] = CLOSE + 0.01
         await queue.put([_admission("after", 3)])
         driver, committed = _driver(now, queue)
-        await driver.tick(ScheduledTick(CLOSE, CLOSE))
+        await driver.tick(ScheduledTick(CLOSE, CLOSE, CLOSE))
         return committed, len(queue), driver._runtime.records
 
     committed, left, records = asyncio.run(go())
@@ -146,13 +150,35 @@ def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
     assert day["total"] - without["total"] == 3  # the three records are in it (same noise)
 
 
+def test_a_tick_after_the_allowance_counts_what_was_sent_before_the_close() -> None:
+    """The worker as it runs: records judged at their Kafka timestamps, the day released
+    ``--delivery-allowance`` after its close instant. A run received 1 s after the close,
+    of a record sent 0.5 s before it, is still queued when the tick at close + 5 s runs: the
+    tick processes it first and the day's release includes it."""
+    now = [CLOSE + 1.0]
+
+    async def go() -> list[BatchOutcome]:
+        queue = BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0])
+        sent_ms = int((CLOSE - 0.5) * 1000)
+        await queue.put([_admission("sent-before-the-close", 0, sent_ms)])
+        now[0] = CLOSE + 5.0
+        driver, committed = _driver(now, queue, by_timestamp=True)
+        await driver.tick(ScheduledTick(CLOSE + 5.0, CLOSE, CLOSE + 5.0))
+        return committed
+
+    committed = asyncio.run(go())
+    assert not any(_late(o) for o in committed)
+    day = _day_counts(committed[-1:])
+    assert day["total"] - _day_released_without_input()["total"] == 1
+
+
 def _day_released_without_input() -> dict[str, int]:
     """The same tick on an empty queue: the day's release with the same seeded noise."""
     now = [CLOSE - 1.0]
 
     async def go() -> dict[str, int]:
         driver, committed = _driver(now, BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0]))
-        await driver.tick(ScheduledTick(CLOSE, CLOSE))
+        await driver.tick(ScheduledTick(CLOSE, CLOSE, CLOSE))
         return _day_counts(committed)
 
     return asyncio.run(go())

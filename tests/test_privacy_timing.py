@@ -116,7 +116,7 @@ def run_worker(
     seen = Observed()
     public = PublicClock()  # the wall clock
     tick = (
-        ScheduledTick(start + STEP, public.at(start + STEP))
+        ScheduledTick(start + STEP, public.at(start + STEP), public.at(start + STEP))
         if previous
         else first_tick(public, STEP, start)
     )
@@ -145,7 +145,7 @@ def run_worker(
             # ticks before then close nothing: skip them (the loop stays fast)
             skip = math.floor((soonest - tick.wall) / STEP) - 1
             wall = tick.wall + skip * STEP
-            tick = ScheduledTick(wall, public.at(wall))
+            tick = ScheduledTick(wall, public.at(wall), public.at(wall))
         if pending and pending[0].at <= max(now[0], tick.wall):
             batch = pending.pop(0)
             now[0] = max(now[0], batch.at)
@@ -159,7 +159,7 @@ def run_worker(
         publish(service.tick(tick.reading, stamp=tick.wall))
         now[0] += 0.001
         if previous:
-            tick = ScheduledTick(tick.wall + STEP, public.at(tick.wall + STEP))
+            tick = ScheduledTick(tick.wall + STEP, *[public.at(tick.wall + STEP)] * 2)
         else:
             tick = next_tick(
                 public,

@@ -143,6 +143,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             allow_gaps=settings.allow_input_gaps,
             clock=public_clock.now,
             unit_key=unit_key,
+            reading_at=public_clock.at,
         )
 
     driver = BatchDriver(

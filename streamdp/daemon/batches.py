@@ -211,7 +211,8 @@ class BatchDriver:
         seconds, a fixed catch-up pace after downtime), never at an input batch's."""
         app = self._app
         step = self._runtime.settings.tick_seconds
-        tick = first_tick(clock, step, time.time())
+        allowance = self._runtime.settings.delivery_allowance_seconds
+        tick = first_tick(clock, step, time.time(), allowance)
         while not worker_stopping(app):
             delay = tick.wall - time.time()
             if delay > 0:
@@ -230,12 +231,14 @@ class BatchDriver:
                 tick,
                 behind=service is not None and service.due(tick.reading),
                 next_close=math.inf if service is None else service.next_close(),
+                allowance=allowance,
             )
 
     async def _process_received_before(self, reading: float) -> None:
-        """Before a tick closes what is due at ``reading``: every queued record received before
-        it is processed first (call under ``runtime.lock``), so whether a record counts
-        depends on when it was received, not on how long the records in front of it took."""
+        """Before a tick closes anything: every queued record received before its instant
+        (``reading``) is processed first (call under ``runtime.lock``), so a record received
+        before a release is judged (at its own timestamp) before it, however long the records
+        in front of it took."""
         queue = self._queue
         if queue is None:
             return
@@ -286,7 +289,7 @@ class BatchDriver:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
-            await self._process_received_before(tick.reading)
+            await self._process_received_before(tick.received)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds
             if service.due(tick.reading):  # (a backlog is due: nothing to look at otherwise)

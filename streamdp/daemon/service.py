@@ -46,6 +46,7 @@ from streamdp.daemon.routing import (
     home_partition,
     misplaced,
     runs_of,
+    sent_at,
     source_of_control,
     source_spec,
 )
@@ -79,8 +80,12 @@ class ReleaseService:
         clock: Callable[[], float] = time.time,
         pace: int = CLOSE_PACE,
         unit_key: bytes | None = None,
+        reading_at: Callable[[float], float] | None = None,
     ) -> None:
         self.spec = spec
+        # the public clock's reading at a wall-clock instant: with it, a record carrying a
+        # Kafka timestamp is judged at that timestamp's reading (see process_runs)
+        self.reading_at = reading_at
         self.unit_key = unit_key
         self.clock = clock
         self.pace = pace
@@ -147,8 +152,16 @@ class ReleaseService:
         returns the checkpoint writes, publications and cleanup to perform.
 
         ``readings``, one per run (non-decreasing), are the public clock's readings when each
-        run was received (:class:`~streamdp.daemon.batch_input.BatchQueue`): its records
-        arrived then. Without them every record arrived at the clock's reading now.
+        run was received (:class:`~streamdp.daemon.batch_input.BatchQueue`). Without them
+        every record was received at the clock's reading now.
+
+        Whether a record is late (or too far ahead) is judged at the instant its own Kafka
+        timestamp states, on the public clock (``reading_at``), when the service has
+        ``reading_at`` and the record a timestamp: a fact of the record alone, which no other
+        record's processing can move. Otherwise at its receipt reading. Either way a record
+        of a period already released is late (the worker releases a period only
+        ``--delivery-allowance`` seconds after its close instant, so that records sent before
+        it have arrived).
 
         A record of an input topic belongs to the topic's source, whose engine keeps the
         applied offsets of that (topic, partition) with no hole: a record refused before
@@ -226,8 +239,21 @@ class ReleaseService:
         # the engine keeps the batch's outputs for its change set (the checkpoint reads them
         # there); what consume also appends here is not used
         returned: list[OutputRecord] = []
+        reading_at = self.reading_at
+        received = judged = engine.now  # the instant observe_clock set the window at
+        last_stamp: object = None  # (records of one produce batch share their timestamp)
         for record in records:
             offset = record.offset
+            if (
+                reading_at is not None
+                and (stamp := getattr(record, "timestamp", None)) != last_stamp
+            ):
+                last_stamp = stamp
+                sent = sent_at(record)
+                instant = received if sent is None else reading_at(sent)
+                if instant != judged:
+                    engine.judge_arrival_at(instant)
+                    judged = instant
             if any_key or record.key == key:
                 value = record.value
                 code = consume(

@@ -38,6 +38,13 @@ WRITE_BOUNDS: dict[str, int] = {
 }
 
 
+#: Wall seconds a worker waits after a period's close instant before releasing it, so that
+#: records sent before the close (by their Kafka timestamp) and still in flight, or queued
+#: behind a burst, are in; a record received later than that is late.
+DEFAULT_DELIVERY_ALLOWANCE = 5.0
+MAX_DELIVERY_ALLOWANCE = 86_400.0
+
+
 @dataclass(frozen=True)
 class DaemonSettings:
     """Everything a worker needs besides the stream specification itself."""
@@ -55,6 +62,9 @@ class DaemonSettings:
     clock: str = "wall"
     # how often every owned source is advanced to the clock (closes periods with no input)
     tick_seconds: float = 0.5
+    # wall seconds between a period's close instant and its release: records judged at their
+    # own Kafka timestamps, sent before the close, have this long to be received
+    delivery_allowance_seconds: float = DEFAULT_DELIVERY_ALLOWANCE
     session_timeout: float = 10.0
     heartbeat_interval: float = 1.0
     commit_interval: float = 1.0
@@ -145,6 +155,11 @@ class DaemonSettings:
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
             raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
+        if not 0 <= self.delivery_allowance_seconds <= MAX_DELIVERY_ALLOWANCE:
+            raise ConfigError(
+                f"--delivery-allowance must be >= 0 and <= {MAX_DELIVERY_ALLOWANCE:g} seconds, "
+                f"got {self.delivery_allowance_seconds}"
+            )
         if not 0 < self.tick_seconds <= 60:
             raise ConfigError(f"--tick must be > 0 and <= 60 seconds, got {self.tick_seconds}")
         parse_clock(self.clock)

@@ -7,8 +7,10 @@ releases carry, and the public clock's reading at that instant, which decides wh
 
 - a heartbeat on the grid of whole multiples of ``step`` seconds (``--tick``) of wall time,
   which starts the sources of newly assigned partitions and makes an operator's close;
-- the wall instant of the next close instant (a period's end plus its allowed lateness), when
-  it comes before the next heartbeat: a period is published at its close instant exactly;
+- the wall instant of the next close instant (a period's end plus its allowed lateness) plus
+  the delivery allowance (``--delivery-allowance``), when it comes before the next heartbeat:
+  a period is published exactly that long after its close instant, once the records sent
+  (Kafka-timestamped) before it have had that long to arrive;
 - while some period is still due after a tick (the backlog after downtime), the next grid
   point: ``pace`` periods per stream per ``step`` seconds, a catch-up pace set by the clock.
 
@@ -30,10 +32,13 @@ __all__ = ["ScheduledTick", "first_tick", "next_tick"]
 @dataclass(frozen=True)
 class ScheduledTick:
     """One tick: ``wall``, its scheduled wall-clock instant (Unix seconds; the timestamp of
-    its releases), and ``reading``, the public clock's reading it closes at."""
+    its releases); ``reading``, the public clock's reading it closes at (its reading at
+    ``wall`` minus the delivery allowance); ``received``, the clock's reading at ``wall``
+    (records received before it are processed before the tick closes anything)."""
 
     wall: float
     reading: float
+    received: float
 
 
 def _grid_after(wall: float, step: float) -> float:
@@ -44,22 +49,34 @@ def _grid_after(wall: float, step: float) -> float:
     return point
 
 
-def first_tick(clock: PublicClock, step: float, wall_now: float) -> ScheduledTick:
+def _at(clock: PublicClock, wall: float, allowance: float) -> ScheduledTick:
+    return ScheduledTick(wall, clock.at(wall - allowance), clock.at(wall))
+
+
+def first_tick(
+    clock: PublicClock, step: float, wall_now: float, allowance: float = 0.0
+) -> ScheduledTick:
     """The worker's first tick: the first grid point after ``wall_now`` (its start)."""
-    wall = _grid_after(wall_now, step)
-    return ScheduledTick(wall, clock.at(wall))
+    return _at(clock, _grid_after(wall_now, step), allowance)
 
 
 def next_tick(
-    clock: PublicClock, step: float, last: ScheduledTick, *, behind: bool, next_close: float
+    clock: PublicClock,
+    step: float,
+    last: ScheduledTick,
+    *,
+    behind: bool,
+    next_close: float,
+    allowance: float = 0.0,
 ) -> ScheduledTick:
     """The tick after ``last``. ``behind``: some period was still due at ``last.reading``
     after it ran (a backlog); ``next_close``: the earliest close instant on the public clock
-    of any loaded source (inf: none)."""
+    of any loaded source (inf: none); ``allowance``: the delivery allowance, wall seconds
+    between a close instant and the tick that releases it."""
     grid = _grid_after(last.wall, step)
     if behind:
-        return ScheduledTick(grid, clock.at(grid))
-    at_close = clock.wall_at(next_close)
+        return _at(clock, grid, allowance)
+    at_close = clock.wall_at(next_close) + allowance
     if last.wall < at_close < grid:
-        return ScheduledTick(at_close, next_close)
-    return ScheduledTick(grid, clock.at(grid))
+        return ScheduledTick(at_close, next_close, clock.at(at_close))
+    return _at(clock, grid, allowance)

@@ -191,6 +191,16 @@ class Engine(RecordIntake, EnginePersistence):
         for runtime in self.streams.values():
             runtime.set_arrival(current, batch=batch)
 
+    def judge_arrival_at(self, instant: float) -> None:
+        """Records ingested after this call are judged as sent at public instant ``instant``
+        (their own Kafka timestamp on the public clock) instead of at the clock's reading:
+        late when ``instant`` is after their period's close instant, too far ahead against
+        it. Moves no clock and closes nothing; :meth:`observe_clock` returns to the reading.
+        A period already closed refuses its records whatever their instant."""
+        batch = self.batch
+        for runtime in self.streams.values():
+            runtime.set_arrival(instant, batch=batch)
+
     def close_due(self, at: float | None = None) -> list[OutputRecord]:
         """Close every period whose close instant (end plus allowed lateness) is at or before
         ``at`` (default, and at most: the clock's reading), and every period an operator's

@@ -9,6 +9,7 @@ and through the period's close, which adds noise before anything is released.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,14 @@ from streamdp.engine.periods import PeriodClock
 from streamdp.engine.privacy_unit import UnitBookkeeping, key_check, unit_digest
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import ConfigError, StateError
+
+
+def _bounds_around(clock: PeriodClock, index: int) -> tuple[float, float]:
+    """The instants of period ``index`` (``index_of`` is -1 for every instant before the
+    first period: then up to its start)."""
+    if index < 0:
+        return -math.inf, clock.bounds(0)[0]
+    return clock.bounds(index)
 
 
 class OpenPeriods:
@@ -51,6 +60,10 @@ class OpenPeriods:
         # periods above _future_hi are too far ahead of the clock
         self._time_lo = 0
         self._future_hi: float = float("inf")
+        # the periods around the last set_arrival's now - lateness and now, as bounds
+        # (late_lo, late_hi, here_lo, here_hi), and its batch flag: the window holds while
+        # both instants stay inside them (set_arrival per record stays cheap)
+        self._window_span: tuple[float, float, float, float, bool] = (1.0, 0.0, 1.0, 0.0, False)
         # the privacy unit's bookkeeping (protected; None: the stream protects one event)
         self.units: UnitBookkeeping | None = None
         self._unit_key = b""
@@ -74,10 +87,16 @@ class OpenPeriods:
         still open counts; the future limit applies against ``now`` (the replay's ``--as-of``).
         Both depend on the event and the public clock only, never on other events.
         """
-        self._time_lo = 0 if batch else max(0, self.clock.index_of(now - self._lateness))
-        self._future_hi = (
-            self.clock.index_of(now) + self._max_future if self._max_future else float("inf")
-        )
+        since = now - self._lateness
+        late_lo, late_hi, here_lo, here_hi, was_batch = self._window_span
+        if late_lo <= since < late_hi and here_lo <= now < here_hi and was_batch == batch:
+            return  # the same periods as the last call's (as index_of would find them)
+        clock = self.clock
+        late = clock.index_of(since)
+        here = clock.index_of(now)
+        self._time_lo = 0 if batch else max(0, late)
+        self._future_hi = here + self._max_future if self._max_future else float("inf")
+        self._window_span = (*_bounds_around(clock, late), *_bounds_around(clock, here), batch)
 
     def ingest(self, event: Mapping[str, Any], content_key: str, ts: float) -> None:
         """Count one decoded event with event time ``ts``, arriving within the window of the

@@ -1,0 +1,219 @@
+"""A record is judged at the instant its own Kafka timestamp states, not when it is received.
+
+When the worker receives a record depends on the records in front of it (their fetches, their
+processing on the event loop, a full input queue), so judging lateness at receipt lets one
+record move another across a close instant (``benchmarks/arrival_race.py``). The Kafka
+timestamp (``CreateTime``: when the producer sent it; ``LogAppendTime``: when the broker
+appended it) is a fact of the record alone. The worker judges each record at that instant on
+the public clock and releases a period ``--delivery-allowance`` seconds after its close instant,
+so a record sent before the close that is received within the allowance counts, whatever came
+before it. Checked here on the release service (neighbouring inputs whose receipt moments
+differ), the tick schedule, the engine's acceptance window, and the record types both input
+paths deliver.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+from aiokafka.structs import ConsumerRecord
+from faust.types import TP
+from faust.types.tuples import Message
+
+from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.routing import InputRecord, sent_at
+from streamdp.daemon.service import ReleaseService
+from streamdp.daemon.tick_schedule import first_tick, next_tick
+from streamdp.engine.clock import PublicClock
+from streamdp.engine.open_periods import OpenPeriods
+from streamdp.engine.periods import PeriodClock
+from streamdp.noise import InsecureSeededSampler
+from streamdp.synth.generators import example_spec
+
+SPEC = example_spec("hospital")
+SOURCE = next(iter(SPEC.sources))
+STREAM = "admissions-census"
+CENSUS = SPEC.streams[STREAM]
+DAY = 3
+DAY_START, DAY_END = PeriodClock(CENSUS.period).bounds(DAY)
+CLOSE = DAY_END + CENSUS.allowed_lateness_seconds  # the day's public close instant
+ALLOWANCE = 5.0
+
+
+def _admission(event_id: str, offset: int, sent: float | None, ward: str = "icu") -> InputRecord:
+    value = {
+        "event_id": event_id,
+        "event_time": DAY_END - 60.0,
+        "source": SOURCE,
+        "attributes": {"sex": "male", "age": "0-17", "ward": ward, "hiv_positive": False},
+    }
+    stamp = None if sent is None else math.floor(sent * 1000)
+    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode(), stamp)
+
+
+def _service(now: list[float], *, by_timestamp: bool = True) -> ReleaseService:
+    service = ReleaseService(
+        SPEC,
+        sampler=InsecureSeededSampler(3),
+        state={},
+        clock=lambda: now[0],
+        topic_partitions={SOURCE: 1},
+        reading_at=PublicClock().at if by_timestamp else None,
+    )
+    service.assign([0])
+    return service
+
+
+def _late(outcome: BatchOutcome) -> set[str | None]:
+    return {d.event_id for d in outcome.dead_letters if d.reason == "late"}
+
+
+def _day_release(outcome: BatchOutcome) -> dict[str, int]:
+    out = {}
+    for publication in outcome.publications:
+        record = json.loads(publication.value)
+        if (
+            record.get("kind") == "release"
+            and record["stream"] == STREAM
+            and record["period"] == DAY + 1
+        ):
+            out[record["counter"]] = record["noisy_count"]
+    return out
+
+
+def test_a_record_sent_before_the_close_counts_when_received_after_it() -> None:
+    """Received 2 s after the close (within the allowance), a record sent 0.5 s before it
+    counts; one sent 0.1 s after the close is late however early it is processed. Judged at
+    receipt (the service without ``reading_at``), the first was late too."""
+    now = [CLOSE + 2.0]
+    runs = [[_admission("sent-before", 0, CLOSE - 0.5)], [_admission("sent-after", 1, CLOSE + 0.1)]]
+    judged = _service(now).process_runs(runs, [CLOSE + 2.0, CLOSE + 2.0])
+    assert {d.event_id for d in judged.dead_letters} == {"sent-after"}
+    assert _late(judged) == {"sent-after"}
+    at_receipt = _service(now, by_timestamp=False).process_runs(runs, [CLOSE + 2.0, CLOSE + 2.0])
+    assert _late(at_receipt) == {"sent-before", "sent-after"}
+
+
+def test_a_record_without_a_timestamp_is_judged_at_receipt() -> None:
+    now = [CLOSE + 2.0]
+    outcome = _service(now).process_runs([[_admission("old-format", 0, None)]], [CLOSE + 2.0])
+    assert _late(outcome) == {"old-format"}
+
+
+def test_a_period_released_refuses_its_records_whatever_their_timestamp() -> None:
+    """Once the day is released (at close + allowance), a record of it sent before the close
+    but received only now is late: the allowance is the only wait."""
+    now = [CLOSE + ALLOWANCE]
+    service = _service(now)
+    released = service.tick(CLOSE, stamp=CLOSE + ALLOWANCE)
+    assert _day_release(released), "the tick released the day"
+    now[0] = CLOSE + ALLOWANCE + 0.5
+    outcome = service.process_runs([[_admission("straggler", 0, CLOSE - 1.0)]], [now[0]])
+    assert _late(outcome) == {"straggler"}
+
+
+def _world(hostile: bool, seed: int, *, by_timestamp: bool) -> tuple[set[str | None], dict]:
+    """The closing day's records still arriving at its close: 300 records sent uniformly in
+    the 50 ms before it, each received 2 ms after it was sent. With ``hostile``, one extra
+    record comes first and its processing delays the receipt of every record after it by
+    3 ms (as a burst in front does, on the event loop or in a full input queue). The day is
+    released at close + allowance, closing at public reading ``CLOSE``."""
+    rng = np.random.default_rng(seed)
+    sent = np.sort(rng.uniform(CLOSE - 0.05, CLOSE, 300))
+    wards = rng.choice(["medical", "icu"], 300)
+    delay = 0.002 + (0.003 if hostile else 0.0)
+    arrivals = [
+        (f"d{i}", float(t), str(w), float(t) + delay)
+        for i, (t, w) in enumerate(zip(sent, wards, strict=True))
+    ]
+    if hostile:
+        arrivals.insert(0, ("hostile", CLOSE - 0.06, "icu", CLOSE - 0.058))
+    now = [arrivals[-1][3]]
+    service = _service(now, by_timestamp=by_timestamp)
+    late: set[str | None] = set()
+    for offset, (event_id, sent_at_, ward, received) in enumerate(arrivals):
+        now[0] = received
+        run = [_admission(event_id, offset, sent_at_, ward)]
+        late |= _late(service.process_runs([run], [received]))
+    now[0] = CLOSE + ALLOWANCE
+    return late - {"hostile"}, _day_release(service.tick(CLOSE, stamp=CLOSE + ALLOWANCE))
+
+
+def test_one_record_delaying_the_others_moves_no_others_fate() -> None:
+    """Neighbouring inputs D and D plus one record whose processing delays every later
+    receipt: judged at their timestamps, D's records have the same fate in both and the day's
+    release moves by at most its sensitivity (the same seeded noise). Power: judged at
+    receipt, the same delay pushes D's records sent just before the close past it."""
+    moved_at_receipt = 0
+    for seed in range(20):
+        late_d, day_d = _world(False, seed, by_timestamp=True)
+        late_n, day_n = _world(True, seed, by_timestamp=True)
+        assert late_d == late_n == set()
+        assert day_d.keys() == day_n.keys()
+        assert sum(abs(day_d[c] - day_n[c]) for c in day_d) <= CENSUS.sensitivity
+        receipt_d, _ = _world(False, seed, by_timestamp=False)
+        receipt_n, _ = _world(True, seed, by_timestamp=False)
+        moved_at_receipt += receipt_d != receipt_n
+    assert moved_at_receipt == 20, "the delay should move records judged at receipt"
+
+
+def test_the_tick_after_a_close_waits_the_allowance_and_closes_at_the_close() -> None:
+    """Ticks at each close instant plus the allowance, closing at the close instant's reading
+    exactly; heartbeat ticks close at the reading of their instant minus the allowance; runs
+    received before the tick's own instant are processed first."""
+    clock = PublicClock()
+    step = 0.5
+    tick = first_tick(clock, step, CLOSE - 10.2, ALLOWANCE)
+    assert tick.wall == CLOSE - 10.0
+    assert tick.reading == CLOSE - 10.0 - ALLOWANCE
+    assert tick.received == CLOSE - 10.0
+    next_close = CLOSE - 10.0 - ALLOWANCE + 0.2  # its release falls before the next grid point
+    at_close = next_tick(
+        clock, step, tick, behind=False, next_close=next_close, allowance=ALLOWANCE
+    )
+    assert at_close.wall == CLOSE - 10.0 + 0.2
+    assert at_close.reading == next_close  # exactly: the period closes
+    assert at_close.received == at_close.wall
+    frozen = PublicClock(origin=CLOSE, anchor=0.0, rate=0.0)
+    idle = next_tick(frozen, step, tick, behind=False, next_close=math.inf, allowance=ALLOWANCE)
+    assert idle.wall == tick.wall + step
+    assert idle.reading == idle.received == CLOSE
+
+
+def test_the_acceptance_window_kept_between_records_equals_a_fresh_one() -> None:
+    """Set per record, the window is kept while the instant stays in the same periods: it
+    must be exactly the window computed afresh, at period boundaries and a ulp either side,
+    so that no record's window depends on the record judged before it."""
+    rng = np.random.default_rng(11)
+    clock = PeriodClock(CENSUS.period)
+    edges = [clock.bounds(j)[0] for j in range(10)]
+    lateness = CENSUS.allowed_lateness_seconds
+    instants = []
+    for edge in edges:
+        for base in (edge, edge + lateness):
+            instants += [base, math.nextafter(base, -math.inf), math.nextafter(base, math.inf)]
+    instants += list(rng.uniform(edges[0] - 86_400, edges[-1] + 86_400, 300))
+    instants += [-math.inf, math.nan, 1e300]
+    order = rng.permutation(len(instants))
+    kept = OpenPeriods(CENSUS, clock)
+    for index in order:
+        now = float(instants[index])
+        for batch in (False, True):
+            fresh = OpenPeriods(CENSUS, clock)
+            fresh.set_arrival(now, batch=batch)
+            kept.set_arrival(now, batch=batch)
+            assert (kept._time_lo, kept._future_hi) == (fresh._time_lo, fresh._future_hi), now
+
+
+def test_both_input_paths_read_the_same_instant_from_a_record() -> None:
+    """aiokafka's record (the batch path) gives milliseconds, Faust's Message (the per-event
+    path) seconds: the same instant. No timestamp (-1 or None): judged at receipt."""
+    stamp = 1_704_153_600_123
+    kafka = ConsumerRecord("t", 0, 7, stamp, 0, b"k", b"v", None, 1, 1, ())
+    assert sent_at(kafka) == stamp / 1000
+    message = Message("t", 0, 7, stamp / 1000.0, 0, [], b"k", b"v", None, tp=TP("t", 0))
+    assert sent_at(message) == sent_at(kafka)
+    assert sent_at(InputRecord("t", 0, 7, b"k", b"v", -1)) is None
+    assert sent_at(InputRecord("t", 0, 7, b"k", b"v")) is None
