@@ -1,12 +1,14 @@
-"""A record arrives when the worker receives it, not when its batch is processed.
+"""A record is received when its fetch enters the worker's queue, not when its batch is
+processed.
 
 The batch input queue stamps each fetched run with the public clock's reading (``BatchQueue``);
-the release service judges a run's records at that stamp, and every tick first processes what
-was received before its instant. So while the worker keeps up, how long the records in front
-take to process never moves a record across a close instant (``benchmarks/arrival_race.py``
-measured the batch reading moving one in five records at the edge). Checked on the service (a
-batch holding runs from both sides of a close instant) and on the worker's driver (a tick
-finding runs received before its instant still queued).
+the release service judges a run's records by that stamp (without Kafka timestamps, or for
+whether a record came before its period's release), and every tick first processes what was
+received before its instant, so a record is never found late because it waited in the queue
+behind others. Checked on the service (a batch holding runs from both sides of a close
+instant) and on the worker's driver (a tick finding runs received before its instant still
+queued, with and without the delivery allowance). Judging at the record's own Kafka timestamp
+is in ``tests/test_sent_time.py``.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def _service(now: list[float], *, by_timestamp: bool = False) -> ReleaseService:
         clock=lambda: now[0],
         topic_partitions={SOURCE: 1},
         reading_at=PublicClock().at if by_timestamp else None,
+        allowance=5.0 if by_timestamp else 0.0,
     )
     service.assign([0])
     return service

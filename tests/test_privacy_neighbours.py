@@ -20,6 +20,7 @@ record reusing an id displaced the first (2 Delta).
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +32,7 @@ from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.engine import EngineSpec
 from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
+from streamdp.engine.clock import PublicClock
 from streamdp.engine.periods import PeriodClock, format_instant, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.kinds import stream_kind
@@ -76,11 +78,14 @@ def _spec(scenario: str) -> EngineSpec:
 
 class Record:
     """One input line with its arrival instant on the public clock (the producer's schedule:
-    a record arrives when the test says, whatever other records do)."""
+    a record arrives when the test says, whatever other records do) and the instant its Kafka
+    timestamp states (``sent``; default a second before it arrives; a hostile record may
+    forge it). The file replay has no timestamps."""
 
-    def __init__(self, text: str, arrival: float) -> None:
+    def __init__(self, text: str, arrival: float, sent: float | None = None) -> None:
         self.text = text
         self.arrival = arrival
+        self.sent = arrival - 1.0 if sent is None else sent
 
 
 def _dataset(scenario: str) -> tuple[EngineSpec, list[Record], int]:
@@ -166,6 +171,15 @@ def _neighbour(kind: str, spec: EngineSpec, records: list[Record]) -> list[Recor
         out.insert(0, Record(json.dumps(close), first_time - 1.0))
     elif kind == "junk_middle":
         out.insert(middle, Record('{"event_id": "x", "items": {', records[middle].arrival))
+    elif kind == "backdated_stamp_middle":
+        # an event of the first period arriving mid-stream, its Kafka timestamp forged to
+        # before that period's close: it can count only in a period not yet released
+        event = dict(_event(records, 0), event_id="backdated-1")
+        out.insert(middle, Record(json.dumps(event), records[middle].arrival, first_time))
+    elif kind == "postdated_stamp_first":
+        # a record whose Kafka timestamp claims a moment 30 days ahead
+        event = dict(_event(records, 0), event_id="postdated-1")
+        out.insert(0, Record(json.dumps(event), first_time - 1.0, first_time + 30 * DAY))
     elif kind == "before_start_first":
         event = dict(_event(records, 0), event_id="early-1")
         event["event_time"] = format_instant(grid.bounds(0)[0] - 3 * DAY)
@@ -185,6 +199,8 @@ KINDS = [
     "control_first",
     "junk_middle",
     "before_start_first",
+    "backdated_stamp_middle",
+    "postdated_stamp_first",
 ]
 
 
@@ -203,19 +219,32 @@ def _via_replay(
 
 
 def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dict[str, Any]]:
-    """The release service over a dict store: the records whose arrival falls in a window of
-    the clock are one batch, processed when the window ends; at the end the clock moves on
-    until every generated period is due."""
+    """The release service over a dict store, configured as the worker runs it (records
+    judged at their Kafka timestamps, a delivery allowance of 5 s): the records whose arrival
+    falls in a window of the clock are one batch, processed when the window ends; at the end
+    the clock moves on until every generated period is due."""
     spec = _spec(spec_name)
     source = next(iter(spec.sources.values()))
     now = [0.0]
     service = ReleaseService(
-        spec, sampler=InsecureSeededSampler(SEED), state={}, clock=lambda: now[0]
+        spec,
+        sampler=InsecureSeededSampler(SEED),
+        state={},
+        clock=lambda: now[0],
+        reading_at=PublicClock().at,
+        allowance=5.0,
     )
     windows: dict[int, list[InputRecord]] = defaultdict(list)
     for offset, record in enumerate(records):
         windows[int(record.arrival // WINDOW)].append(
-            InputRecord(source.topic, 0, offset, source.name.encode(), record.text.encode())
+            InputRecord(
+                source.topic,
+                0,
+                offset,
+                source.name.encode(),
+                record.text.encode(),
+                math.floor(record.sent * 1000),
+            )
         )
     published: list[dict[str, Any]] = []
     for window in sorted(windows):

@@ -10,8 +10,10 @@ would stamp); ``streamdp_last_release_timestamp_seconds`` is read after every st
 D and D plus one hostile record, with the same seeded noise, must give the same moments,
 whether the record is refused as late (it arrives between a close instant and the tick that
 runs behind it), counted (it arrives just before) or one of many batches during a catch-up
-after downtime. Each check is first run against the previous behaviour (a batch closes what is
-due at its reading, and publications carry no timestamp) and must see the difference there.
+after downtime; both with records judged at receipt and as the worker runs them (judged at
+their Kafka timestamps, each period released ``--delivery-allowance`` after its close). Each
+check is first run against the previous behaviour (a batch closes what is due at its reading,
+and publications carry no timestamp) and must see the difference there.
 """
 
 from __future__ import annotations
@@ -94,9 +96,13 @@ def run_worker(
     batches: list[Batch],
     until: float,
     monkeypatch: pytest.MonkeyPatch,
+    allowance: float = 0.0,
 ) -> Observed:
     """The worker's loop from wall instant ``start`` to ``until``: ticks on the schedule,
     batches at their instants, one step at a time (a step waits for the one before it).
+    With ``allowance``, as the worker runs: each record carries a Kafka timestamp (its
+    batch's instant) and is judged at it, and each period is released ``allowance`` seconds
+    after its close instant.
 
     :class:`BatchClosingService` is driven as the previous worker drove it: a timer every
     ``STEP`` seconds from the worker's start, blind to close instants."""
@@ -108,6 +114,7 @@ def run_worker(
         state={},
         clock=lambda: now[0],
         topic_partitions={SOURCE: 1},
+        **({"reading_at": PublicClock().at, "allowance": allowance} if allowance else {}),
     )
     service.assign([0])
     metrics = StreamdpMetrics()
@@ -118,7 +125,7 @@ def run_worker(
     tick = (
         ScheduledTick(start + STEP, public.at(start + STEP), public.at(start + STEP))
         if previous
-        else first_tick(public, STEP, start)
+        else first_tick(public, STEP, start, allowance)
     )
     pending = sorted(batches, key=lambda b: b.at)
     offsets = itertools.count()
@@ -140,17 +147,18 @@ def run_worker(
 
     while tick.wall <= until:
         idle = not service.due(tick.reading)
-        soonest = min(pending[0].at if pending else until, until, service.next_close())
+        soonest = min(pending[0].at if pending else until, until, service.next_close() + allowance)
         if idle and soonest - tick.wall > 2 * STEP:
             # ticks before then close nothing: skip them (the loop stays fast)
             skip = math.floor((soonest - tick.wall) / STEP) - 1
             wall = tick.wall + skip * STEP
-            tick = ScheduledTick(wall, public.at(wall), public.at(wall))
+            tick = ScheduledTick(wall, public.at(wall - allowance), public.at(wall))
         if pending and pending[0].at <= max(now[0], tick.wall):
             batch = pending.pop(0)
             now[0] = max(now[0], batch.at)
             # offsets in the order the partition received the records
-            records = [replace(r, offset=next(offsets)) for r in batch.records]
+            sent = math.floor(batch.at * 1000) if allowance else None
+            records = [replace(r, offset=next(offsets), timestamp=sent) for r in batch.records]
             outcome = service.process(records)
             now[0] += batch.cost
             publish(outcome)
@@ -167,6 +175,7 @@ def run_worker(
                 tick,
                 behind=service.due(tick.reading),
                 next_close=service.next_close(),
+                allowance=allowance,
             )
     return seen
 
@@ -239,15 +248,20 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
+@pytest.mark.parametrize("allowance", [0.0, 5.0])
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_publication_moments_are_the_same_with_and_without_one_record(
-    name: str, monkeypatch: pytest.MonkeyPatch
+    name: str, allowance: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Both for a service judging records at receipt (allowance 0) and as the worker runs
+    (Kafka timestamps, a 5 s allowance)."""
     start, without, with_record, until = SCENARIOS[name](10_000)
+    until += allowance
     runs = {}
     for service_type in (BatchClosingService, ReleaseService):
-        plain = run_worker(service_type, start, without, until, monkeypatch)
-        neighbour = run_worker(service_type, start, with_record, until, monkeypatch)
+        extra = allowance if service_type is ReleaseService else 0.0
+        plain = run_worker(service_type, start, without, until, monkeypatch, extra)
+        neighbour = run_worker(service_type, start, with_record, until, monkeypatch, extra)
         assert plain.published, "nothing was published: the check proves nothing"
         runs[service_type] = (plain, neighbour)
     # power: the previous behaviour (batches close, the broker stamps the send) is caught
@@ -263,22 +277,28 @@ def test_publication_moments_are_the_same_with_and_without_one_record(
     if name.startswith("records arriving"):
         # the catch-up pace is the clock's: 32 census days per tick, one tick per STEP
         census = sorted({m for t, k, m in moments(plain) if k.startswith("admissions-census|")})
-        assert census == [first_tick(PublicClock(), STEP, start).wall + STEP * i for i in range(4)]
+        first = first_tick(PublicClock(), STEP, start, allowance).wall
+        assert census[:4] == [first + STEP * i for i in range(4)]
+        # with the allowance, the last day's close instant is within it: its own tick
+        assert census[4:] == ([close_instant(100) + allowance] if allowance else [])
 
 
+@pytest.mark.parametrize("allowance", [0.0, 5.0])
 def test_a_period_is_published_at_its_close_instant_exactly(
-    monkeypatch: pytest.MonkeyPatch,
+    allowance: float, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On time, each census day's releases carry its close instant, whatever the tick grid."""
+    """On time, each census day's releases carry its close instant plus the delivery
+    allowance, whatever the tick grid."""
     start = close_instant(0) - 3.3
-    seen = run_worker(ReleaseService, start, background(0, 4), close_instant(3) + 1, monkeypatch)
+    until = close_instant(3) + 1 + allowance
+    seen = run_worker(ReleaseService, start, background(0, 4), until, monkeypatch, allowance)
     census = {
         json.loads(value)["period"]: moment
         for topic, key, value, moment in seen.published
         if key.startswith("admissions-census|") and "releases" in topic
     }
-    assert census == {j + 1: close_instant(j) for j in range(4)}
-    assert ("admissions-census", close_instant(3)) in seen.gauge
+    assert census == {j + 1: close_instant(j) + allowance for j in range(4)}
+    assert ("admissions-census", close_instant(3) + allowance) in seen.gauge
 
 
 def test_a_backlog_of_more_than_an_epoch_is_reported_once_per_stream(

@@ -61,6 +61,7 @@ def _service(now: list[float], *, by_timestamp: bool = True) -> ReleaseService:
         clock=lambda: now[0],
         topic_partitions={SOURCE: 1},
         reading_at=PublicClock().at if by_timestamp else None,
+        allowance=ALLOWANCE if by_timestamp else 0.0,
     )
     service.assign([0])
     return service
@@ -97,9 +98,25 @@ def test_a_record_sent_before_the_close_counts_when_received_after_it() -> None:
 
 
 def test_a_record_without_a_timestamp_is_judged_at_receipt() -> None:
+    """Received within the allowance, it counts; received after it, it is late."""
     now = [CLOSE + 2.0]
-    outcome = _service(now).process_runs([[_admission("old-format", 0, None)]], [CLOSE + 2.0])
-    assert _late(outcome) == {"old-format"}
+    outcome = _service(now).process_runs([[_admission("no-stamp", 0, None)]], [CLOSE + 2.0])
+    assert not outcome.dead_letters
+    now = [CLOSE + ALLOWANCE]
+    outcome = _service(now).process_runs([[_admission("no-stamp", 0, None)]], [now[0]])
+    assert _late(outcome) == {"no-stamp"}
+
+
+def test_received_after_the_release_instant_is_late_before_the_tick_runs() -> None:
+    """A worker back from a downtime that outlasted the day's release instant (close plus
+    allowance) reads a backlog of records sent before the close: each is late, whether it
+    is processed before or after the first tick releases the day, so how far the fetches got
+    by then changes nothing."""
+    now = [CLOSE + ALLOWANCE + 60.0]
+    service = _service(now)
+    runs = [[_admission(f"backlog-{i}", i, CLOSE - 10.0 + i)] for i in range(3)]
+    outcome = service.process_runs(runs, [now[0]] * 3)
+    assert _late(outcome) == {"backlog-0", "backlog-1", "backlog-2"}
 
 
 def test_a_period_released_refuses_its_records_whatever_their_timestamp() -> None:

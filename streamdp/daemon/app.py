@@ -144,6 +144,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             clock=public_clock.now,
             unit_key=unit_key,
             reading_at=public_clock.at,
+            allowance=settings.delivery_allowance_seconds * public_clock.rate,
         )
 
     driver = BatchDriver(

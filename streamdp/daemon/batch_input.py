@@ -50,10 +50,11 @@ class BatchQueue:
     run and only the release service touches every record.
 
     Each run is stamped with the public clock's reading when it is queued (``clock``): its
-    records *arrived* then, whatever batch they are processed in and however long the records
-    in front of them take, so that another record's processing time never moves a record
-    across a close instant while the worker keeps up. (A full queue still delays a fetch, so
-    a saturated worker's arrivals do depend on the records in front: docs/architecture.md.)
+    records were *received* then, whatever batch they are processed in. A record is judged at
+    its own Kafka timestamp; the receipt decides only whether it came before its period's
+    release (``ReleaseService.process_runs``), and a tick first processes the runs received
+    before its instant. (When a fetch is queued does depend on the records in front: their
+    processing holds the event loop, a full queue makes it wait; docs/architecture.md.)
 
     ``generation`` counts :meth:`drop` calls (revocations): a fetch made before a revocation is
     not queued after it (:meth:`put` refuses it), so no revoked partition's record slips in

@@ -81,11 +81,14 @@ class ReleaseService:
         pace: int = CLOSE_PACE,
         unit_key: bytes | None = None,
         reading_at: Callable[[float], float] | None = None,
+        allowance: float = 0.0,
     ) -> None:
         self.spec = spec
-        # the public clock's reading at a wall-clock instant: with it, a record carrying a
-        # Kafka timestamp is judged at that timestamp's reading (see process_runs)
+        # the public clock's reading at a wall-clock instant: with it, a record is judged at
+        # its Kafka timestamp's reading, or at its receipt less ``allowance`` (public-clock
+        # seconds from a close instant to the release) when that is later (see process_runs)
         self.reading_at = reading_at
+        self.allowance = allowance
         self.unit_key = unit_key
         self.clock = clock
         self.pace = pace
@@ -155,13 +158,16 @@ class ReleaseService:
         run was received (:class:`~streamdp.daemon.batch_input.BatchQueue`). Without them
         every record was received at the clock's reading now.
 
-        Whether a record is late (or too far ahead) is judged at the instant its own Kafka
-        timestamp states, on the public clock (``reading_at``), when the service has
-        ``reading_at`` and the record a timestamp: a fact of the record alone, which no other
-        record's processing can move. Otherwise at its receipt reading. Either way a record
-        of a period already released is late (the worker releases a period only
-        ``--delivery-allowance`` seconds after its close instant, so that records sent before
-        it have arrived).
+        With ``reading_at`` (the worker), whether a record is late (or too far ahead) is
+        judged at the later of two instants: the one its own Kafka timestamp states, on the
+        public clock, and its receipt reading less ``allowance``. So it counts when it was
+        sent before its period's close instant and received before the period's release
+        (the close plus the allowance: ``--delivery-allowance``). The first is a fact of the
+        record alone, which no other record's processing can move; the second decides only
+        for a record in flight for longer than the allowance, and for every record received
+        after a downtime that outlasted its period's release (late, all alike). A record
+        without a timestamp is judged by its receipt alone. Without ``reading_at``, every
+        record is judged at its receipt reading.
 
         A record of an input topic belongs to the topic's source, whose engine keeps the
         applied offsets of that (topic, partition) with no hole: a record refused before
@@ -240,8 +246,9 @@ class ReleaseService:
         # there); what consume also appends here is not used
         returned: list[OutputRecord] = []
         reading_at = self.reading_at
-        received = judged = engine.now  # the instant observe_clock set the window at
-        last_stamp: object = None  # (records of one produce batch share their timestamp)
+        judged = engine.now  # the instant observe_clock set the window at
+        release_bound = judged - self.allowance
+        last_stamp: object = ...  # (records of one produce batch share their timestamp)
         for record in records:
             offset = record.offset
             if (
@@ -250,7 +257,7 @@ class ReleaseService:
             ):
                 last_stamp = stamp
                 sent = sent_at(record)
-                instant = received if sent is None else reading_at(sent)
+                instant = release_bound if sent is None else max(reading_at(sent), release_bound)
                 if instant != judged:
                     engine.judge_arrival_at(instant)
                     judged = instant
