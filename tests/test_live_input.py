@@ -1,10 +1,12 @@
 """The live quick start (issue 26): ``streamdp produce --write-spec`` writes an example spec
 whose periods start now, and ``streamdp produce`` sends synthetic events stamped with the
 moment they are sent; a worker on the wall clock counts them and releases every period on
-schedule, nothing late."""
+schedule, nothing late. And on the real path: a record is judged at its own Kafka timestamp
+(checked to fail when the worker judges at receipt)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from daemon_harness import Worker, collect
 
 from streamdp.daemon.routing import OutputTopics
@@ -129,5 +132,83 @@ def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
                 json.loads(v)["noisy_count"]: json.loads(v) for v in seen[outputs.releases][key]
             }.values()
             assert abs(release["noisy_count"] - exact[j]) <= 6 * release["count_std"], (j, release)
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("input_path", ["batch", "stream"])
+def test_a_record_counts_by_its_kafka_timestamp_not_by_when_it_arrives(
+    broker: Any, unique_name: Any, tmp_path: Path, input_path: str
+) -> None:
+    """A wall-clock worker with a 4 s delivery allowance, on both input paths. After a
+    period's close instant, two records of that period reach it: one whose Kafka timestamp
+    says it was sent a second before the close (delayed on its way) counts; one sent now is
+    late. The period's releases carry its close instant plus the allowance."""
+    spec_path = tmp_path / "live.toml"
+    subprocess.run(
+        [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv",
+         "--write-spec", str(spec_path), "--period-seconds", "5"],
+        check=True, timeout=60,
+    )  # fmt: skip
+    namespace, app_id, topic = unique_name("sent"), unique_name("sent-app"), unique_name("hiv")
+    text = spec_path.read_text("utf-8").replace('topic = "admissions"', f'topic = "{topic}"')
+    spec_path.write_text(text, encoding="utf-8")
+    spec = load_spec(str(spec_path))
+    outputs = OutputTopics.in_namespace(namespace)
+    settings = DaemonSettings(
+        config=spec_path, bootstrap=broker.bootstrap, partitions=1, app_id=app_id, topics=outputs
+    )
+    broker.create_topics(required_topics(spec, settings))
+    worker = Worker(
+        broker, spec_path, app_id=app_id, partitions=1, data_dir=tmp_path / "data",
+        log_path=tmp_path / "worker.log", namespace=namespace, input_path=input_path,
+        extra_args=("--delivery-allowance", "4"),
+    )  # fmt: skip
+    try:
+        worker.wait_ready()
+        stream = next(iter(spec.streams.values()))
+        clock = PeriodClock(stream.period)
+        j = clock.index_of(time.time()) + 1  # the next period: the worker is surely up
+        start, end = clock.bounds(j)
+        close = end + stream.allowed_lateness_seconds
+        time.sleep(max(0.0, close + 0.5 - time.time()))
+        events = live_events("hiv", spec, seed=9, bad_fraction=0.0)
+        delayed, fresh = next(events), next(events)
+        delayed_id = json.loads(delayed.value)["event_id"]
+        fresh_id = json.loads(fresh.value)["event_id"]
+
+        async def send() -> None:
+            producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, acks="all")
+            await producer.start()
+            try:
+                sent_before = round((close - 1.0) * 1000)
+                await producer.send_and_wait(
+                    topic, stamped(delayed, start + 1.0), key=delayed.key, timestamp_ms=sent_before
+                )
+                await producer.send_and_wait(topic, stamped(fresh, start + 1.0), key=fresh.key)
+            finally:
+                await producer.stop()
+
+        asyncio.run(send())
+        assert time.time() < close + 4.0, "sent after the release: the check proves nothing"
+        counter = stream.counters.names[0]
+        key = f"{stream.name}|{counter}|0|{j + 1}"
+        stamps: dict[str, list[int]] = {}
+        seen = collect(
+            broker,
+            [outputs.releases, outputs.dead_letter],
+            lambda s: key in s[outputs.releases] and bool(s[outputs.dead_letter]),
+            timeout=60,
+            timestamps=stamps,
+        )
+        assert key in seen[outputs.releases], worker.log_tail()
+        letters = [json.loads(v) for vs in seen[outputs.dead_letter].values() for v in vs]
+        assert [(d["event_id"], d["reason"]) for d in letters] == [(fresh_id, "late")]
+        assert delayed_id not in json.dumps(letters)
+        released_at = (close + 4.0) * 1000
+        assert any(abs(t - released_at) <= 1 for t in stamps[outputs.releases]), (
+            released_at,
+            sorted(set(stamps[outputs.releases])),
+        )
     finally:
         worker.stop()
