@@ -406,6 +406,7 @@ def test_metrics_over_http_show_the_ledgers_epsilon(broker, setup) -> None:
     assert status is not None
     assert status["noise"]["secure"] is False
     assert status["clock"] == scenario.clock
+    assert status["delivery_allowance_seconds"] == 5.0  # the default: public, like the clock
     # nothing derived from input volume on /metrics or /status by default
     assert "streamdp_input_records_total" not in worker.metrics()
     assert "batches_processed" not in status

@@ -33,6 +33,8 @@ def spec(tmp_path: Path) -> Path:
         ({"clock": "frozen:yesterday"}, "--clock"),
         ({"clock": "simulated:2024-01-01T00:00:00Z@1x0"}, "--clock"),
         ({"clock": "sundial"}, "--clock"),
+        ({"delivery_allowance_seconds": -1.0}, "--delivery-allowance"),
+        ({"delivery_allowance_seconds": float("nan")}, "--delivery-allowance"),
         ({"security_protocol": "TLS"}, "STREAMDP_SECURITY_PROTOCOL"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "STREAMDP_SASL_PASSWORD"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "MD5"}, "STREAMDP_SASL_MECHANISM"),

@@ -142,6 +142,7 @@ class WorkerRuntime:
             "sources_owned": sorted(owned),
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "clock": self.settings.clock,
+            "delivery_allowance_seconds": self.settings.delivery_allowance_seconds,
             "streams": streams,
         }
         if self.settings.metrics_input_volume:
