@@ -151,8 +151,11 @@ class OpenPeriods:
         if j < self.closed or j < self._time_lo:
             raise RejectedError(
                 "late",
-                "the record arrived after its period's public close instant (period end plus "
-                "allowed_lateness) or after an operator closed the period",
+                "the record was sent at or after its period's public close instant (period end "
+                "plus allowed_lateness) by its Kafka timestamp (by its receipt when it has "
+                "none), or reached the worker after the period's release (the close instant "
+                "plus the worker's --delivery-allowance: keep the worker's lag below it), or "
+                "an operator closed the period",
             )
         if self._stop and j >= self.horizon:
             raise RejectedError(
