@@ -211,17 +211,22 @@ def test_the_acceptance_window_kept_between_records_equals_a_fresh_one() -> None
     for edge in edges:
         for base in (edge, edge + lateness):
             instants += [base, math.nextafter(base, -math.inf), math.nextafter(base, math.inf)]
+            instants += [base - 4e-7, base - 6e-7, base + 4e-7]  # datetime rounds to 1 us
     instants += list(rng.uniform(edges[0] - 86_400, edges[-1] + 86_400, 300))
     instants += [-math.inf, math.nan, 1e300]
     order = rng.permutation(len(instants))
     kept = OpenPeriods(CENSUS, clock)
     for index in order:
         now = float(instants[index])
-        for batch in (False, True):
-            fresh = OpenPeriods(CENSUS, clock)
-            fresh.set_arrival(now, batch=batch)
-            kept.set_arrival(now, batch=batch)
-            assert (kept._time_lo, kept._future_hi) == (fresh._time_lo, fresh._future_hi), now
+        for before in (None, now - 600.0, now + 600.0):  # a window kept from nearby first
+            for batch in (False, True):
+                if before is not None:
+                    kept.set_arrival(before, batch=batch)
+                fresh = OpenPeriods(CENSUS, clock)
+                fresh.set_arrival(now, batch=batch)
+                kept.set_arrival(now, batch=batch)
+                window = (kept._time_lo, kept._future_hi)
+                assert window == (fresh._time_lo, fresh._future_hi), (before, now)
 
 
 def test_both_input_paths_read_the_same_instant_from_a_record() -> None:
@@ -234,3 +239,32 @@ def test_both_input_paths_read_the_same_instant_from_a_record() -> None:
     assert sent_at(message) == sent_at(kafka)
     assert sent_at(InputRecord("t", 0, 7, b"k", b"v", -1)) is None
     assert sent_at(InputRecord("t", 0, 7, b"k", b"v")) is None
+
+
+def test_every_instant_lies_in_the_bounds_of_its_period() -> None:
+    """``bounds(index_of(t))`` holds ``t`` exactly, half a microsecond and one ulp either side
+    of every boundary (``datetime`` rounds to the microsecond): days across a DST change,
+    months, and fixed periods of a length that does not divide evenly. The engine caches a
+    period by its bounds, so without this a record's period could depend on the record
+    before it."""
+    from streamdp.engine.spec import PeriodSpec
+
+    clocks = [
+        PeriodClock(PeriodSpec("day", "2024-03-01", "America/New_York")),
+        PeriodClock(PeriodSpec("month", "2024-01-01", "Europe/Berlin")),
+        PeriodClock(PeriodSpec("fixed", "2024-01-01T00:00:00.1+00:00", length_seconds=7)),
+    ]
+    for clock in clocks:
+        for j in range(60):
+            edge = clock.bounds(j)[0]
+            for t in (
+                edge,
+                math.nextafter(edge, -math.inf),
+                math.nextafter(edge, math.inf),
+                edge - 4e-7,
+                edge - 5e-7,
+                edge - 6e-7,
+                edge + 4e-7,
+            ):
+                lo, hi = clock.bounds(clock.index_of(t))
+                assert lo <= t < hi, (clock.spec, j, t)

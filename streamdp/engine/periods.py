@@ -62,13 +62,28 @@ class PeriodClock:
 
     def _index(self, ts: float) -> int:
         """Period index of ``ts`` (within the supported instants), counting back before the
-        start as well."""
+        start as well: the ``j`` whose :meth:`bounds` hold ``ts``, exactly.
+
+        The calendar (or the division) gives a candidate; ``datetime`` rounds an instant to
+        the microsecond, and float division can round too, so within half a microsecond of a
+        boundary the candidate can be one off. The boundaries themselves decide, so that
+        ``bounds(index_of(ts))`` always holds ``ts`` and a period cached by its bounds (the
+        engine keeps the last one) gives the same answer as a fresh ``index_of``: no record's
+        period, or acceptance window, depends on the record looked at before it."""
         if self._unit == "fixed":
-            return int((ts - self._start_ts) // self._length)
-        local = dt.datetime.fromtimestamp(ts, self._tz)
-        if self._unit == "day":
-            return (local.date() - self._date0).days
-        return (local.year - self._date0.year) * 12 + (local.month - self._date0.month)
+            j = int((ts - self._start_ts) // self._length)
+        else:
+            local = dt.datetime.fromtimestamp(ts, self._tz)
+            if self._unit == "day":
+                j = (local.date() - self._date0).days
+            else:
+                j = (local.year - self._date0.year) * 12 + (local.month - self._date0.month)
+        start, end = self._span(j)
+        if ts < start:
+            return j - 1
+        if ts >= end:
+            return j + 1
+        return j
 
     def index_of(self, ts: float) -> int:
         """Absolute 0-based period index of instant ``ts`` (negative before the start; NaN is
@@ -80,10 +95,15 @@ class PeriodClock:
     def bounds(self, index: int) -> tuple[float, float]:
         """``[start, end)`` of absolute period ``index`` in seconds since the Unix epoch
         (indices beyond those of the supported instants are clamped to them)."""
-        index = min(max(index, self._lowest), self._highest)
+        return self._span(min(max(index, self._lowest), self._highest))
+
+    def _span(self, index: int) -> tuple[float, float]:
         if self._unit == "fixed":
-            start = self._start_ts + index * self._length
-            return start, start + self._length
+            # each end computed as the next period's start, so the periods tile with no gap
+            return (
+                self._start_ts + index * self._length,
+                self._start_ts + (index + 1) * self._length,
+            )
         if self._unit == "day":
             day = self._date0 + dt.timedelta(days=index)
             return self._midnight(day), self._midnight(day + dt.timedelta(days=1))
