@@ -22,8 +22,9 @@ from aiokafka.structs import ConsumerRecord
 from faust.types import TP
 from faust.types.tuples import Message
 
+from streamdp.daemon.arrival import sent_at
 from streamdp.daemon.outcome import BatchOutcome
-from streamdp.daemon.routing import InputRecord, sent_at
+from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.tick_schedule import first_tick, next_tick
 from streamdp.engine.clock import PublicClock

@@ -112,19 +112,6 @@ class InputRecord:
     timestamp: int | None = None
 
 
-def sent_at(record: InputLike) -> float | None:
-    """The wall-clock instant (Unix seconds) a record's Kafka timestamp states: when its
-    producer sent it (``CreateTime``) or the broker appended it (``LogAppendTime``); None
-    when it has none. aiokafka (and :class:`InputRecord`) give integer milliseconds, Faust's
-    ``Message`` float seconds; both give the same instant for the same record."""
-    stamp = getattr(record, "timestamp", None)
-    if type(stamp) is int:
-        return stamp / 1000 if stamp >= 0 else None
-    if type(stamp) is float and stamp >= 0:  # (also refuses NaN)
-        return stamp
-    return None
-
-
 def source_spec(spec: EngineSpec, source: str) -> EngineSpec:
     """The configuration restricted to one source and the streams reading it."""
     streams = {n: s for n, s in spec.streams.items() if s.source == source}

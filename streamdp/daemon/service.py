@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
+from streamdp.daemon.arrival import ArrivalRule
 from streamdp.daemon.checkpoint import hot_key
 from streamdp.daemon.checkpoint_writer import (
     SourceSlot,
@@ -46,7 +47,6 @@ from streamdp.daemon.routing import (
     home_partition,
     misplaced,
     runs_of,
-    sent_at,
     source_of_control,
     source_spec,
 )
@@ -158,15 +158,9 @@ class ReleaseService:
         run was received (:class:`~streamdp.daemon.batch_input.BatchQueue`). Without them
         every record was received at the clock's reading now.
 
-        With ``reading_at`` (the worker), whether a record is late (or too far ahead) is
-        judged at the later of two instants: the one its own Kafka timestamp states, on the
-        public clock, and its receipt reading less ``allowance``. So it counts when it was
-        sent before its period's close instant and received before the period's release
-        (the close plus the allowance: ``--delivery-allowance``). The first is a fact of the
-        record alone, which no other record's processing can move; the second decides only
-        for a record in flight for longer than the allowance, and for every record received
-        after a downtime that outlasted its period's release (late, all alike). A record
-        without a timestamp is judged by its receipt alone. Without ``reading_at``, every
+        With ``reading_at`` (the worker), each record is judged (late, too far ahead) at the
+        instant :class:`~streamdp.daemon.arrival.ArrivalRule` gives: its own Kafka timestamp,
+        or its receipt less ``allowance`` when that is later. Without ``reading_at``, every
         record is judged at its receipt reading.
 
         A record of an input topic belongs to the topic's source, whose engine keeps the
@@ -245,22 +239,17 @@ class ReleaseService:
         # the engine keeps the batch's outputs for its change set (the checkpoint reads them
         # there); what consume also appends here is not used
         returned: list[OutputRecord] = []
-        reading_at = self.reading_at
         judged = engine.now  # the instant observe_clock set the window at
-        release_bound = judged - self.allowance
-        last_stamp: object = ...  # (records of one produce batch share their timestamp)
+        rule = (
+            None
+            if self.reading_at is None
+            else ArrivalRule(self.reading_at, self.allowance, judged)
+        )
         for record in records:
             offset = record.offset
-            if (
-                reading_at is not None
-                and (stamp := getattr(record, "timestamp", None)) != last_stamp
-            ):
-                last_stamp = stamp
-                sent = sent_at(record)
-                instant = release_bound if sent is None else max(reading_at(sent), release_bound)
-                if instant != judged:
-                    engine.judge_arrival_at(instant)
-                    judged = instant
+            if rule is not None and (instant := rule.instant(record)) != judged:
+                engine.judge_arrival_at(instant)
+                judged = instant
             if any_key or record.key == key:
                 value = record.value
                 code = consume(
