@@ -14,10 +14,12 @@ set (:mod:`streamdp.daemon.checkpoint_writer`, keys in :mod:`streamdp.daemon.che
 this driver.
 
 Time is the public clock the service is given (the worker's wall clock in production). A batch
-only reads it: its records arrived at that reading, which judges them (a record arriving after
+only reads it: each record is judged at the instant :mod:`streamdp.daemon.arrival` gives (its
+own Kafka timestamp, or its receipt less the delivery allowance when later; a record sent after
 its period's close instant is late, closed or not), and nothing closes. Only :meth:`tick`
-closes periods, at the public instant the caller's timer scheduled it for (each close instant,
-and a fixed catch-up step after downtime: :mod:`streamdp.daemon.tick_schedule`), and its
+closes periods, at the public instant the caller's timer scheduled it for (each close instant
+plus the allowance, and a fixed catch-up step after downtime:
+:mod:`streamdp.daemon.tick_schedule`), and its
 releases carry that instant as their timestamp: when a period is published, and what the
 record timestamps and metrics say about it, depend on the clock alone, never on whether or
 when records arrive. Control records come only from the control topic; a close they ask for

@@ -13,9 +13,11 @@ tests all drive the same way (DESIGN §2, §5).
 The release schedule is public: a period closes when the public clock (the worker's, never an
 event's time) passes its end plus the allowed lateness, or when an operator's close control
 record says so. Whether an event counts depends on that event alone and on the clock reading
-at its arrival (:meth:`advance_clock` sets it; every record ingested after it arrived then):
-never on any other event. Duplicates are true duplicates only (the same bytes in the same
-period: a producer retry); a record reusing another's event id counts on its own.
+it is judged at (:meth:`advance_clock` or :meth:`observe_clock` sets it for the records
+ingested after it; the worker judges each record at its own Kafka timestamp with
+:meth:`judge_arrival_at`): never on any other event. Duplicates are true duplicates only (the
+same bytes in the same period: a producer retry); a record reusing another's event id counts on
+its own.
 
 Every output record has ``.key`` and ``.to_json()`` (see :mod:`streamdp.engine.records`).
 Raw counts live only in the streams' protected state (and in :meth:`Engine.snapshot`); no
