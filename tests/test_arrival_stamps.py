@@ -14,57 +14,16 @@ is in ``tests/test_sent_time.py``.
 from __future__ import annotations
 
 import asyncio
-import json
 from types import SimpleNamespace
 from typing import Any
 
+from closing_day import CLOSE, SOURCE, admission, day_counts, late, release_service
 from faust.types import TP
 
 from streamdp.daemon.batch_input import BatchQueue
 from streamdp.daemon.batches import BatchDriver
 from streamdp.daemon.outcome import BatchOutcome
-from streamdp.daemon.routing import InputRecord
-from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.tick_schedule import ScheduledTick
-from streamdp.engine.clock import PublicClock
-from streamdp.engine.periods import PeriodClock
-from streamdp.noise import InsecureSeededSampler
-from streamdp.synth.generators import example_spec
-
-SPEC = example_spec("hospital")
-SOURCE = next(iter(SPEC.sources))
-CENSUS = SPEC.streams["admissions-census"]
-DAY = 3
-DAY_START, DAY_END = PeriodClock(CENSUS.period).bounds(DAY)
-CLOSE = DAY_END + CENSUS.allowed_lateness_seconds  # the day's public close instant
-
-
-def _admission(event_id: str, offset: int, sent_ms: int | None = None) -> InputRecord:
-    value = {
-        "event_id": event_id,
-        "event_time": DAY_END - 60.0,
-        "source": SOURCE,
-        "attributes": {"sex": "male", "age": "0-17", "ward": "icu", "hiv_positive": False},
-    }
-    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode(), sent_ms)
-
-
-def _service(now: list[float], *, by_timestamp: bool = False) -> ReleaseService:
-    service = ReleaseService(
-        SPEC,
-        sampler=InsecureSeededSampler(3),
-        state={},
-        clock=lambda: now[0],
-        topic_partitions={SOURCE: 1},
-        reading_at=PublicClock().at if by_timestamp else None,
-        allowance=5.0 if by_timestamp else 0.0,
-    )
-    service.assign([0])
-    return service
-
-
-def _late(outcome: BatchOutcome) -> set[str | None]:
-    return {d.event_id for d in outcome.dead_letters if d.reason == "late"}
 
 
 def test_a_batch_judges_each_run_at_the_reading_it_was_received_at() -> None:
@@ -72,10 +31,15 @@ def test_a_batch_judges_each_run_at_the_reading_it_was_received_at() -> None:
     received after: the first run's record counts, the second's is late. Judged at the batch's
     reading (the previous rule), both were late."""
     now = [CLOSE + 0.02]  # the batch is processed 20 ms after the close instant
-    runs = [[_admission("before", 0)], [_admission("after", 1)]]
-    stamped = _service(now).process_runs(runs, [CLOSE - 0.01, CLOSE + 0.01])
-    assert _late(stamped) == {"after"}
-    assert _late(_service(now).process_runs(runs)) == {"before", "after"}  # the batch reading
+    runs = [[admission("before", 0)], [admission("after", 1)]]
+    stamped = release_service(now, by_timestamp=False).process_runs(
+        runs, [CLOSE - 0.01, CLOSE + 0.01]
+    )
+    assert late(stamped) == {"after"}
+    assert late(release_service(now, by_timestamp=False).process_runs(runs)) == {
+        "before",
+        "after",
+    }  # the batch reading
 
 
 class _Consumer:
@@ -100,7 +64,7 @@ def _driver(
     async def commit(outcome: BatchOutcome) -> None:
         committed.append(outcome)
 
-    service = _service(now, by_timestamp=by_timestamp)
+    service = release_service(now, by_timestamp=by_timestamp)
     runtime: Any = SimpleNamespace(
         service=service,
         ready=True,
@@ -134,9 +98,9 @@ def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
 
     async def go() -> tuple[list[BatchOutcome], int, int]:
         queue = BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0])
-        await queue.put([_admission(f"early-{i}", i) for i in range(3)])  # split: max_batch 2
+        await queue.put([admission(f"early-{i}", i) for i in range(3)])  # split: max_batch 2
         now[0] = CLOSE + 0.01
-        await queue.put([_admission("after", 3)])
+        await queue.put([admission("after", 3)])
         driver, committed = _driver(now, queue)
         await driver.tick(ScheduledTick(CLOSE, CLOSE, CLOSE))
         return committed, len(queue), driver._runtime.records
@@ -146,8 +110,8 @@ def test_a_tick_first_processes_what_was_received_before_its_instant() -> None:
     assert records == 3
     outcomes = committed[:-1]  # the input batches, then the tick's releases
     assert sum(o.accepted for o in outcomes) == 3
-    assert not any(_late(o) for o in outcomes)
-    day = _day_counts(committed[-1:])
+    assert not any(late(o) for o in outcomes)
+    day = day_counts(committed[-1:])
     assert day, "the tick released the day"
     without = _day_released_without_input()
     assert day["total"] - without["total"] == 3  # the three records are in it (same noise)
@@ -162,16 +126,15 @@ def test_a_tick_after_the_allowance_counts_what_was_sent_before_the_close() -> N
 
     async def go() -> list[BatchOutcome]:
         queue = BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0])
-        sent_ms = int((CLOSE - 0.5) * 1000)
-        await queue.put([_admission("sent-before-the-close", 0, sent_ms)])
+        await queue.put([admission("sent-before-the-close", 0, sent=CLOSE - 0.5)])
         now[0] = CLOSE + 5.0
         driver, committed = _driver(now, queue, by_timestamp=True)
         await driver.tick(ScheduledTick(CLOSE + 5.0, CLOSE, CLOSE + 5.0))
         return committed
 
     committed = asyncio.run(go())
-    assert not any(_late(o) for o in committed)
-    day = _day_counts(committed[-1:])
+    assert not any(late(o) for o in committed)
+    day = day_counts(committed[-1:])
     assert day["total"] - _day_released_without_input()["total"] == 1
 
 
@@ -182,16 +145,6 @@ def _day_released_without_input() -> dict[str, int]:
     async def go() -> dict[str, int]:
         driver, committed = _driver(now, BatchQueue([SOURCE], max_batch=2, clock=lambda: now[0]))
         await driver.tick(ScheduledTick(CLOSE, CLOSE, CLOSE))
-        return _day_counts(committed)
+        return day_counts(committed)
 
     return asyncio.run(go())
-
-
-def _day_counts(outcomes: list[BatchOutcome]) -> dict[str, int]:
-    """The closing day's released census counts among ``outcomes``' publications."""
-    released = [json.loads(p.value) for o in outcomes for p in o.publications]
-    return {
-        r["counter"]: r["noisy_count"]
-        for r in released
-        if r.get("kind") == "release" and r["stream"] == CENSUS.name and r["period"] == DAY + 1
-    }

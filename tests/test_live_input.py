@@ -21,7 +21,7 @@ from daemon_harness import Worker, collect
 from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
-from streamdp.engine import load_spec, parse_spec
+from streamdp.engine import EngineSpec, load_spec, parse_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.synth import SCENARIOS, example_spec
 from streamdp.synth.generators import EXAMPLE_FILES
@@ -68,18 +68,21 @@ def test_produce_refuses_to_send_without_a_broker_and_names_the_missing_flags() 
     assert "--config and --bootstrap are required" in done.stderr
 
 
-@pytest.mark.slow
-def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
-    broker: Any, unique_name: Any, tmp_path: Path
-) -> None:
+def _live_hiv_worker(
+    broker: Any, unique_name: Any, tmp_path: Path, prefix: str, **worker_options: Any
+) -> tuple[Path, EngineSpec, OutputTopics, str, Worker]:
+    """A wall-clock worker (not yet ready) on the spec ``streamdp produce --write-spec`` writes
+    for the hiv scenario (5-s periods from now), reading its own input topic (the broker is
+    shared with other tests), its topics created. Returns the spec's path, the spec, the
+    output topics, the input topic and the worker."""
     spec_path = tmp_path / "live.toml"
     subprocess.run(
         [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv",
          "--write-spec", str(spec_path), "--period-seconds", "5"],
         check=True, timeout=60,
     )  # fmt: skip
-    namespace, app_id, topic = unique_name("live"), unique_name("live-app"), unique_name("hiv")
-    # its own input topic: the broker is shared with other tests
+    namespace, app_id = unique_name(prefix), unique_name(f"{prefix}-app")
+    topic = unique_name("hiv")
     text = spec_path.read_text("utf-8").replace('topic = "admissions"', f'topic = "{topic}"')
     spec_path.write_text(text, encoding="utf-8")
     spec = load_spec(str(spec_path))
@@ -91,8 +94,18 @@ def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
     broker.create_topics(required_topics(spec, settings))
     worker = Worker(
         broker, spec_path, app_id=app_id, partitions=1, data_dir=tmp_path / "data",
-        log_path=tmp_path / "worker.log", namespace=namespace,
+        log_path=tmp_path / "worker.log", namespace=namespace, **worker_options,
     )  # fmt: skip
+    return spec_path, spec, outputs, topic, worker
+
+
+@pytest.mark.slow
+def test_a_wall_clock_worker_releases_what_produce_sends_period_by_period(
+    broker: Any, unique_name: Any, tmp_path: Path
+) -> None:
+    spec_path, spec, outputs, topic, worker = _live_hiv_worker(
+        broker, unique_name, tmp_path, "live"
+    )
     try:
         worker.wait_ready()
         started = time.time()
@@ -144,25 +157,9 @@ def test_a_record_counts_by_its_kafka_timestamp_not_by_when_it_arrives(
     period's close instant, two records of that period reach it: one whose Kafka timestamp
     says it was sent a second before the close (delayed on its way) counts; one sent now is
     late. The period's releases carry its close instant plus the allowance."""
-    spec_path = tmp_path / "live.toml"
-    subprocess.run(
-        [sys.executable, "-m", "streamdp", "produce", "--scenario", "hiv",
-         "--write-spec", str(spec_path), "--period-seconds", "5"],
-        check=True, timeout=60,
-    )  # fmt: skip
-    namespace, app_id, topic = unique_name("sent"), unique_name("sent-app"), unique_name("hiv")
-    text = spec_path.read_text("utf-8").replace('topic = "admissions"', f'topic = "{topic}"')
-    spec_path.write_text(text, encoding="utf-8")
-    spec = load_spec(str(spec_path))
-    outputs = OutputTopics.in_namespace(namespace)
-    settings = DaemonSettings(
-        config=spec_path, bootstrap=broker.bootstrap, partitions=1, app_id=app_id, topics=outputs
-    )
-    broker.create_topics(required_topics(spec, settings))
-    worker = Worker(
-        broker, spec_path, app_id=app_id, partitions=1, data_dir=tmp_path / "data",
-        log_path=tmp_path / "worker.log", namespace=namespace, input_path=input_path,
-        extra_args=("--delivery-allowance", "4"),
+    _, spec, outputs, topic, worker = _live_hiv_worker(
+        broker, unique_name, tmp_path, "sent",
+        input_path=input_path, extra_args=("--delivery-allowance", "4"),
     )  # fmt: skip
     try:
         worker.wait_ready()

@@ -14,75 +14,20 @@ paths deliver.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 from aiokafka.structs import ConsumerRecord
+from closing_day import ALLOWANCE, CENSUS, CLOSE, admission, day_counts, late, release_service
 from faust.types import TP
 from faust.types.tuples import Message
 
 from streamdp.daemon.arrival import sent_at
-from streamdp.daemon.outcome import BatchOutcome
 from streamdp.daemon.routing import InputRecord
-from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.tick_schedule import first_tick, next_tick
 from streamdp.engine.clock import PublicClock
 from streamdp.engine.open_periods import OpenPeriods
 from streamdp.engine.periods import PeriodClock
-from streamdp.noise import InsecureSeededSampler
-from streamdp.synth.generators import example_spec
-
-SPEC = example_spec("hospital")
-SOURCE = next(iter(SPEC.sources))
-STREAM = "admissions-census"
-CENSUS = SPEC.streams[STREAM]
-DAY = 3
-DAY_START, DAY_END = PeriodClock(CENSUS.period).bounds(DAY)
-CLOSE = DAY_END + CENSUS.allowed_lateness_seconds  # the day's public close instant
-ALLOWANCE = 5.0
-
-
-def _admission(event_id: str, offset: int, sent: float | None, ward: str = "icu") -> InputRecord:
-    value = {
-        "event_id": event_id,
-        "event_time": DAY_END - 60.0,
-        "source": SOURCE,
-        "attributes": {"sex": "male", "age": "0-17", "ward": ward, "hiv_positive": False},
-    }
-    stamp = None if sent is None else math.floor(sent * 1000)
-    return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode(), stamp)
-
-
-def _service(now: list[float], *, by_timestamp: bool = True) -> ReleaseService:
-    service = ReleaseService(
-        SPEC,
-        sampler=InsecureSeededSampler(3),
-        state={},
-        clock=lambda: now[0],
-        topic_partitions={SOURCE: 1},
-        reading_at=PublicClock().at if by_timestamp else None,
-        allowance=ALLOWANCE if by_timestamp else 0.0,
-    )
-    service.assign([0])
-    return service
-
-
-def _late(outcome: BatchOutcome) -> set[str | None]:
-    return {d.event_id for d in outcome.dead_letters if d.reason == "late"}
-
-
-def _day_release(outcome: BatchOutcome) -> dict[str, int]:
-    out = {}
-    for publication in outcome.publications:
-        record = json.loads(publication.value)
-        if (
-            record.get("kind") == "release"
-            and record["stream"] == STREAM
-            and record["period"] == DAY + 1
-        ):
-            out[record["counter"]] = record["noisy_count"]
-    return out
 
 
 def test_a_record_sent_before_the_close_counts_when_received_after_it() -> None:
@@ -90,22 +35,31 @@ def test_a_record_sent_before_the_close_counts_when_received_after_it() -> None:
     counts; one sent 0.1 s after the close is late however early it is processed. Judged at
     receipt (the service without ``reading_at``), the first was late too."""
     now = [CLOSE + 2.0]
-    runs = [[_admission("sent-before", 0, CLOSE - 0.5)], [_admission("sent-after", 1, CLOSE + 0.1)]]
-    judged = _service(now).process_runs(runs, [CLOSE + 2.0, CLOSE + 2.0])
+    runs = [
+        [admission("sent-before", 0, sent=CLOSE - 0.5)],
+        [admission("sent-after", 1, sent=CLOSE + 0.1)],
+    ]
+    judged = release_service(now, by_timestamp=True).process_runs(runs, [CLOSE + 2.0, CLOSE + 2.0])
     assert {d.event_id for d in judged.dead_letters} == {"sent-after"}
-    assert _late(judged) == {"sent-after"}
-    at_receipt = _service(now, by_timestamp=False).process_runs(runs, [CLOSE + 2.0, CLOSE + 2.0])
-    assert _late(at_receipt) == {"sent-before", "sent-after"}
+    assert late(judged) == {"sent-after"}
+    at_receipt = release_service(now, by_timestamp=False).process_runs(
+        runs, [CLOSE + 2.0, CLOSE + 2.0]
+    )
+    assert late(at_receipt) == {"sent-before", "sent-after"}
 
 
 def test_a_record_without_a_timestamp_is_judged_at_receipt() -> None:
     """Received within the allowance, it counts; received after it, it is late."""
     now = [CLOSE + 2.0]
-    outcome = _service(now).process_runs([[_admission("no-stamp", 0, None)]], [CLOSE + 2.0])
+    outcome = release_service(now, by_timestamp=True).process_runs(
+        [[admission("no-stamp", 0)]], [CLOSE + 2.0]
+    )
     assert not outcome.dead_letters
     now = [CLOSE + ALLOWANCE]
-    outcome = _service(now).process_runs([[_admission("no-stamp", 0, None)]], [now[0]])
-    assert _late(outcome) == {"no-stamp"}
+    outcome = release_service(now, by_timestamp=True).process_runs(
+        [[admission("no-stamp", 0)]], [now[0]]
+    )
+    assert late(outcome) == {"no-stamp"}
 
 
 def test_received_after_the_release_instant_is_late_before_the_tick_runs() -> None:
@@ -114,22 +68,22 @@ def test_received_after_the_release_instant_is_late_before_the_tick_runs() -> No
     is processed before or after the first tick releases the day, so how far the fetches got
     by then changes nothing."""
     now = [CLOSE + ALLOWANCE + 60.0]
-    service = _service(now)
-    runs = [[_admission(f"backlog-{i}", i, CLOSE - 10.0 + i)] for i in range(3)]
+    service = release_service(now, by_timestamp=True)
+    runs = [[admission(f"backlog-{i}", i, sent=CLOSE - 10.0 + i)] for i in range(3)]
     outcome = service.process_runs(runs, [now[0]] * 3)
-    assert _late(outcome) == {"backlog-0", "backlog-1", "backlog-2"}
+    assert late(outcome) == {"backlog-0", "backlog-1", "backlog-2"}
 
 
 def test_a_period_released_refuses_its_records_whatever_their_timestamp() -> None:
     """Once the day is released (at close + allowance), a record of it sent before the close
     but received only now is late: the allowance is the only wait."""
     now = [CLOSE + ALLOWANCE]
-    service = _service(now)
+    service = release_service(now, by_timestamp=True)
     released = service.tick(CLOSE, stamp=CLOSE + ALLOWANCE)
-    assert _day_release(released), "the tick released the day"
+    assert day_counts([released]), "the tick released the day"
     now[0] = CLOSE + ALLOWANCE + 0.5
-    outcome = service.process_runs([[_admission("straggler", 0, CLOSE - 1.0)]], [now[0]])
-    assert _late(outcome) == {"straggler"}
+    outcome = service.process_runs([[admission("straggler", 0, sent=CLOSE - 1.0)]], [now[0]])
+    assert late(outcome) == {"straggler"}
 
 
 def _world(hostile: bool, seed: int, *, by_timestamp: bool) -> tuple[set[str | None], dict]:
@@ -149,14 +103,14 @@ def _world(hostile: bool, seed: int, *, by_timestamp: bool) -> tuple[set[str | N
     if hostile:
         arrivals.insert(0, ("hostile", CLOSE - 0.06, "icu", CLOSE - 0.058))
     now = [arrivals[-1][3]]
-    service = _service(now, by_timestamp=by_timestamp)
-    late: set[str | None] = set()
+    service = release_service(now, by_timestamp=by_timestamp)
+    refused: set[str | None] = set()
     for offset, (event_id, sent_at_, ward, received) in enumerate(arrivals):
         now[0] = received
-        run = [_admission(event_id, offset, sent_at_, ward)]
-        late |= _late(service.process_runs([run], [received]))
+        run = [admission(event_id, offset, sent=sent_at_, ward=ward)]
+        refused |= late(service.process_runs([run], [received]))
     now[0] = CLOSE + ALLOWANCE
-    return late - {"hostile"}, _day_release(service.tick(CLOSE, stamp=CLOSE + ALLOWANCE))
+    return refused - {"hostile"}, day_counts([service.tick(CLOSE, stamp=CLOSE + ALLOWANCE)])
 
 
 def test_one_record_delaying_the_others_moves_no_others_fate() -> None:

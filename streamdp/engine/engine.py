@@ -188,10 +188,7 @@ class Engine(RecordIntake, EnginePersistence):
         record that arrives after its period's close instant is late whether or not the period
         has closed yet, so a record can neither close a period nor find one open by luck."""
         self.now = max(self.now, now)
-        current = self.now
-        batch = self.batch
-        for runtime in self.streams.values():
-            runtime.set_arrival(current, batch=batch)
+        self.judge_arrival_at(self.now)
 
     def judge_arrival_at(self, instant: float) -> None:
         """Records ingested after this call are judged as sent at public instant ``instant``
