@@ -15,10 +15,15 @@ and closes 4 periods; per run it reports
   (production noise; the seeded sampler's time is part of ``close``);
 - ``build``: reading the places and building the engine; ``peak RSS`` of the subprocess.
 
+With ``--traced-widths`` a second table breaks the memory down with tracemalloc: the places
+tree per place, the engine's state per counter between closes, and one close's release
+records per counter while they are held.
+
 Medians over ``--repeats`` runs with their spread (min-max). Tables and a plot go to
 benchmarks/out/ (``--write``: the committed benchmarks/results/places_scale.*).
 
     .venv/bin/python benchmarks/places_scale.py [--widths 1e3,1e4,1e5,1e6,1e7] [--repeats 3]
+        [--traced-widths 1e4,1e5,1e6]
 """
 
 from __future__ import annotations
@@ -30,10 +35,13 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 from results_dir import add_write_flag, output_dir
 
 STATES = 50
+#: the modules whose allocations are per place (the tree and its names), not per counter
+PER_PLACE_MODULES = ("streamdp/kinds/places_file.py", "streamdp/consistency/tree.py")
 PERIODS = 4
 EVENTS_PER_PERIOD = 1000
 
@@ -64,35 +72,52 @@ def _places_bytes(width: int) -> bytes:
     return ("\n".join(rows) + "\n").encode()
 
 
-def one_run(width: int) -> dict[str, float]:
-    """Measure one width in this process (see the module docstring)."""
+def _load(width: int) -> Any:
+    """The spec of a ``width``-counter places stream (its places tree read)."""
     import tempfile
     from pathlib import Path
 
-    from streamdp.engine import Engine, load_spec
-    from streamdp.noise import InsecureSeededSampler, OpenDPDiscreteLaplace
-    from streamdp.synth import release_instant
+    from streamdp.engine import load_spec
 
     folder = Path(tempfile.mkdtemp(prefix="places-scale-"))
     (folder / "places.csv").write_bytes(_places_bytes(width))
     (folder / "spec.toml").write_text(SPEC, encoding="utf-8")
-    started = time.perf_counter()
-    spec = load_spec(folder / "spec.toml")
+    return load_spec(folder / "spec.toml")
+
+
+def _engine(spec: Any) -> tuple[Any, list[str]]:
+    """An engine on ``spec`` (seeded noise) and the first 1,000 leaves of its tree."""
+    from streamdp.engine import Engine
+    from streamdp.noise import InsecureSeededSampler
+
     places = spec.streams["by-place"].counters.places
-    assert places is not None
     engine = Engine(spec, sampler=InsecureSeededSampler(1))
+    return engine, [places.ids[i] for i in places.tree.leaves[:EVENTS_PER_PERIOD].tolist()]
+
+
+def _ingest_period(engine: Any, leaves: list[str], period: int) -> None:
+    day = f"2024-01-{period + 1:02d}"
+    for i, leaf in enumerate(leaves):
+        event = {
+            "event_id": f"e{period}-{i}",
+            "event_time": f"{day}T12:00:00Z",
+            "attributes": {"place": leaf},
+        }
+        engine.ingest(json.dumps(event).encode())
+
+
+def one_run(width: int) -> dict[str, float]:
+    """Measure one width's times and peak RSS in this process (see the module docstring)."""
+    from streamdp.noise import OpenDPDiscreteLaplace
+    from streamdp.synth import release_instant
+
+    started = time.perf_counter()
+    spec = _load(width)
+    engine, leaves = _engine(spec)
     build = time.perf_counter() - started
-    leaves = [places.ids[i] for i in places.tree.leaves[:EVENTS_PER_PERIOD].tolist()]
-    closes, serialise, revision = [], [], 0.0
+    closes, serialise, revision, json_bytes = [], [], 0.0, 0.0
     for period in range(PERIODS):
-        day = f"2024-01-{period + 1:02d}"
-        for i, leaf in enumerate(leaves):
-            event = {
-                "event_id": f"e{period}-{i}",
-                "event_time": f"{day}T12:00:00Z",
-                "attributes": {"place": leaf},
-            }
-            engine.ingest(json.dumps(event).encode())
+        _ingest_period(engine, leaves, period)
         t0 = time.perf_counter()
         records = engine.advance_clock(release_instant(spec, period + 1))
         elapsed = time.perf_counter() - t0
@@ -104,6 +129,9 @@ def one_run(width: int) -> dict[str, float]:
             revision = elapsed - statistics.median(closes)
         else:
             closes.append(elapsed)
+        if period == 0:  # every thousandth record of a plain close
+            sample = records[:: max(1, len(records) // 1000)]
+            json_bytes = sum(len(record.to_json()) for record in sample) / len(sample)
         del records
     t0 = time.perf_counter()
     OpenDPDiscreteLaplace().discrete_laplace(3.0, width)
@@ -117,7 +145,66 @@ def one_run(width: int) -> dict[str, float]:
         "revision": revision,
         "secure_noise": secure,
         "peak_rss_mib": peak_kib / 1024,
+        "json_bytes_per_record": json_bytes,
     }
+
+
+def one_traced(width: int) -> dict[str, float]:
+    """Where one width's memory goes, by tracemalloc (numpy reports its buffers to it): what
+    is kept per place (allocated in :data:`PER_PLACE_MODULES`: the tree and its cached
+    structure, identifiers, labels and the leaf -> path routing table), the rest of the
+    engine's state per counter between closes (after the last close, its records dropped: the
+    counters, the epoch's stored nodes, the last revision), and one close's release records
+    per counter while they are held. A small stream runs first so that imports are not counted."""
+    import gc
+    import tracemalloc
+
+    from streamdp.synth import release_instant
+
+    warm_spec = _load(200)
+    warm, warm_leaves = _engine(warm_spec)
+    _ingest_period(warm, warm_leaves, 0)
+    warm.advance_clock(release_instant(warm_spec, 1))
+    del warm_spec, warm, warm_leaves
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    spec = _load(width)
+    engine, leaves = _engine(spec)
+    held = 0
+    for period in range(PERIODS):
+        _ingest_period(engine, leaves, period)
+        before = tracemalloc.get_traced_memory()[0]
+        records = engine.advance_clock(release_instant(spec, period + 1))
+        if period == 0:
+            held = tracemalloc.get_traced_memory()[0] - before
+        del records
+        gc.collect()
+    total = tracemalloc.get_traced_memory()[0] - base
+    per_place = sum(
+        stat.size
+        for stat in tracemalloc.take_snapshot().statistics("filename")
+        if stat.traceback[0].filename.endswith(PER_PLACE_MODULES)
+    )
+    tracemalloc.stop()
+    return {
+        "width": width,
+        "places_bytes_per_place": per_place / width,
+        "state_bytes_per_counter": (total - per_place) / width,
+        "records_bytes_per_counter": held / width,
+    }
+
+
+def _subprocess_run(flag: str, width: int) -> dict[str, float] | None:
+    """One measurement in a fresh process (its peak RSS its own); None when it failed."""
+    done = subprocess.run(
+        [sys.executable, __file__, flag, str(width)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        print(f"width {width} ({flag}): failed\n{done.stderr[-2000:]}", file=sys.stderr)
+        return None
+    row: dict[str, float] = json.loads(done.stdout.splitlines()[-1])
+    return row
 
 
 def _spread(values: list[float]) -> str:
@@ -128,40 +215,52 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--widths", default="1e3,1e4,1e5,1e6,1e7")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--traced-widths",
+        default="1e4,1e5,1e6",
+        help="widths whose memory is also broken down with tracemalloc (one run each, about "
+        "2x slower than untraced; empty: none)",
+    )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the subprocess
+    parser.add_argument("--one-traced", type=int, help=argparse.SUPPRESS)
     add_write_flag(parser)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(one_run(args.one)))
         return
-    widths = [int(float(w)) for w in args.widths.split(",")]
+    if args.one_traced:
+        print(json.dumps(one_traced(args.one_traced)))
+        return
     runs: dict[int, list[dict[str, float]]] = {}
-    for width in widths:
+    for width in [int(float(w)) for w in args.widths.split(",")]:
         for repeat in range(args.repeats):
-            done = subprocess.run(
-                [sys.executable, __file__, "--one", str(width)],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
-            if done.returncode != 0:
-                print(f"width {width}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
+            row = _subprocess_run("--one", width)
+            if row is None:
                 break
-            runs.setdefault(width, []).append(json.loads(done.stdout.splitlines()[-1]))
-            print(f"width {width} run {repeat + 1}: {runs[width][-1]}", file=sys.stderr)
+            runs.setdefault(width, []).append(row)
+            print(f"width {width} run {repeat + 1}: {row}", file=sys.stderr)
+    traced: dict[int, dict[str, float]] = {}
+    for width in [int(float(w)) for w in args.traced_widths.split(",") if w.strip()]:
+        row = _subprocess_run("--one-traced", width)
+        if row is not None:
+            traced[width] = row
+            print(f"width {width} traced: {row}", file=sys.stderr)
     lines = [
         "# Places streams at scale (issue 29)",
         "",
         (
             f"Command: `.venv/bin/python benchmarks/places_scale.py --widths {args.widths} "
-            f"--repeats {args.repeats}`. Median (min-max) of {args.repeats} runs, each width "
-            "in a fresh process; nation -> 50 states -> counties, fda, horizon 8, 1,000 events "
+            f"--repeats {args.repeats} --traced-widths {args.traced_widths}`. Median "
+            f"(min-max) of {args.repeats} runs, each width in a fresh process; "
+            "nation -> 50 states -> counties, fda, horizon 8, 1,000 events "
             "per period, revision every 4 periods; 2-core shared machine, Python 3.11."
         ),
         "",
         (
             "| counters | build s | period close s | records to JSON s | revision extra s | "
-            "secure noise s | peak RSS MiB |"
+            "secure noise s | peak RSS MiB | JSON bytes per record |"
         ),
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for width, rows in runs.items():
         secure = _spread([r["secure_noise"] for r in rows])
@@ -169,21 +268,56 @@ def main() -> None:
             f"| {width:,} | {_spread([r['build'] for r in rows])} | "
             f"{_spread([r['close'] for r in rows])} | {_spread([r['json'] for r in rows])} | "
             f"{_spread([r['revision'] for r in rows])} | {secure} | "
-            f"{_spread([r['peak_rss_mib'] for r in rows])} |"
+            f"{_spread([r['peak_rss_mib'] for r in rows])} | "
+            f"{statistics.median(r['json_bytes_per_record'] for r in rows):.0f} |"
         )
     lines += [
         "",
         (
             "Period close = one period's node noise (seeded sampler) and release records for "
             "every counter; production adds the secure noise column (OpenDP's exact discrete "
-            "Laplace, one sample per counter per close)."
+            "Laplace, one sample per counter per close). JSON bytes per record: the mean over "
+            "every thousandth release record of the first close."
         ),
     ]
+    if traced:
+        lines += [
+            "",
+            "## Where the memory goes (tracemalloc, one run per width)",
+            "",
+            (
+                "| counters | per place: tree, names, routing (bytes) | engine state per counter "
+                "between closes (bytes) | one close's release records held, per counter (bytes) |"
+            ),
+            "|---:|---:|---:|---:|",
+        ]
+        for width, row in traced.items():
+            lines.append(
+                f"| {width:,} | {row['places_bytes_per_place']:.0f} | "
+                f"{row['state_bytes_per_counter']:.0f} | "
+                f"{row['records_bytes_per_counter']:.0f} |"
+            )
+        lines += [
+            "",
+            (
+                "Here every counter is a place (no attributes). Per place: what "
+                "streamdp/kinds/places_file.py and streamdp/consistency/tree.py allocated (the "
+                "tree and its cached structure, identifiers, labels, the leaf -> path table "
+                "that routes an event). State per counter: everything else "
+                "after the fourth close (which also revised), its records dropped: open-period "
+                "counts, the epoch's stored noisy nodes, the last revision's arrays. "
+                "Records = the release records of the first close while "
+                "the engine hands them over (before they are written). Imports are not "
+                "counted (a 200-counter stream runs first)."
+            ),
+        ]
     text = "\n".join(lines) + "\n"
     print(text)
     out = output_dir(args.write)
     (out / "places_scale.md").write_text(text, encoding="utf-8")
-    (out / "places_scale.json").write_text(json.dumps(runs, indent=1), encoding="utf-8")
+    (out / "places_scale.json").write_text(
+        json.dumps({"runs": runs, "traced": traced}, indent=1), encoding="utf-8"
+    )
     _plot(runs, out)
 
 
