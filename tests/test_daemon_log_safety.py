@@ -85,6 +85,32 @@ def test_record_bytes_are_withheld_from_every_logger_at_every_level(
     assert "still logs 42 plain text" in caplog.text
 
 
+@pytest.mark.parametrize("input_volume", [False, True])
+def test_changelog_offsets_are_withheld_from_public_logs(
+    tmp_path: Path, clean_logging: None, caplog: pytest.LogCaptureFixture, input_volume: bool
+) -> None:
+    """Faust's recovery logs the state changelog's highwater at every start (the changelog
+    takes a fixed number of writes per record, so it counts the input): without input-volume
+    metrics (public logs) every number of those lines is withheld, with them it is shown."""
+    settings = DaemonSettings(config=SPEC, data_dir=tmp_path, metrics_input_volume=input_volume)
+    create_app(settings)
+    caplog.set_level(logging.INFO)
+    table = "| app-state-changelog | 0 | 4817 |"
+    logging.getLogger("faust.tables.recovery").info("Highwater for %s:\n%s", "active", table)
+    logging.getLogger("faust.tables.recovery").warning("remaining=%r", {"tp": 4817})
+    logging.getLogger("faust.tables").info("offsets %d", 4817)
+    logging.getLogger("faust.tablesque").info("not a table logger %d", 4817)
+    recovery = [r.getMessage() for r in caplog.records if r.name.startswith("faust.tables.")]
+    recovery += [r.getMessage() for r in caplog.records if r.name == "faust.tables"]
+    assert len(recovery) == 3
+    if input_volume:
+        assert all("4817" in line for line in recovery)
+    else:
+        assert not [line for line in recovery if re.search("[0-9]", line)], recovery
+        assert "| app-state-changelog | # | # |" in recovery[0]  # the line still reads
+    assert "not a table logger 4817" in caplog.text
+
+
 def _produce_and_fetch(bootstrap: str, topic: str, marker: str) -> None:
     """One record holding ``marker`` produced and fetched back through aiokafka."""
 

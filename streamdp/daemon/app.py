@@ -78,7 +78,7 @@ def worker_unit_key(settings: DaemonSettings, spec: EngineSpec) -> bytes | None:
 def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     """Build the Faust app of one worker (does not start it)."""
     settings.validate()
-    hold_value_loggers()
+    hold_value_loggers(show_offsets=settings.metrics_input_volume)
     spec = load_spec(settings.config)
     for stream_spec in spec.streams.values():
         check_releasable(stream_spec)  # refused at start, not when its first record arrives

@@ -15,6 +15,14 @@ batch). A worker's input holds raw records and its state changelog raw counts: a
    requests and responses, consumed records, Faust messages, and containers holding them)
    by a placeholder such as ``<312 bytes withheld>``.
 
+A worker's logs are public unless input-volume metrics are on (``--input-volume-metrics``,
+docs/operating.md section 10), so they must not say how many records arrived either. Faust's
+table recovery logs, at INFO on every start and rebalance, tables of the state changelog's
+highwaters and offsets and how many changes remain to read: the changelog takes a fixed number
+of writes per record, so those numbers count the input. Unless ``show_offsets``, the factory
+withholds every number from the records of :data:`OFFSET_LOGGERS` (``Highwater ... | 13 |``
+becomes ``| # |``); the lines still say what recovery is doing.
+
 Faust's worker also sets the root logger to DEBUG when it shows its start-up spinner (the
 spinner turns once per log record), so every DEBUG call of Faust, mode and aiokafka builds a
 record that no handler prints. The worker runs without the spinner: the root keeps the level
@@ -24,6 +32,7 @@ asked for.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any, TypeVar
@@ -33,19 +42,25 @@ Worker = TypeVar("Worker")
 #: Loggers whose DEBUG lines carry record keys, values or batches.
 VALUE_LOGGERS = ("faust.topics", "aiokafka.producer.producer", "aiokafka.conn")
 
+#: Loggers (and their children) whose lines carry state changelog offsets and highwaters.
+OFFSET_LOGGERS = ("faust.tables",)
+
+_DIGITS = re.compile(r"[0-9]+")
+
 _MARK = "_streamdp_withholds_record_bytes"
 
 
-def hold_value_loggers() -> None:
+def hold_value_loggers(*, show_offsets: bool = False) -> None:
     """Keep the loggers that print record contents at INFO or above, and withhold record
-    contents from every log record of the process (see the module docstring)."""
+    contents from every log record of the process, and numbers from the records of
+    :data:`OFFSET_LOGGERS` unless ``show_offsets`` (see the module docstring)."""
     for name in VALUE_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level < logging.INFO:  # NOTSET (0) follows the root, which may go to DEBUG
             logger.setLevel(logging.INFO)
     current = logging.getLogRecordFactory()
-    if not getattr(current, _MARK, False):
-        logging.setLogRecordFactory(withholding_factory(current))
+    base = getattr(current, _MARK, current)  # a factory of ours: replace it, keep its base
+    logging.setLogRecordFactory(withholding_factory(base, show_offsets=show_offsets))
 
 
 @lru_cache(maxsize=1)
@@ -81,9 +96,12 @@ def withheld(value: Any) -> Any:
     return value
 
 
-def withholding_factory(base: Callable[..., logging.LogRecord]) -> Callable[..., logging.LogRecord]:
+def withholding_factory(
+    base: Callable[..., logging.LogRecord], *, show_offsets: bool = False
+) -> Callable[..., logging.LogRecord]:
     """A log-record factory that builds records with ``base`` and withholds record contents
-    from their message and arguments."""
+    from their message and arguments, and (unless ``show_offsets``) every number from the
+    records of :data:`OFFSET_LOGGERS`."""
 
     def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
         record = base(*args, **kwargs)
@@ -94,10 +112,25 @@ def withholding_factory(base: Callable[..., logging.LogRecord]) -> Callable[...,
                 record.args = {k: withheld(v) for k, v in record.args.items()}
         elif record.args and any(_carries_record(v) for v in record.args):
             record.args = tuple(withheld(v) for v in record.args)
+        if not show_offsets and _counts_offsets(record.name):
+            record.msg = _DIGITS.sub("#", _message(record))  # after record bytes are withheld
+            record.args = ()
         return record
 
-    setattr(factory, _MARK, True)
+    setattr(factory, _MARK, base)
     return factory
+
+
+def _counts_offsets(name: str) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in OFFSET_LOGGERS)
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message with its arguments (its format string when they do not fit)."""
+    try:
+        return record.getMessage()
+    except (TypeError, ValueError):
+        return str(record.msg)
 
 
 def plain_worker(worker: Worker) -> Worker:
