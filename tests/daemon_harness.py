@@ -397,11 +397,22 @@ class Worker:
         return "\n".join(lines[-n:])
 
 
-def produce(broker: AnyBroker, records: Iterable[tuple[str, bytes, bytes]]) -> None:
-    """Send (topic, key, value) records in order and wait for every acknowledgement."""
+def produce(
+    broker: AnyBroker,
+    records: Iterable[tuple[str, bytes, bytes]],
+    *,
+    compression: str | None = None,
+) -> None:
+    """Send (topic, key, value) records in order and wait for every acknowledgement; the
+    producer compresses its batches with ``compression`` (gzip, snappy, lz4, zstd) if given."""
 
     async def go() -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap, linger_ms=5, acks="all")
+        producer = AIOKafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            linger_ms=5,
+            acks="all",
+            compression_type=compression,
+        )
         await producer.start()
         try:
             futures = [await producer.send(t, v, key=k) for t, k, v in records]

@@ -182,6 +182,27 @@ def test_worker_releases_equal_a_file_replay_of_the_same_records(broker, setup) 
     assert worker.stop() == 0, worker.log_tail()
 
 
+def test_batches_compressed_with_every_codec_count_like_plain_ones(broker, setup) -> None:
+    """A producer may compress its batches with any codec Kafka knows (the topic keeps the
+    producer's, Kafka's default): the worker reads gzip, snappy, lz4 and zstd batches and
+    publishes what a replay of the same records does. Without a codec's library one such
+    record would stop the worker's input, and with it every release."""
+    make, start = setup
+    scenario, config, app_id, T = make(periods=12)
+    worker = start(config, app_id, T, "w1")
+    worker.wait_ready()
+    records = lines_as_records(scenario)
+    codecs = ("gzip", "snappy", "lz4", "zstd")
+    part = -(-len(records) // len(codecs))
+    for i, codec in enumerate(codecs):  # in order: a quarter of the records each
+        produce(broker, records[i * part : (i + 1) * part], compression=codec)
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    expected = replay_outputs(scenario, T)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    _values(seen, expected, T)
+    assert worker.stop() == 0, worker.log_tail()
+
+
 def _sigkill_mid_stream_and_restart(  # type: ignore[no-untyped-def]
     broker, setup, mechanism: str = "", *, unit_key: Path | None = None
 ) -> tuple[str, Worker]:
@@ -235,6 +256,29 @@ def test_sigkill_mid_stream_then_restart_changes_nothing(broker, setup) -> None:
     assert node_writes, "no noisy node reached the state changelog"
     _assert_each_written_once(node_writes)
     assert second.stop() == 0, second.log_tail()
+    # its log is public (no --input-volume-metrics): the recovery of the state it read back
+    # is logged without the changelog's highwaters and offsets, which count the input
+    recovery = _recovery_lines(second.log_path.read_text(errors="replace"))
+    assert any("Highwater" in line for line in recovery), "the restart logged no recovery"
+    assert not [line for line in recovery if re.search(r"[0-9]", line)], recovery
+
+
+def _recovery_lines(log: str) -> list[str]:
+    """The lines of Faust's recovery records about changelog positions (a record's first line
+    from its message on, then its continuation lines, up to the next record's ``[date]``)."""
+    out: list[str] = []
+    inside = False
+    for line in log.splitlines():
+        if line.startswith("["):
+            inside = False
+            for marker in ("Highwater for", "offsets at start of reading", "remaining"):
+                if marker in line:
+                    inside = True
+                    out.append(line[line.index(marker) :])
+                    break
+        elif inside:
+            out.append(line)
+    return out
 
 
 def test_sigkill_of_a_kary_gls_worker_then_restart_changes_nothing(broker, setup) -> None:
