@@ -54,17 +54,17 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         metavar="SECONDS",
         help="wall seconds between a period's close instant and its release (default 5): a "
-        "record counts when its own Kafka timestamp (CreateTime, or LogAppendTime on topics "
-        "so configured) is at or before its period's close and it is received within this "
-        "allowance after it, so no other record's processing moves it; set it above the "
-        "consumer lag you tolerate",
+        "record counts when its own Kafka timestamp (CreateTime: when its producer sent it) is "
+        "before its period's close and it is received within this allowance after it, so no "
+        "other record's processing moves it; set it above the consumer lag you tolerate",
     )
     parser.add_argument(
         "--input-volume-metrics",
         action="store_true",
         help="export records read, rejected by reason, dropped by a privacy unit's bounds and "
         "consumer lag on /metrics (and batches_processed on /status), and show input offsets "
-        "in stall and gap log lines and the SIGUSR1 dump: they reveal input volume, so "
+        "in stall and gap log lines and the SIGUSR1 dump, and the state changelog's offsets "
+        "in Faust's recovery lines: they reveal input volume, so "
         "/metrics, /status and the logs become PROTECTED surfaces (default off; or "
         "STREAMDP_METRICS_INPUT_VOLUME set to anything but 0, false or no)",
     )

@@ -3,8 +3,9 @@
 When the worker receives a record depends on the records in front of it (their fetches, their
 processing on the event loop, a full input queue), so judging lateness at receipt lets one
 record move another across a close instant (``benchmarks/arrival_race.py``). The Kafka
-timestamp (``CreateTime``: when the producer sent it; ``LogAppendTime``: when the broker
-appended it) is a fact of the record alone. The worker judges each record at that instant on
+timestamp (``CreateTime``: when the producer sent it) is a fact of the record alone (a
+``LogAppendTime`` stamp is not: the records queued at the broker in front of it move it, which
+is why the input topics keep ``CreateTime``). The worker judges each record at that instant on
 the public clock and releases a period ``--delivery-allowance`` seconds after its close instant,
 so a record sent before the close that is received within the allowance counts, whatever came
 before it. Checked here on the release service (neighbouring inputs whose receipt moments

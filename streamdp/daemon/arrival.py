@@ -5,9 +5,11 @@ before its period's close instant, by its own Kafka timestamp, and reached the w
 the period's release, the close instant plus the delivery allowance (``--delivery-allowance``).
 Both hold exactly when the later of two instants is before the close:
 
-- the instant the record's timestamp states, on the public clock: ``CreateTime`` (its producer
-  sent it) or ``LogAppendTime`` (the broker appended it). A fact of the record alone, which no
-  other record's fetch, processing or place in the input queue can move;
+- the instant the record's timestamp states, on the public clock: ``CreateTime``, when its
+  producer sent it. A fact of the record alone, which no other record's fetch, processing or
+  place in the input queue can move. (A ``LogAppendTime`` stamp, the broker's append, is
+  judged the same way, but the records queued at the broker in front of it move it: the input
+  topics keep ``CreateTime``, docs/architecture.md, "Which clock".)
 - its receipt reading (the clock's reading when its fetched run entered the worker's queue,
   or when its batch was read on the per-event path) less the allowance. It decides only for a
   record in flight for longer than the allowance, and for every record received after a
