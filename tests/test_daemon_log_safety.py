@@ -90,8 +90,9 @@ def test_changelog_offsets_are_withheld_from_public_logs(
     tmp_path: Path, clean_logging: None, caplog: pytest.LogCaptureFixture, input_volume: bool
 ) -> None:
     """Faust's recovery logs the state changelog's highwater at every start (the changelog
-    takes a fixed number of writes per record, so it counts the input): without input-volume
-    metrics (public logs) every number of those lines is withheld, with them it is shown."""
+    takes a fixed number of writes per record, so it counts the input), and the clients' DEBUG
+    lines name input offsets: without input-volume metrics (public logs) every number of those
+    lines is withheld, with them it is shown."""
     settings = DaemonSettings(config=SPEC, data_dir=tmp_path, metrics_input_volume=input_volume)
     create_app(settings)
     caplog.set_level(logging.INFO)
@@ -100,9 +101,15 @@ def test_changelog_offsets_are_withheld_from_public_logs(
     logging.getLogger("faust.tables.recovery").warning("remaining=%r", {"tp": 4817})
     logging.getLogger("faust.tables").info("offsets %d", 4817)
     logging.getLogger("faust.tablesque").info("not a table logger %d", 4817)
+    # at DEBUG the clients name input offsets in every fetch, seek and commit
+    caplog.set_level(logging.DEBUG)
+    fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+    fetcher.debug("Adding fetch request for partition %s at offset %d", "orders-0", 4817)
+    logging.getLogger("faust.transport.consumer").debug("Commit offset %r", {"tp": 4817})
     recovery = [r.getMessage() for r in caplog.records if r.name.startswith("faust.tables.")]
     recovery += [r.getMessage() for r in caplog.records if r.name == "faust.tables"]
-    assert len(recovery) == 3
+    recovery += [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG]
+    assert len(recovery) == 5
     if input_volume:
         assert all("4817" in line for line in recovery)
     else:

@@ -21,7 +21,9 @@ table recovery logs, at INFO on every start and rebalance, tables of the state c
 highwaters and offsets and how many changes remain to read: the changelog takes a fixed number
 of writes per record, so those numbers count the input. Unless ``show_offsets``, the factory
 withholds every number from the records of :data:`OFFSET_LOGGERS` (``Highwater ... | 13 |``
-becomes ``| # |``); the lines still say what recovery is doing.
+becomes ``| # |``); the lines still say what recovery is doing. At ``--log-level debug`` the
+same goes for every DEBUG record of Faust, mode and aiokafka (:data:`OFFSET_DEBUG_LOGGERS`),
+whose fetch, seek and commit lines name input offsets.
 
 Faust's worker also sets the root logger to DEBUG when it shows its start-up spinner (the
 spinner turns once per log record), so every DEBUG call of Faust, mode and aiokafka builds a
@@ -45,6 +47,10 @@ VALUE_LOGGERS = ("faust.topics", "aiokafka.producer.producer", "aiokafka.conn")
 #: Loggers (and their children) whose lines carry state changelog offsets and highwaters.
 OFFSET_LOGGERS = ("faust.tables",)
 
+#: Libraries (and their children) whose DEBUG lines carry input and changelog offsets
+#: (``Adding fetch request for partition ... at offset ...``, commits, seeks).
+OFFSET_DEBUG_LOGGERS = ("aiokafka", "faust", "mode")
+
 _DIGITS = re.compile(r"[0-9]+")
 
 _MARK = "_streamdp_withholds_record_bytes"
@@ -53,7 +59,8 @@ _MARK = "_streamdp_withholds_record_bytes"
 def hold_value_loggers(*, show_offsets: bool = False) -> None:
     """Keep the loggers that print record contents at INFO or above, and withhold record
     contents from every log record of the process, and numbers from the records of
-    :data:`OFFSET_LOGGERS` unless ``show_offsets`` (see the module docstring)."""
+    :data:`OFFSET_LOGGERS` (and the DEBUG records of :data:`OFFSET_DEBUG_LOGGERS`) unless
+    ``show_offsets`` (see the module docstring)."""
     for name in VALUE_LOGGERS:
         logger = logging.getLogger(name)
         if logger.level < logging.INFO:  # NOTSET (0) follows the root, which may go to DEBUG
@@ -112,7 +119,7 @@ def withholding_factory(
                 record.args = {k: withheld(v) for k, v in record.args.items()}
         elif record.args and any(_carries_record(v) for v in record.args):
             record.args = tuple(withheld(v) for v in record.args)
-        if not show_offsets and _counts_offsets(record.name):
+        if not show_offsets and _counts_offsets(record):
             record.msg = _DIGITS.sub("#", _message(record))  # after record bytes are withheld
             record.args = ()
         return record
@@ -121,8 +128,10 @@ def withholding_factory(
     return factory
 
 
-def _counts_offsets(name: str) -> bool:
-    return any(name == top or name.startswith(top + ".") for top in OFFSET_LOGGERS)
+def _counts_offsets(record: logging.LogRecord) -> bool:
+    tops = OFFSET_LOGGERS if record.levelno >= logging.INFO else OFFSET_DEBUG_LOGGERS
+    name = record.name
+    return any(name == top or name.startswith(top + ".") for top in tops)
 
 
 def _message(record: logging.LogRecord) -> str:
