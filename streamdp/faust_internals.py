@@ -13,6 +13,9 @@ reads a private attribute of either library.
 - :func:`honest_commits`: Faust's record of committed offsets holds only offsets the broker
   accepted (below).
 - :func:`fetch_view`: what the aiokafka client knows of one partition (the stall watchdog).
+- :func:`note_skipped_offsets`: the offsets aiokafka passes over while reading a fetch
+  (transaction markers, compacted records), so that such holes are not taken for lost records
+  (:mod:`streamdp.daemon.skipped_offsets`).
 - :func:`committed_offset`, :func:`broker_committed_offsets`, :func:`replace_crash_handler`,
   :func:`cluster_metadata`.
 
@@ -69,6 +72,7 @@ from aiokafka.client import ConnectionGroup
 from aiokafka.errors import ConsumerStoppedError
 
 from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
+from streamdp.daemon.skipped_offsets import SkippedOffsets
 
 
 def tuned_fetching(base: type, *, fetch_wait_seconds: float) -> type:
@@ -322,3 +326,34 @@ async def cluster_metadata(consumer: Any) -> Any:
     """The metadata of every topic, from a started aiokafka consumer (its own cluster view
     covers only the topics it reads, which on Apache Kafka is none yet)."""
     return await consumer._client.fetch_all_metadata()
+
+
+_SKIP_NOTING = "_streamdp_notes_skipped_offsets"
+
+
+def note_skipped_offsets(skipped: SkippedOffsets) -> None:
+    """From now on every aiokafka consumer of the process adds to ``skipped`` the offsets it
+    passes over while reading a fetch's records (``PartitionRecords._unpack_records``): from
+    the fetch offset to the first record it delivers, between two records it delivers, and
+    after the last one up to where its next fetch starts (``next_fetch_offset``). It delivers
+    every record it does not pass over, so a record a reader loses after delivery is never
+    among them. Idempotent: a second call only changes the registry."""
+    from aiokafka.consumer.fetcher import PartitionRecords
+
+    unpack = getattr(PartitionRecords._unpack_records, _SKIP_NOTING, None)
+    if unpack is None:
+        unpack = PartitionRecords._unpack_records
+
+    def unpack_noting_skips(self: Any) -> Any:
+        tp = self._tp
+        expected = self.next_fetch_offset
+        for record in unpack(self):
+            if record.offset > expected:
+                skipped.add(tp.topic, tp.partition, expected, record.offset)
+            expected = record.offset + 1
+            yield record
+        if self.next_fetch_offset > expected:
+            skipped.add(tp.topic, tp.partition, expected, self.next_fetch_offset)
+
+    setattr(unpack_noting_skips, _SKIP_NOTING, unpack)
+    PartitionRecords._unpack_records = unpack_noting_skips

@@ -402,9 +402,11 @@ def produce(
     records: Iterable[tuple[str, bytes, bytes]],
     *,
     compression: str | None = None,
+    transactional_id: str | None = None,
 ) -> None:
     """Send (topic, key, value) records in order and wait for every acknowledgement; the
-    producer compresses its batches with ``compression`` (gzip, snappy, lz4, zstd) if given."""
+    producer compresses its batches with ``compression`` (gzip, snappy, lz4, zstd) if given,
+    and with ``transactional_id`` sends them all in one committed transaction."""
 
     async def go() -> None:
         producer = AIOKafkaProducer(
@@ -412,11 +414,17 @@ def produce(
             linger_ms=5,
             acks="all",
             compression_type=compression,
+            transactional_id=transactional_id,
         )
         await producer.start()
         try:
-            futures = [await producer.send(t, v, key=k) for t, k, v in records]
-            await asyncio.gather(*futures)
+            if transactional_id is None:
+                futures = [await producer.send(t, v, key=k) for t, k, v in records]
+                await asyncio.gather(*futures)
+                return
+            async with producer.transaction():
+                futures = [await producer.send(t, v, key=k) for t, k, v in records]
+                await asyncio.gather(*futures)
         finally:
             await producer.stop()
 

@@ -203,6 +203,31 @@ def test_batches_compressed_with_every_codec_count_like_plain_ones(broker, setup
     assert worker.stop() == 0, worker.log_tail()
 
 
+def test_a_transaction_on_an_input_topic_does_not_stop_the_worker(broker, setup) -> None:
+    """A producer that writes input in a transaction puts a commit marker into each partition
+    it wrote, an offset with no record. The worker refuses holes in input offsets (records a
+    reader lost), so before it told the two apart one such producer stopped it on every
+    restart, and with it every release. The client passes over the markers, the worker accepts
+    those holes, and publishes what a replay of the same records does."""
+    if isinstance(broker, EmbeddedBroker):
+        pytest.skip("Tansu, the demo broker, has no transactions")
+    make, start = setup
+    scenario, config, app_id, T = make(periods=12)
+    worker = start(config, app_id, T, "w1", supervise=False)  # an exit 75 would stay down
+    worker.wait_ready()
+    records = lines_as_records(scenario)
+    third = len(records) // 3
+    produce(broker, records[:third])
+    produce(broker, records[third : 2 * third], transactional_id=f"tx-{app_id}")
+    produce(broker, records[2 * third :])
+    close_through(broker, scenario, T, app_id, cut=None, partitions=PARTITIONS)
+    expected = replay_outputs(scenario, T)
+    seen = collect(broker, [T.releases, T.consistent], has_all(expected), timeout=120)
+    assert worker.process.poll() is None, worker.log_tail()
+    _values(seen, expected, T)
+    assert worker.stop() == 0, worker.log_tail()
+
+
 def _sigkill_mid_stream_and_restart(  # type: ignore[no-untyped-def]
     broker, setup, mechanism: str = "", *, unit_key: Path | None = None
 ) -> tuple[str, Worker]:

@@ -529,6 +529,28 @@ def test_a_hole_in_input_offsets_stops_the_batch_unless_holes_are_allowed() -> N
     assert process_and_tick(lenient, [after_hole]).accepted == 1
 
 
+def test_a_hole_the_kafka_client_passed_over_is_not_a_lost_record() -> None:
+    """Offsets the client passed over while reading a fetch (a transaction's commit marker)
+    hold no record: a hole made only of them is accepted with holes refused; one offset that
+    is not among them still stops the batch."""
+    from streamdp.daemon.skipped_offsets import SkippedOffsets
+    from streamdp.errors import InputGapError
+
+    spec = example_spec("restaurant")
+    records = _events_only("restaurant", 3, 4)[:4]
+    topic = records[2].topic
+    after_marker = InputRecord(topic, 0, 3, records[2].key, records[2].value)
+    skipped = SkippedOffsets()
+    skipped.add(topic, 0, 2, 3)  # offset 2: a commit marker
+    service = _service(spec, {}, skipped_offsets=skipped)
+    process_and_tick(service, records[:2])  # offsets 0 and 1
+    assert process_and_tick(service, [after_marker]).accepted == 1
+    beyond = InputRecord(topic, 0, 6, records[3].key, records[3].value)  # 4 and 5 were records
+    skipped.add(topic, 0, 4, 5)
+    with pytest.raises(InputGapError, match="jumped past records below the reader"):
+        process_and_tick(service, [beyond])
+
+
 @pytest.mark.parametrize("scenario", ["restaurant", "census"])
 def test_revisions_report_one_exact_pass_and_a_residual_at_rounding_level(scenario: str) -> None:
     """The diagnostics exported as streamdp_consistency_* come from the revision itself."""

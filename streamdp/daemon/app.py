@@ -38,6 +38,7 @@ from streamdp.daemon.pages import serve_pages
 from streamdp.daemon.runtime import WorkerRuntime, sampler_for
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.skipped_offsets import SkippedOffsets
 from streamdp.daemon.topology import STATE_TABLE
 from streamdp.daemon.watchdog import StallWatchdog, watchdog_interval
 from streamdp.engine import EngineSpec, load_spec
@@ -51,6 +52,7 @@ from streamdp.faust_internals import (
     acknowledged_commits,
     batching_consumer,
     honest_commits,
+    note_skipped_offsets,
     tuned_fetching,
 )
 from streamdp.metrics import StreamdpMetrics
@@ -133,6 +135,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     progress = InputProgress(metrics, InputStallWatch(settings.stall_exit_seconds))
     protocol = CheckpointCommit(state, topics.outputs, OutcomeObserver(metrics, spec))
 
+    skipped_offsets = SkippedOffsets()  # holes of Kafka's design are not lost records
+    note_skipped_offsets(skipped_offsets)
+
     def new_service() -> ReleaseService:
         return ReleaseService(
             spec,
@@ -141,6 +146,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             topics=settings.topics,
             topic_partitions=dict.fromkeys(input_names, settings.partitions),
             allow_gaps=settings.allow_input_gaps,
+            skipped_offsets=skipped_offsets,
             clock=public_clock.now,
             unit_key=unit_key,
             reading_at=public_clock.at,

@@ -52,6 +52,7 @@ from streamdp.daemon.routing import (
     source_of_control,
     source_spec,
 )
+from streamdp.daemon.skipped_offsets import SkippedOffsets
 from streamdp.engine import DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.changes import OutputRecord
 from streamdp.engine.events import RejectedError, decode
@@ -79,6 +80,7 @@ class ReleaseService:
         topics: OutputTopics | None = None,
         topic_partitions: Mapping[str, int] | None = None,
         allow_gaps: bool = False,
+        skipped_offsets: SkippedOffsets | None = None,
         clock: Callable[[], float] = time.time,
         pace: int = CLOSE_PACE,
         unit_key: bytes | None = None,
@@ -99,6 +101,9 @@ class ReleaseService:
         self.topics = topics or OutputTopics()
         self.topic_partitions = dict(topic_partitions or {})
         self.allow_gaps = allow_gaps
+        # offsets the Kafka client passed over (transaction markers): holes made of them only
+        # are not lost records, so they do not stop a batch even when holes are refused
+        self.skipped_offsets = skipped_offsets
         self.slots: dict[str, SourceSlot] = {}
         self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
         # the partitioning key every record of a source must carry
@@ -132,6 +137,8 @@ class ReleaseService:
             record_outputs=True,
             unit_key=self.unit_key,
         )
+        if self.skipped_offsets is not None:
+            engine.known_holes = self.skipped_offsets.covers
         slot = load_slot(self.state, source, engine, home, hot, outcome)
         self.slots[source] = slot
         return slot
@@ -190,7 +197,8 @@ class ReleaseService:
             # state of this batch is in memory only: the caller must not acknowledge it
             raise InputGapError(
                 f"{gap}; restarting from the last checkpoint (use --allow-input-gaps only for "
-                "topics whose offsets have legitimate holes, e.g. transactional producers)",
+                "topics whose offsets have holes the worker can never read, e.g. records removed "
+                "before they were read)",
                 offsets=gap.offsets,
             ) from None
         for name, slot in touched.items():

@@ -6,7 +6,7 @@ state it names."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from streamdp.engine.changes import ChangeTracker
@@ -49,6 +49,9 @@ class RecordIntake:
     _recording: bool
     _changes: ChangeTracker
     _scanned: dict[str, ScannedSource]
+    #: ``(topic, partition, start, stop)`` -> True when offsets ``start`` to ``stop - 1`` hold
+    #: no record by Kafka's design (transaction markers): such a hole is not a lost record
+    known_holes: Callable[[str, int, int, int], bool] | None = None
 
     def ingest(
         self,
@@ -83,7 +86,8 @@ class RecordIntake:
         """:meth:`ingest` of a record read from ``(source_topic, partition)`` at ``offset``:
         the daemon's per-record path. ``strict``: raise
         :class:`~streamdp.errors.InputGapError` (changing nothing) when the offset is not the
-        one after the last applied, i.e. records were lost below the reader.
+        one after the last applied, i.e. records were lost below the reader, unless
+        :attr:`known_holes` says the offsets between hold no record.
 
         Appends the dead letters to ``out`` and returns :data:`SKIPPED` (already applied),
         :data:`ACCEPTED` (some stream counted it) or :data:`NOT_COUNTED` (refused). State and
@@ -159,7 +163,11 @@ class RecordIntake:
             if offset <= last:
                 self.stats.skipped += 1
                 return False
-            if strict and offset > last + 1:
+            if (
+                strict
+                and offset > last + 1
+                and not self._known_hole(topic, partition, last, offset)
+            ):
                 raise InputGapError(
                     f"input {topic}[{partition}] jumped past records below the reader: they "
                     "were skipped",
@@ -167,6 +175,10 @@ class RecordIntake:
                 )
         self._offsets[position] = offset
         return True
+
+    def _known_hole(self, topic: str, partition: int, last: int, offset: int) -> bool:
+        known = self.known_holes
+        return known is not None and known(topic, partition, last + 1, offset)
 
     @staticmethod
     def _emit(result: IngestResult, out: list[OutputRecord | DeadLetterRecord]) -> int:
