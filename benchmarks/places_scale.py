@@ -15,12 +15,12 @@ and closes 4 periods; per run it reports
   (production noise; the seeded sampler's time is part of ``close``);
 - ``build``: reading the places and building the engine; ``peak RSS`` of the subprocess.
 
-With ``--traced-widths`` a second table breaks the memory down with tracemalloc: the places
-tree per place, the engine's state per counter between closes, and one close's release
-records per counter while they are held.
+With ``--traced-widths`` a second table (``places_scale_memory.md``) breaks the memory down
+with tracemalloc: the places tree per place, the engine's state per counter between closes,
+and one close's release records per counter while they are held.
 
 Medians over ``--repeats`` runs with their spread (min-max). Tables and a plot go to
-benchmarks/out/ (``--write``: the committed benchmarks/results/places_scale.*).
+benchmarks/out/ (``--write``: the committed benchmarks/results/places_scale*).
 
     .venv/bin/python benchmarks/places_scale.py [--widths 1e3,1e4,1e5,1e6,1e7] [--repeats 3]
         [--traced-widths 1e4,1e5,1e6]
@@ -171,13 +171,15 @@ def one_traced(width: int) -> dict[str, float]:
     base = tracemalloc.get_traced_memory()[0]
     spec = _load(width)
     engine, leaves = _engine(spec)
-    held = 0
+    held, json_bytes = 0, 0.0
     for period in range(PERIODS):
         _ingest_period(engine, leaves, period)
         before = tracemalloc.get_traced_memory()[0]
         records = engine.advance_clock(release_instant(spec, period + 1))
         if period == 0:
             held = tracemalloc.get_traced_memory()[0] - before
+            sample = records[:: max(1, len(records) // 1000)]
+            json_bytes = sum(len(record.to_json()) for record in sample) / len(sample)
         del records
         gc.collect()
     total = tracemalloc.get_traced_memory()[0] - base
@@ -192,6 +194,7 @@ def one_traced(width: int) -> dict[str, float]:
         "places_bytes_per_place": per_place / width,
         "state_bytes_per_counter": (total - per_place) / width,
         "records_bytes_per_counter": held / width,
+        "json_bytes_per_record": json_bytes,
     }
 
 
@@ -213,13 +216,15 @@ def _spread(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--widths", default="1e3,1e4,1e5,1e6,1e7")
+    parser.add_argument(
+        "--widths", default="1e3,1e4,1e5,1e6,1e7", help="timed widths (empty: none)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--traced-widths",
         default="1e4,1e5,1e6",
-        help="widths whose memory is also broken down with tracemalloc (one run each, about "
-        "2x slower than untraced; empty: none)",
+        help="widths whose memory is broken down with tracemalloc (one run each, about 2x "
+        "slower than untraced; empty: none)",
     )
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the subprocess
     parser.add_argument("--one-traced", type=int, help=argparse.SUPPRESS)
@@ -231,26 +236,47 @@ def main() -> None:
     if args.one_traced:
         print(json.dumps(one_traced(args.one_traced)))
         return
+    out = output_dir(args.write)
     runs: dict[int, list[dict[str, float]]] = {}
-    for width in [int(float(w)) for w in args.widths.split(",")]:
+    for width in _widths(args.widths):
         for repeat in range(args.repeats):
             row = _subprocess_run("--one", width)
             if row is None:
                 break
             runs.setdefault(width, []).append(row)
             print(f"width {width} run {repeat + 1}: {row}", file=sys.stderr)
+    if runs:
+        text = _timing_table(runs, args)
+        print(text)
+        (out / "places_scale.md").write_text(text, encoding="utf-8")
+        (out / "places_scale.json").write_text(json.dumps(runs, indent=1), encoding="utf-8")
+        _plot(runs, out)
     traced: dict[int, dict[str, float]] = {}
-    for width in [int(float(w)) for w in args.traced_widths.split(",") if w.strip()]:
+    for width in _widths(args.traced_widths):
         row = _subprocess_run("--one-traced", width)
         if row is not None:
             traced[width] = row
             print(f"width {width} traced: {row}", file=sys.stderr)
+    if traced:
+        text = _memory_table(traced, args)
+        print(text)
+        (out / "places_scale_memory.md").write_text(text, encoding="utf-8")
+        (out / "places_scale_memory.json").write_text(
+            json.dumps(traced, indent=1), encoding="utf-8"
+        )
+
+
+def _widths(written: str) -> list[int]:
+    return [int(float(w)) for w in written.split(",") if w.strip()]
+
+
+def _timing_table(runs: dict[int, list[dict[str, float]]], args: argparse.Namespace) -> str:
     lines = [
         "# Places streams at scale (issue 29)",
         "",
         (
             f"Command: `.venv/bin/python benchmarks/places_scale.py --widths {args.widths} "
-            f"--repeats {args.repeats} --traced-widths {args.traced_widths}`. Median "
+            f"--repeats {args.repeats} --traced-widths '{args.traced_widths}'`. Median "
             f"(min-max) of {args.repeats} runs, each width in a fresh process; "
             "nation -> 50 states -> counties, fda, horizon 8, 1,000 events "
             "per period, revision every 4 periods; 2-core shared machine, Python 3.11."
@@ -280,45 +306,49 @@ def main() -> None:
             "every thousandth release record of the first close."
         ),
     ]
-    if traced:
-        lines += [
-            "",
-            "## Where the memory goes (tracemalloc, one run per width)",
-            "",
-            (
-                "| counters | per place: tree, names, routing (bytes) | engine state per counter "
-                "between closes (bytes) | one close's release records held, per counter (bytes) |"
-            ),
-            "|---:|---:|---:|---:|",
-        ]
-        for width, row in traced.items():
-            lines.append(
-                f"| {width:,} | {row['places_bytes_per_place']:.0f} | "
-                f"{row['state_bytes_per_counter']:.0f} | "
-                f"{row['records_bytes_per_counter']:.0f} |"
-            )
-        lines += [
-            "",
-            (
-                "Here every counter is a place (no attributes). Per place: what "
-                "streamdp/kinds/places_file.py and streamdp/consistency/tree.py allocated (the "
-                "tree and its cached structure, identifiers, labels, the leaf -> path table "
-                "that routes an event). State per counter: everything else "
-                "after the fourth close (which also revised), its records dropped: open-period "
-                "counts, the epoch's stored noisy nodes, the last revision's arrays. "
-                "Records = the release records of the first close while "
-                "the engine hands them over (before they are written). Imports are not "
-                "counted (a 200-counter stream runs first)."
-            ),
-        ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    out = output_dir(args.write)
-    (out / "places_scale.md").write_text(text, encoding="utf-8")
-    (out / "places_scale.json").write_text(
-        json.dumps({"runs": runs, "traced": traced}, indent=1), encoding="utf-8"
-    )
-    _plot(runs, out)
+    return "\n".join(lines) + "\n"
+
+
+def _memory_table(traced: dict[int, dict[str, float]], args: argparse.Namespace) -> str:
+    lines = [
+        "# Places streams: where the memory goes (issue 29)",
+        "",
+        (
+            f"Command: `.venv/bin/python benchmarks/places_scale.py --widths '{args.widths}' "
+            f"--traced-widths {args.traced_widths}`. tracemalloc, one run per width, each in "
+            "a fresh process (the figures are allocation sizes, not times: they do not vary "
+            "with the machine's load); nation -> 50 states -> counties, fda, horizon 8, 1,000 "
+            "events per period, four closes, the fourth revising; Python 3.11, numpy 2."
+        ),
+        "",
+        (
+            "| counters | per place: tree, names, routing (bytes) | engine state per counter "
+            "between closes (bytes) | one close's release records held, per counter (bytes) "
+            "| JSON bytes per release record |"
+        ),
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for width, row in traced.items():
+        lines.append(
+            f"| {width:,} | {row['places_bytes_per_place']:.0f} | "
+            f"{row['state_bytes_per_counter']:.0f} | "
+            f"{row['records_bytes_per_counter']:.0f} | {row['json_bytes_per_record']:.0f} |"
+        )
+    lines += [
+        "",
+        (
+            "Here every counter is a place (no attributes). Per place: what "
+            "streamdp/kinds/places_file.py and streamdp/consistency/tree.py allocated (the "
+            "tree and its cached structure, identifiers, labels, the leaf -> path table "
+            "that routes an event). State per counter: everything else after the fourth close "
+            "(which also revised), its records dropped: open-period counts, the epoch's stored "
+            "noisy nodes, the last revision's arrays. Records: the release records of the "
+            "first close while the engine hands them over (before they are written). JSON: "
+            "the mean over every thousandth record of that close. Imports are not counted (a "
+            "200-counter stream runs first)."
+        ),
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _plot(runs: dict[int, list[dict[str, float]]], out: object) -> None:
