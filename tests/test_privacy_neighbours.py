@@ -6,11 +6,15 @@ arriving first, reusing another record's event id with other content, an exact d
 event arriving late, a control record on the input, junk, an order over Delta), D and D + r are
 run with the same seeded noise, so the noise cancels and any difference is the record's own
 effect. On both paths, the file replay (one batch released --as-of) and the daemon's release
-service (records arriving in fixed windows of a public clock), we assert:
+service (records arriving in fixed windows of a public clock; and live, each record a batch
+at its arrival, ticked by the worker's own tick schedule, so that periods are released while
+records of them are still in flight), we assert:
 
 - the release schedule is identical: the same release and revision keys, in the same order;
 - per stream, the released period counts differ in L1 by at most Delta over everything, and the
-  running totals of every period by at most Delta.
+  running totals of every period by at most Delta;
+- live: every release is published at the same instant (the tick's), so a batch that released
+  what was due would fail (a record received between a release instant and the next tick).
 
 On the event-time watermark design these tests fail: one forged record 24 days ahead turned
 every order of the days before it into a late dead letter (L1 change 1706 with Delta = 5), and a
@@ -30,6 +34,7 @@ import pytest
 
 from streamdp.daemon.routing import InputRecord
 from streamdp.daemon.service import ReleaseService
+from streamdp.daemon.tick_schedule import first_tick, next_tick
 from streamdp.engine import EngineSpec
 from streamdp.engine.budget_groups import budget_groups, group_epsilon, group_sensitivity
 from streamdp.engine.clock import PublicClock
@@ -43,6 +48,8 @@ from tests.places_fixture import small_county_spec
 
 SEED = 23
 WINDOW = 6 * 3600.0  # the daemon reads records in windows of six hours of its clock
+TICK = 3600.0  # the ticking daemon's heartbeat: an hour of its clock (--tick)
+ALLOWANCE = 5.0  # the worker's default delivery allowance (public-clock seconds here)
 DAY = 86400.0
 SCENARIOS = {
     "restaurant": (20, 10.0),
@@ -180,6 +187,17 @@ def _neighbour(kind: str, spec: EngineSpec, records: list[Record]) -> list[Recor
         # a record whose Kafka timestamp claims a moment 30 days ahead
         event = dict(_event(records, 0), event_id="postdated-1")
         out.insert(0, Record(json.dumps(event), first_time - 1.0, first_time + 30 * DAY))
+    elif kind in ("in_flight_past_release", "in_flight_before_release"):
+        # an event of the middle record's period sent a second before its close instant and
+        # received just after (or just before) the release, the close plus the 5 s allowance
+        stream = next(iter(spec.streams.values()))
+        event = dict(_event(records, middle), event_id=f"in-flight-{kind}")
+        ts = parse_instant(event["event_time"])
+        assert ts is not None
+        close = grid.bounds(grid.index_of(ts))[1] + stream.allowed_lateness_seconds
+        arrival = close + ALLOWANCE + (1.0 if kind == "in_flight_past_release" else -1.0)
+        at = next((i for i, r in enumerate(out) if r.arrival > arrival), len(out))
+        out.insert(at, Record(json.dumps(event), arrival, close - 1.0))
     elif kind == "before_start_first":
         event = dict(_event(records, 0), event_id="early-1")
         event["event_time"] = format_instant(grid.bounds(0)[0] - 3 * DAY)
@@ -201,6 +219,8 @@ KINDS = [
     "before_start_first",
     "backdated_stamp_middle",
     "postdated_stamp_first",
+    "in_flight_past_release",
+    "in_flight_before_release",
 ]
 
 
@@ -232,7 +252,7 @@ def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dic
         state={},
         clock=lambda: now[0],
         reading_at=PublicClock().at,
-        allowance=5.0,
+        allowance=ALLOWANCE,
     )
     windows: dict[int, list[InputRecord]] = defaultdict(list)
     for offset, record in enumerate(records):
@@ -258,6 +278,58 @@ def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dic
         if not service.due():
             break
     return [p for p in published if p.get("kind") != "dead_letter"]
+
+
+def _via_ticking_daemon(
+    spec_name: str, records: list[Record], periods: int
+) -> list[tuple[float, dict[str, Any]]]:
+    """The release service as the worker runs it live: its ticks come from the worker's own
+    schedule (:mod:`streamdp.daemon.tick_schedule`: each close instant plus the 5 s allowance,
+    and a heartbeat every hour of the clock), each record is a batch of its own received at its
+    arrival instant (in arrival order, its offset its place in that order), and the records
+    received before a tick's instant are processed before it closes anything; after the last
+    record the ticks go on until every generated period is released. Returns each publication
+    with the instant it is published at (its tick's, or its batch's)."""
+    spec = _spec(spec_name)
+    source = next(iter(spec.sources.values()))
+    clock = PublicClock()
+    now = [0.0]
+    service = ReleaseService(
+        spec,
+        sampler=InsecureSeededSampler(SEED),
+        state={},
+        clock=lambda: now[0],
+        reading_at=clock.at,
+        allowance=ALLOWANCE,
+    )
+    published: list[tuple[float, dict[str, Any]]] = []
+    arrivals = sorted(records, key=lambda r: r.arrival)  # stable: equal arrivals keep order
+    pending = list(enumerate(arrivals))[::-1]  # (offset, record), next to arrive last
+    tick = first_tick(clock, TICK, arrivals[0].arrival - TICK, ALLOWANCE)
+    end = release_instant(spec, periods) + ALLOWANCE
+    while True:
+        while pending and pending[-1][1].arrival < tick.wall:
+            offset, record = pending.pop()
+            now[0] = record.arrival
+            value, stamp = record.text.encode(), math.floor(record.sent * 1000)
+            batch = [InputRecord(source.topic, 0, offset, source.name.encode(), value, stamp)]
+            published += [
+                (now[0], json.loads(p.value)) for p in service.process(batch).publications
+            ]
+        if not pending and tick.wall > end and not service.due(tick.reading):
+            break
+        now[0] = tick.wall
+        outcome = service.tick(tick.reading, stamp=tick.wall)
+        published += [(tick.wall, json.loads(p.value)) for p in outcome.publications]
+        tick = next_tick(
+            clock,
+            TICK,
+            tick,
+            behind=service.due(tick.reading),
+            next_close=service.next_close(),
+            allowance=ALLOWANCE,
+        )
+    return [(t, p) for t, p in published if p.get("kind") != "dead_letter"]
 
 
 def _schedule(outputs: list[dict[str, Any]]) -> list[str]:
@@ -320,6 +392,47 @@ def test_one_hostile_record_moves_no_schedule_and_at_most_the_sensitivity_in_the
     other = _via_daemon(scenario, _neighbour(kind, spec, records), periods)
     assert any(o["kind"] == "release" for o in base)
     _assert_neighbours(spec, base, other)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_one_hostile_record_moves_no_release_moment_in_the_ticking_daemon(
+    scenario: str, kind: str
+) -> None:
+    """With releases made as the clock passes each release instant while records keep
+    arriving (records in flight across a release included), one record changes no release's
+    moment, its order or whether it happens, and moves the releases by at most Delta."""
+    spec, records, periods = _dataset(scenario)
+    base = _via_ticking_daemon(scenario, records, periods)
+    other = _via_ticking_daemon(scenario, _neighbour(kind, spec, records), periods)
+    assert any(o["kind"] == "release" for _, o in base)
+    moments = [(t, o["key"]) for t, o in base]
+    assert moments == [(t, o["key"]) for t, o in other], "one record moved a release's moment"
+    # releases happen while records still arrive, not all at the end
+    assert len({t for t, o in base if o["kind"] == "release"}) > 1
+    _assert_neighbours(spec, [o for _, o in base], [o for _, o in other])
+
+
+@pytest.mark.parametrize("scenario", ["restaurant", "census", "county-admissions"])
+def test_a_record_in_flight_counts_until_its_period_is_released(scenario: str) -> None:
+    """The in-flight kinds have power: sent a second before its period's close, the record
+    counts when received a second before the release (close + allowance) and is late a second
+    after it, as the ticking daemon runs both."""
+    spec, records, periods = _dataset(scenario)
+    base = [o for _, o in _via_ticking_daemon(scenario, records, periods)]
+
+    def moved(kind: str) -> float:
+        other = [
+            o for _, o in _via_ticking_daemon(scenario, _neighbour(kind, spec, records), periods)
+        ]
+        return sum(
+            abs(a["noisy_count"] - b["noisy_count"])
+            for a, b in zip(base, other, strict=True)
+            if a["kind"] == "release"
+        )
+
+    assert moved("in_flight_before_release") > 0
+    assert moved("in_flight_past_release") == 0
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
