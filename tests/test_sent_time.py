@@ -16,10 +16,21 @@ paths deliver.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
+import pytest
 from aiokafka.structs import ConsumerRecord
-from closing_day import ALLOWANCE, CENSUS, CLOSE, admission, day_counts, late, release_service
+from closing_day import (
+    ALLOWANCE,
+    CENSUS,
+    CLOSE,
+    SOURCE,
+    admission,
+    day_counts,
+    late,
+    release_service,
+)
 from faust.types import TP
 from faust.types.tuples import Message
 
@@ -224,3 +235,24 @@ def test_every_instant_lies_in_the_bounds_of_its_period() -> None:
             ):
                 lo, hi = clock.bounds(clock.index_of(t))
                 assert lo <= t < hi, (clock.spec, j, t)
+
+
+def test_an_input_topic_stamped_by_the_broker_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A LogAppendTime stamp moves with the records queued at the broker ahead of it: the
+    worker judges it like any stamp but warns once per topic (naming the topic, no count) that
+    the topic should keep CreateTime; CreateTime records are not warned about."""
+    now = [CLOSE - 30.0]
+    service = release_service(now, by_timestamp=True)
+    created = admission("c1", 0, sent=CLOSE - 31.0)
+    service.process([created])
+    assert "LogAppendTime" not in caplog.text
+    for offset in (1, 2):
+        appended = replace(admission(f"a{offset}", offset, sent=CLOSE - 31.0), timestamp_type=1)
+        outcome = service.process([appended])
+        assert outcome.accepted == 1  # judged like any stamp
+    warnings = [r for r in caplog.records if "LogAppendTime" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].levelname == "WARNING"
+    assert SOURCE in warnings[0].getMessage()

@@ -20,11 +20,17 @@ A record without a timestamp (message format v0: -1) is judged by its receipt al
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from streamdp.daemon.routing import InputLike
 
-__all__ = ["ArrivalRule", "sent_at"]
+__all__ = ["LOG_APPEND_TIME", "ArrivalRule", "BrokerStampWarning", "sent_at"]
+
+log = logging.getLogger(__name__)
+
+#: Kafka's timestamp type of a record the broker stamped when it appended it.
+LOG_APPEND_TIME = 1
 
 
 def sent_at(record: InputLike) -> float | None:
@@ -67,3 +73,31 @@ class ArrivalRule:
             bound = self._release_bound
             self._last_instant = bound if sent is None else max(self._reading_at(sent), bound)
         return self._last_instant
+
+
+class BrokerStampWarning:
+    """Warns once per input topic whose records carry ``LogAppendTime`` stamps: such a stamp
+    is the broker's append, after the records queued in front of it, so near a close instant
+    other records can move a record across it. The worker judges it like any other stamp;
+    the warning (public: it names the topic only) tells the operator to keep ``CreateTime``."""
+
+    __slots__ = ("_warned",)
+
+    def __init__(self) -> None:
+        self._warned: set[str] = set()
+
+    def check(self, record: InputLike) -> None:
+        """Look at one record of a run (a topic's records share their stamp type)."""
+        if getattr(record, "timestamp_type", None) != LOG_APPEND_TIME:
+            return
+        topic = record.topic
+        if topic in self._warned:
+            return
+        self._warned.add(topic)
+        log.warning(
+            "input topic %s is stamped with LogAppendTime: a broker's append time moves with "
+            "the records queued ahead of a record, so near a close instant one record can "
+            "decide whether another counts; set message.timestamp.type=CreateTime on it "
+            "(docs/operating.md, section 2)",
+            topic,
+        )

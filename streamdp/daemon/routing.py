@@ -110,6 +110,8 @@ class InputRecord:
     value: bytes
     # the record's Kafka timestamp in milliseconds, as aiokafka gives it (None: none)
     timestamp: int | None = None
+    # 0: CreateTime (its producer's), 1: LogAppendTime (the broker's append)
+    timestamp_type: int = 0
 
 
 def source_spec(spec: EngineSpec, source: str) -> EngineSpec:

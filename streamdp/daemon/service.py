@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
-from streamdp.daemon.arrival import ArrivalRule
+from streamdp.daemon.arrival import ArrivalRule, BrokerStampWarning
 from streamdp.daemon.checkpoint import hot_key
 from streamdp.daemon.checkpoint_writer import (
     SourceSlot,
@@ -104,6 +104,7 @@ class ReleaseService:
         # offsets the Kafka client passed over (transaction markers): holes made of them only
         # are not lost records, so they do not stop a batch even when holes are refused
         self.skipped_offsets = skipped_offsets
+        self._stamps = BrokerStampWarning()
         self.slots: dict[str, SourceSlot] = {}
         self._by_topic: dict[str, SourceSpec] = {s.topic: s for s in spec.sources.values()}
         # the partitioning key every record of a source must carry
@@ -255,6 +256,7 @@ class ReleaseService:
             if self.reading_at is None
             else ArrivalRule(self.reading_at, self.allowance, judged)
         )
+        self._stamps.check(records[0])
         for record in records:
             offset = record.offset
             if rule is not None and (instant := rule.instant(record)) != judged:
