@@ -256,3 +256,19 @@ def test_an_input_topic_stamped_by_the_broker_is_warned_about_once(
     assert len(warnings) == 1
     assert warnings[0].levelname == "WARNING"
     assert SOURCE in warnings[0].getMessage()
+
+
+def test_a_late_dead_letter_says_which_of_the_two_instants_it_missed() -> None:
+    """Sent after the close (the producer's side) and read after the release (the worker's
+    lag) are both ``late``; the message tells the operator which to look at."""
+    now = [CLOSE + 1.0]
+    service = release_service(now, by_timestamp=True)
+    sent_after = service.process([admission("after-close", 0, sent=CLOSE + 0.5)])
+    service.tick(CLOSE, stamp=CLOSE + ALLOWANCE)  # the day is released
+    now[0] = CLOSE + ALLOWANCE + 1.0
+    read_after = service.process([admission("after-release", 1, sent=CLOSE - 1.0)])
+    (first,) = [d for d in sent_after.dead_letters if d.reason == "late"][:1]
+    (second,) = [d for d in read_after.dead_letters if d.reason == "late"][:1]
+    assert "sent at or after its period's public close instant" in first.message
+    assert "already released" not in first.message
+    assert "already released when the record was read" in second.message

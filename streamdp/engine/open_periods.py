@@ -148,14 +148,20 @@ class OpenPeriods:
                 self._cache = (lo, hi, j)
         if j < 0:
             raise RejectedError("before_start", "event_time is before the stream's first period")
-        if j < self.closed or j < self._time_lo:
+        if j < self.closed:
+            raise RejectedError(
+                "late",
+                "its period was already released when the record was read: it reached the "
+                "worker after the period's close instant (period end plus allowed_lateness) "
+                "plus the worker's --delivery-allowance (keep the worker's lag below it), or "
+                "an operator closed the period",
+            )
+        if j < self._time_lo:
             raise RejectedError(
                 "late",
                 "the record was sent at or after its period's public close instant (period end "
                 "plus allowed_lateness) by its Kafka timestamp (by its receipt when it has "
-                "none), or reached the worker after the period's release (the close instant "
-                "plus the worker's --delivery-allowance: keep the worker's lag below it), or "
-                "an operator closed the period",
+                "none), or reached the worker more than the --delivery-allowance after it",
             )
         if self._stop and j >= self.horizon:
             raise RejectedError(
