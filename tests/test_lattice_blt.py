@@ -15,6 +15,7 @@ from stats_continual import P_THRESHOLD, variance_z_pvalue
 from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.lattice_blt import (
     GRID_BITS,
+    MAX_PERIOD_COUNT,
     PARAMETER_BITS,
     LatticeBLT,
     lattice_sigma,
@@ -94,6 +95,25 @@ def test_one_hostile_record_moves_the_encoding_by_at_most_the_sensitivity(trial:
     assert moved**0.5 <= limit
     if period == 0:  # the worst case is reached up to the rounding: the bound is tight
         assert moved**0.5 >= 0.99 * limit
+
+
+def test_a_count_beyond_the_encodings_range_is_clipped_not_refused() -> None:
+    """A period count beyond +-2^31 (a large Delta makes it a few thousand records away) is
+    encoded as the limit: the counter never fails on data (that would stop every later
+    release, at a moment the data decides), and the clip is a contraction, so one more record
+    moves the encoding by no more than within the range."""
+    limit = MAX_PERIOD_COUNT
+    over = np.array([[limit + 5, -(limit + 9), 7]] * 4, dtype=object)
+    at = np.array([[limit, -limit, 7]] * 4, dtype=object)
+    assert _encode(over) == _encode(at)
+    below = np.array([[limit - 1, 0, 7]] * 4, dtype=object)
+    stepped = below.copy()
+    stepped[1, 0] += 2  # crosses the limit: clipped to one unit more than before
+    inside = below.copy()
+    inside[1, 0] -= 2
+    crossed = np.array(_encode(stepped), dtype=object) - np.array(_encode(below), dtype=object)
+    within = np.array(_encode(below), dtype=object) - np.array(_encode(inside), dtype=object)
+    assert 0 < sum(int(d) ** 2 for d in crossed.ravel()) < sum(int(d) ** 2 for d in within.ravel())
 
 
 def test_sigma_meets_rho_exactly_and_the_neighbours_couple_bit_for_bit() -> None:

@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from streamdp.continual.blt_factorization import BLTParameters
 from streamdp.continual.matrix_factorization import series_inverse
-from streamdp.errors import ConfigError, StateError
+from streamdp.errors import ConfigError
 from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA, MIN_GAUSSIAN_SIGMA
 
 FloatArray = npt.NDArray[np.float64]
@@ -59,7 +59,8 @@ PARAMETER_BITS = 40
 #: The lattice: noisy values are integers in units of 2^-GRID_BITS counts.
 GRID_BITS = 20
 #: The largest count of one counter in one period the lattice encoding takes: beyond it a noisy
-#: value could leave int64 (it is stored as one), and the counter refuses the period.
+#: value could leave int64 (it is stored as one). A count beyond it is encoded as the limit
+#: (:meth:`LatticeBLT.encode_step`).
 MAX_PERIOD_COUNT = 2**31
 
 
@@ -133,14 +134,16 @@ class LatticeBLT:
     ) -> tuple[list[int], list[list[int]]]:
         """One period: ``F_t`` of every counter (integers, units of ``2^-G``) from the buffers
         before it (``d`` lists of one integer per counter) and the period's exact ``counts``;
-        returns ``(F_t, buffers after)``. Raw-data state: protect it like the input."""
-        for count in counts:
-            if not -MAX_PERIOD_COUNT <= count <= MAX_PERIOD_COUNT:
-                raise StateError(
-                    f"a counter's period count {count} is beyond the lattice encoding's "
-                    f"+-2^31; the blt mechanism cannot release it"
-                )
-        shifted = [count << GRID_BITS for count in counts]
+        returns ``(F_t, buffers after)``. Raw-data state: protect it like the input.
+
+        A count beyond ``+-MAX_PERIOD_COUNT`` is encoded as the limit. Clipping each count is a
+        contraction (two counts differ by no more after it than before), so one event still
+        moves the encoding by at most its own contribution and the privacy argument above holds;
+        such a period's release is biased toward the limit, a bias its declared standard
+        deviation does not carry. Refusing the period instead would stop every later release at
+        a moment the data decides (and a message naming the count would publish it)."""
+        limit = MAX_PERIOD_COUNT
+        shifted = [min(max(count, -limit), limit) << GRID_BITS for count in counts]
         out = []
         for c, base in enumerate(shifted):
             acc = 0
