@@ -309,27 +309,40 @@ def test_kary_releases_with_combos_are_consistent_at_publication(mechanism: str)
         assert c.total_std == {n: r.total_std for n, r in by_counter.items()}
 
 
-def test_unenforced_combos_are_projected_in_revisions_not_at_publication() -> None:
-    """When orders need not be combos, exact counts may leave the span; projecting only the
-    noise would reveal their component outside it. So the releases are not projected and the
-    revisions project the releases (post-processing), with P_jj-scaled stds."""
-    spec = _items_spec("kary_gls", horizon=10, combos=False)
+def test_orders_that_need_not_be_one_combo_stay_in_the_span_and_are_projected_when_published() -> (
+    None
+):
+    """``orders_must_be_combos = false`` admits orders that are sums of combos and refuses the
+    rest (``not_a_combo``, checked exactly): the exact counts stay in the combos' span, so the
+    releases are projected onto it when published, as with single combos. (Before, any order
+    was counted and the revisions projected onto a span the counts had left: a biased revision
+    with a false standard deviation, 0 for an item in no combo.)"""
+    constraints = COMBOS.format(must="false")
+    text = ITEMS_SPEC.format(mechanism="kary_gls", horizon=10, constraints=constraints)
+    spec = parse_spec(text.replace("sensitivity = 3", "sensitivity = 5"))
     stream = spec.streams["items"]
-    lines, _ = _orders(10)  # single-item orders: not combos
-    out = _run(spec, lines, 10, seed=2)
+    engine = Engine(spec, sampler=InsecureSeededSampler(2), batch=True)
+    as_of = 1704067200 + 10 * DAY
+    engine.start_batch(as_of)
+    orders = [{"a": 1, "b": 2, "c": 2}, {"a": 2, "b": 2}, {"b": 1, "c": 2}]  # 1+2, 2x1, 2
+    outside = [{"a": 1}, {"c": 1}, {"a": 1, "b": 1, "c": 1}]
+    for n, items in enumerate(orders + outside):
+        event = {"event_id": f"o{n}", "event_time": "2024-01-02T10:00:00Z", "items": items}
+        result = engine.ingest(json.dumps({**event, "source": "orders"}).encode(), offset=n + 1)
+        if items in orders:
+            assert result.accepted, items
+        else:
+            assert [d.reason for d in result.dead_letters] == ["not_a_combo"], items
+    out = engine.advance_clock(as_of)
     rel = [r for r in out if isinstance(r, ReleaseRecord)]
-    con = [r for r in out if isinstance(r, ConsistentRecord)]
     totals = np.array([[r.noisy_total for r in rel if r.period == t] for t in range(1, 11)])
-    assert not np.allclose(project_nodes(stream, totals), totals, atol=1e-6)
-    assert len({r.count_std for r in rel if r.period == 3}) == 1  # not scaled per counter
-    shrink = np.clip(np.diag(project_nodes(stream, np.eye(3))), 0, 1)
-    by_period = {c.period: c for c in con}
-    assert sorted(by_period) == list(range(1, 11))
-    got = np.array([[by_period[t].totals[n] for n in "abc"] for t in range(1, 11)])
-    np.testing.assert_allclose(got, project_nodes(stream, totals), atol=1e-9)
-    std = next(r.total_std for r in rel if r.period == 4)
-    expected = dict(zip("abc", std * np.sqrt(shrink), strict=True))
-    assert by_period[4].total_std == pytest.approx(expected)
+    np.testing.assert_allclose(project_nodes(stream, totals), totals, atol=1e-6)
+    shrink = np.diag(project_nodes(stream, np.eye(3)))
+    stds = {r.counter: r.total_std for r in rel if r.period == 4}
+    assert len(set(stds.values())) > 1  # each counter scaled by its sqrt(P_jj)
+    assert [stds[n] for n in "abc"] == pytest.approx(
+        list(stds["b"] / np.sqrt(shrink[1]) * np.sqrt(shrink))
+    )
 
 
 def test_census_kary_releases_satisfy_the_hierarchy_when_published() -> None:
@@ -390,24 +403,41 @@ def test_readers_show_real_valued_releases(tmp_path: Path) -> None:
 
 
 def test_revisions_projecting_releases_give_each_period_the_same_bits_however_grouped() -> None:
-    """Issue 25: a revision of unenforced combos projects the released values; the same period
-    revised alone (an on-demand revision after every day) or with others (the schedule) must
-    publish the same float, bit for bit (a matrix product may sum in another order by shape)."""
-    spec = _items_spec("kary_gls", horizon=10, combos=False)
-    lines, _ = _orders(10)
-    start = 1704067200
+    """Issue 25: a revision of the places tree under kary_gls projects the released values;
+    the same period revised alone (an on-demand revision after every day) or with others (the
+    schedule) must publish the same float, bit for bit (a matrix product may sum in another
+    order by shape)."""
+    from dataclasses import replace
+
+    from places_fixture import small_county_spec
+
+    from streamdp.synth import generate
+
+    base = small_county_spec()
+    (name, stream) = next(iter(base.streams.items()))
+    spec = replace(base, streams={name: replace(stream, mechanism="kary_gls", horizon=10)})
+    lines = [
+        line.text.encode() for line in generate("county-admissions", 10, 6.0, seed=3, spec=spec)
+    ]
+    start = parse_instant("2024-01-01T00:00:00Z")
+    assert start is not None
+    late = start + 10 * DAY + stream.allowed_lateness_seconds
 
     def consistent(each_day: bool) -> dict[tuple[int, int], dict[str, float]]:
         engine = Engine(spec, sampler=InsecureSeededSampler(5), batch=True)
-        engine.start_batch(start + 10 * DAY)
+        engine.start_batch(late)
         for offset, line in enumerate(lines, start=1):
             assert engine.ingest(line, offset=offset).accepted
         out: list[Any] = []
         for day in range(1, 11) if each_day else [10]:
-            out += engine.advance_clock(start + day * DAY)
+            out += engine.advance_clock(start + day * DAY + stream.allowed_lateness_seconds)
             if each_day:
-                out += engine.revise("items")
-        return {(r.epoch, r.period): r.totals for r in out if isinstance(r, ConsistentRecord)}
+                out += engine.revise(name)
+        merged: dict[tuple[int, int], dict[str, float]] = {}
+        for r in out:
+            if isinstance(r, ConsistentRecord):
+                merged.setdefault((r.epoch, r.period), {}).update(r.totals)
+        return merged
 
     alone, grouped = consistent(True), consistent(False)
     assert sorted(alone) == sorted(grouped) == [(0, t) for t in range(1, 11)]

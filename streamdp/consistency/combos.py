@@ -118,3 +118,42 @@ def project_onto_combo_span(values: npt.ArrayLike, combos: npt.ArrayLike) -> Flo
         Shape like ``values``; every row lies in span(combos).
     """
     return ComboSpan.from_combos(combos).project(values)
+
+
+def integer_span_checks(
+    combos: list[tuple[int, ...]] | tuple[tuple[int, ...], ...],
+) -> list[tuple[int, ...]]:
+    """Integer vectors ``n`` (one per dimension of the complement) with ``n . v == 0`` for every
+    ``v`` in span(combos) and for no other integer ``v``: an exact membership test for an
+    order's item vector (no float tolerance). From the null space of ``combos`` (shape
+    (combos, items)) by Gaussian elimination in rationals, each basis vector scaled to
+    integers; empty when the combos span every item."""
+    from fractions import Fraction
+    from math import lcm
+
+    rows = [[Fraction(q) for q in combo] for combo in combos]
+    items = len(rows[0]) if rows else 0
+    pivots: list[int] = []
+    r = 0
+    for col in range(items):  # reduced row echelon form of the combos
+        pivot = next((i for i in range(r, len(rows)) if rows[i][col] != 0), None)
+        if pivot is None:
+            continue
+        rows[r], rows[pivot] = rows[pivot], rows[r]
+        lead = rows[r][col]
+        rows[r] = [x / lead for x in rows[r]]
+        for i in range(len(rows)):
+            if i != r and rows[i][col] != 0:
+                factor = rows[i][col]
+                rows[i] = [a - factor * b for a, b in zip(rows[i], rows[r], strict=True)]
+        pivots.append(col)
+        r += 1
+    checks: list[tuple[int, ...]] = []
+    for free in (c for c in range(items) if c not in pivots):
+        vector = [Fraction(0)] * items
+        vector[free] = Fraction(1)
+        for i, col in enumerate(pivots):
+            vector[col] = -rows[i][free]
+        scale = lcm(*(x.denominator for x in vector))
+        checks.append(tuple(int(x * scale) for x in vector))
+    return checks

@@ -85,19 +85,20 @@ class StreamRuntime:
         # k-ary strategies know an epoch's noise at its start: their decoded noise is projected
         # onto the constraint span, so releases are consistent when published (P_jj scales each
         # counter's variance). Only where the exact counts always lie in that span (census
-        # hierarchy; combos when every order must be a combo): then release = P (s + n), a
-        # post-processing of the noisy nodes. Projecting the noise alone while the exact counts
-        # leave the span would reveal their component outside it; such streams project their
-        # releases in revisions instead (post-processing of the releases).
+        # hierarchy; combos, every order being one combo or a sum of them): then release =
+        # P (s + n), a post-processing of the noisy nodes. Projecting the noise alone while the
+        # exact counts leave the span would reveal their component outside it. The places
+        # tree, under decoded mechanisms, projects its releases in revisions instead
+        # (post-processing of the releases).
         self._noise_ahead = isinstance(self.strategy, KaryStrategy)
         # the BLT counter draws each period's noise at its close, like a tree, but its
         # releases are decoded (not tree-path sums): they are projected and revised as the
         # k-ary ones are
         decoded = self._noise_ahead or isinstance(self.strategy, BltStrategy)
         constraints = spec.constraints
-        exact_in_span = constraints.kind == "hierarchy" or (
-            constraints.kind == "combos" and constraints.orders_must_be_combos
-        )
+        # (every counted order lies in the combos' span, one combo or a sum of them:
+        # ItemExtractor refuses the rest, so the exact counts always satisfy the constraint)
+        exact_in_span = constraints.kind in ("hierarchy", "combos")
         self._projection = (
             project_nodes(spec, np.eye(self.width)) if decoded and exact_in_span else None
         )

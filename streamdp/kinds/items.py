@@ -1,6 +1,7 @@
 """Item counters (seed 004's restaurant): one counter per item; an order adds its quantity of
 each item. Constraint ``combos``: every period's item vector lies in the span of the combo
-vectors; with ``orders_must_be_combos`` an order must be exactly one combo.
+vectors; with ``orders_must_be_combos`` an order must be exactly one combo, without it an
+order must lie in that span (a sum of combos, checked exactly), so the constraint holds.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streamdp.consistency.combos import project_onto_combo_span
+from streamdp.consistency.combos import integer_span_checks, project_onto_combo_span
 from streamdp.engine.events import (
     MAX_QUANTITY,
     Contribution,
@@ -130,7 +131,16 @@ class ItemExtractor(Extractor):
         self.allowed = ", ".join(spec.counters.items)
         self.sensitivity = spec.sensitivity
         self.clip = spec.over_sensitivity == "clip"
-        combos = spec.constraints.combos if spec.constraints.orders_must_be_combos else ()
+        constraints = spec.constraints
+        # orders that need not be one combo must still lie in the combos' span, or the public
+        # constraint the revisions project onto would not hold (and would bias them)
+        self.span_checks = (
+            integer_span_checks([vector for _, vector in constraints.combos])
+            if constraints.kind == "combos" and not constraints.orders_must_be_combos
+            else []
+        )
+        self.span_names = ", ".join(name for name, _ in constraints.combos)
+        combos = constraints.combos if constraints.orders_must_be_combos else ()
         self.combos = {
             tuple((i, q) for i, q in enumerate(vector) if q): name for name, vector in combos
         }
@@ -201,6 +211,13 @@ class ItemExtractor(Extractor):
                 "not_a_combo",
                 f"items: the order is not exactly one of the combos {self.combo_names}",
             )
+        for check in self.span_checks:
+            if sum(check[i] * q for i, q in out):
+                raise RejectedError(
+                    "not_a_combo",
+                    f"items: the order is no combination of the combos {self.span_names} "
+                    "(orders_must_be_combos = false admits sums of combos, not other orders)",
+                )
         return out
 
 
