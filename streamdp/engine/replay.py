@@ -84,7 +84,12 @@ class ReplaySummary:
         if units:
             lines.append("protected per privacy unit (the budget holds per unit per epoch):")
             lines += [f"  {name}: per {p}" for name, p in units.items()]
-        lines.append("budget spent per source (event level):")
+        lines.append(
+            "budget spent per source (per epoch of each stream; for a privacy unit, a unit's "
+            "loss is the sum over the epochs it appears in):"
+            if units
+            else "budget spent per source (event level):"
+        )
         lines += [
             f"  {name}: {self.units.get(name, 'epsilon')} {spent} of cap {self.epsilon_caps[name]}"
             for name, spent in self.epsilon_spent.items()
