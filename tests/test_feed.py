@@ -816,6 +816,7 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     stream = json.loads((site / "feed.json").read_text())["streams"][0]
     assert stream["rho_per_epoch"] == [{"epoch": 0, "rho": 0.5, "delta": 1e-10}]
     assert stream["rho_sum_over_epochs"] == 0.5
+    assert stream["rho_sum_over_epochs_epsilon"] == pytest.approx(7.2861, abs=1e-4)
     rows = list(csv.DictReader(io.StringIO((site / "releases.csv").read_text())))
     assert {(r["rho"], r["privacy_delta"], r["noise"]) for r in rows} == {
         ("0.5", "1e-10", "insecure-seeded-numpy-gaussian")
@@ -823,4 +824,5 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())
     assert "<h2>Census-style person counts (zCDP)</h2>" in dom
     assert "zero-concentrated DP): epoch 0: ρ = 0.5, that is (ε, δ) = (7.286, 1e-10)" in dom
-    assert "ρ = 0.5." in dom
+    # summed over epochs: rho, and what it is as (epsilon, delta)
+    assert "ρ = 0.5, that is (ε, δ) = (7.286, 1e-10)." in dom

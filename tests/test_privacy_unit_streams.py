@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -495,6 +496,37 @@ def test_status_names_the_unit_and_its_sensitivity(tmp_path: Path) -> None:
     assert hiv["protects"] == "patient_id per epoch"
     assert hiv["sensitivity"] == 6
     assert hiv["privacy_unit"]["max_periods_per_epoch"] == 3
+
+
+def test_status_gives_a_zcdp_units_lifetime_rho_as_epsilon_delta_too(tmp_path: Path) -> None:
+    """Every zCDP figure is also an (epsilon, delta) one: the rho a unit could lose summed over
+    the epochs (sequential) is shown with its bound at the stream's delta."""
+    from streamdp.daemon.runtime import WorkerRuntime
+    from streamdp.daemon.settings import DaemonSettings
+    from streamdp.engine.stream_privacy import zcdp_epsilon_bound
+    from streamdp.metrics import StreamdpMetrics
+
+    spec = _spec("zcdp+blt")
+    config = tmp_path / "spec.toml"
+    config.write_text("", encoding="utf-8")
+    runtime = WorkerRuntime(
+        DaemonSettings(config=config), spec, InsecureSeededSampler(1), StreamdpMetrics()
+    )
+    now = [START + DAYS * DAY]
+    service = ReleaseService(
+        spec, sampler=InsecureSeededSampler(SEED), state={}, clock=lambda: now[0], unit_key=KEY
+    )
+    batch = [
+        InputRecord("adm", 0, i, b"adm", t.encode()) for i, (_, t) in enumerate(_records(False))
+    ]
+    service.process(batch)
+    service.tick()
+    runtime.service = service
+    hiv = runtime.status()["streams"]["hiv"]
+    rho = Decimal(hiv["rho_sequential_spent_on_source"])
+    assert rho > 0
+    expected = zcdp_epsilon_bound(rho, spec.streams["hiv"].delta)
+    assert Decimal(hiv["epsilon_of_rho_sequential_spent_on_source"]) == expected
 
 
 def test_unit_drops_reach_the_input_volume_metric_only() -> None:

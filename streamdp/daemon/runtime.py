@@ -15,6 +15,7 @@ from streamdp.budget_view import BudgetView, SourceBudget, StreamBudget
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec
+from streamdp.engine.stream_privacy import zcdp_epsilon_bound
 from streamdp.metrics import StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
 from streamdp.noise.sampler import NoiseSampler
@@ -129,9 +130,12 @@ class WorkerRuntime:
                 unit = engine.ledger.units.get(stream_spec.source, "epsilon")
                 entry[f"{unit}_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
                 # user level: summed over epochs (event level composes epochs in parallel)
-                entry[f"{unit}_sequential_spent_on_source"] = str(
-                    engine.ledger.sequential_spent(stream_spec.source)
-                )
+                sequential = engine.ledger.sequential_spent(stream_spec.source)
+                entry[f"{unit}_sequential_spent_on_source"] = str(sequential)
+                if stream_spec.rho is not None and sequential > 0:  # as (epsilon, delta) too
+                    entry["epsilon_of_rho_sequential_spent_on_source"] = str(
+                        zcdp_epsilon_bound(sequential, stream_spec.delta)
+                    )
             streams[name] = entry
         out: dict[str, Any] = {
             "service": "streamdp",

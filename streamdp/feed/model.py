@@ -318,6 +318,8 @@ class FeedView:
                         if rho_per_epoch
                         else None
                     ),
+                    # that sum as (epsilon, delta) at the epochs' delta (the smallest one)
+                    "rho_sum_over_epochs_epsilon": _epsilon_of_rho_sum(rho_per_epoch),
                     "latest_period": None
                     if latest is None
                     else {
@@ -359,3 +361,14 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _epsilon_of_rho_sum(rho_per_epoch: Mapping[int, tuple[float, float]]) -> float | None:
+    """The (epsilon, delta) bound of the epochs' rho summed (zCDP composes by adding rho), at
+    the smallest delta the epochs state; None for a pure-DP stream."""
+    from streamdp.continual.definitions import zcdp_epsilon
+
+    if not rho_per_epoch:
+        return None
+    total = math.fsum(rho for rho, _ in rho_per_epoch.values())
+    return zcdp_epsilon(total, min(delta for _, delta in rho_per_epoch.values()))

@@ -124,7 +124,8 @@ function streamSection(stream) {
       + zcdp.map(e => `epoch ${e.epoch}: \u03c1 = ${e.rho}, that is (\u03b5, \u03b4) = `
                  + `(${num(stream.epsilon_per_epoch.find(p => p.epoch === e.epoch).epsilon, 3)}, `
                  + `${e.delta})`).join("; ")
-      + lifetime + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}.`
+      + lifetime + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}, that is (\u03b5, \u03b4) = `
+      + `(${num(stream.rho_sum_over_epochs_epsilon, 3)}, ${Math.min(...zcdp.map(e => e.delta))}).`
     : `Privacy loss per epoch (${level}): ${eps.join("; ") || "\u2013"}`
       + lifetime + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`;
   const bound = perUnit && stream.unit_bounds
