@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -164,6 +165,7 @@ def main() -> int:
     )
     add_write_flag(parser)
     args = parser.parse_args()
+    load_at_start = os.getloadavg()[0]  # other work on the machine, as the header states
     if args.breakdown:
         for name, us in consume_breakdown(40, 2000):
             print(f"{name:<58} {us:6.2f} us CPU per event")
@@ -215,8 +217,9 @@ def main() -> int:
         + (" --quick`" if args.quick else "`"),
         "",
         (
-            "Shared 2-core machine (other engineers running at the same time): medians of "
-            f"{repeats} runs; compare ratios, not absolute numbers. Insecure seeded sampler "
+            f"2-core machine, load average {load_at_start:.2f} at the start: medians of "
+            f"{repeats} runs; compare ratios (they hold under load), not absolute numbers "
+            "(other work on the machine halves them). Insecure seeded sampler "
             "(OpenDP's secure sampler costs more per draw, but draws happen once per period close, "
             "not per event)."
         ),
