@@ -215,9 +215,9 @@ def _restore_seen(
             for c in range(n):
                 chunk = table.get(seen_key(source, stream, period, c))
                 if chunk is None:
-                    raise StateError(
-                        f"stored event ids of stream {stream!r} period {period} (chunk {c}) "
-                        "are missing; refusing to restore (duplicates could be counted)"
+                    raise StateError(  # (no chunk number: it counts the period's records)
+                        f"stored event ids of stream {stream!r} period {period} are missing "
+                        "(a chunk of them); refusing to restore (duplicates could be counted)"
                     )
                 ids.update(str(i) for i in chunk)
             entries.append([period, sorted(ids)])
@@ -247,9 +247,9 @@ def _restore_units(
             for c in range(n):
                 chunk = table.get(unit_key(source, stream, period, c))
                 if chunk is None:
-                    raise StateError(
-                        f"stored privacy-unit log of stream {stream!r} period {period} (chunk "
-                        f"{c}) is missing; refusing to restore (units' bounds would loosen)"
+                    raise StateError(  # (no chunk number: it counts the period's records)
+                        f"stored privacy-unit log of stream {stream!r} period {period} is "
+                        "missing (a chunk of it); refusing to restore (units' bounds would loosen)"
                     )
                 log.extend(str(d) for d in chunk)
             admitted.append([period, log])
