@@ -238,6 +238,19 @@ def _via_replay(
     return read_jsonl(out / "releases.jsonl") + read_jsonl(out / "consistent.jsonl")
 
 
+def _worker_service(spec: EngineSpec, now: list[float]) -> ReleaseService:
+    """The release service over a dict store on clock ``now[0]``, configured as the worker
+    runs it: records judged at their Kafka timestamps, a delivery allowance of 5 s."""
+    return ReleaseService(
+        spec,
+        sampler=InsecureSeededSampler(SEED),
+        state={},
+        clock=lambda: now[0],
+        reading_at=PublicClock().at,
+        allowance=ALLOWANCE,
+    )
+
+
 def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dict[str, Any]]:
     """The release service over a dict store, configured as the worker runs it (records
     judged at their Kafka timestamps, a delivery allowance of 5 s): the records whose arrival
@@ -246,14 +259,7 @@ def _via_daemon(spec_name: str, records: list[Record], periods: int) -> list[dic
     spec = _spec(spec_name)
     source = next(iter(spec.sources.values()))
     now = [0.0]
-    service = ReleaseService(
-        spec,
-        sampler=InsecureSeededSampler(SEED),
-        state={},
-        clock=lambda: now[0],
-        reading_at=PublicClock().at,
-        allowance=ALLOWANCE,
-    )
+    service = _worker_service(spec, now)
     windows: dict[int, list[InputRecord]] = defaultdict(list)
     for offset, record in enumerate(records):
         windows[int(record.arrival // WINDOW)].append(
@@ -294,14 +300,7 @@ def _via_ticking_daemon(
     source = next(iter(spec.sources.values()))
     clock = PublicClock()
     now = [0.0]
-    service = ReleaseService(
-        spec,
-        sampler=InsecureSeededSampler(SEED),
-        state={},
-        clock=lambda: now[0],
-        reading_at=clock.at,
-        allowance=ALLOWANCE,
-    )
+    service = _worker_service(spec, now)
     published: list[tuple[float, dict[str, Any]]] = []
     arrivals = sorted(records, key=lambda r: r.arrival)  # stable: equal arrivals keep order
     pending = list(enumerate(arrivals))[::-1]  # (offset, record), next to arrive last

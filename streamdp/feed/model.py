@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from streamdp.continual.definitions import zcdp_epsilon
 from streamdp.error_band import half_widths95
 from streamdp.feed.places_view import (
     PlaceTree,
@@ -267,6 +268,7 @@ class FeedView:
                         rho_per_epoch[release.epoch] = (release.rho, release.delta)
                     secure = secure and release.noise_secure
             latest = held.latest
+            rho_sum = math.fsum(r for r, _ in rho_per_epoch.values()) if rho_per_epoch else None
             periods = held.periods
             keys = [(e, p) for e, p, _, _ in periods]
             revisions = held.revisions
@@ -313,13 +315,13 @@ class FeedView:
                         {"epoch": e, "rho": rho, "delta": delta}
                         for e, (rho, delta) in sorted(rho_per_epoch.items())
                     ],
-                    "rho_sum_over_epochs": (
-                        math.fsum(rho for rho, _ in rho_per_epoch.values())
-                        if rho_per_epoch
-                        else None
-                    ),
+                    "rho_sum_over_epochs": rho_sum,
                     # that sum as (epsilon, delta) at the epochs' delta (the smallest one)
-                    "rho_sum_over_epochs_epsilon": _epsilon_of_rho_sum(rho_per_epoch),
+                    "rho_sum_over_epochs_epsilon": (
+                        None
+                        if rho_sum is None
+                        else zcdp_epsilon(rho_sum, min(d for _, d in rho_per_epoch.values()))
+                    ),
                     "latest_period": None
                     if latest is None
                     else {
@@ -361,14 +363,3 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
-
-
-def _epsilon_of_rho_sum(rho_per_epoch: Mapping[int, tuple[float, float]]) -> float | None:
-    """The (epsilon, delta) bound of the epochs' rho summed (zCDP composes by adding rho), at
-    the smallest delta the epochs state; None for a pure-DP stream."""
-    from streamdp.continual.definitions import zcdp_epsilon
-
-    if not rho_per_epoch:
-        return None
-    total = math.fsum(rho for rho, _ in rho_per_epoch.values())
-    return zcdp_epsilon(total, min(delta for _, delta in rho_per_epoch.values()))
