@@ -6,5 +6,6 @@
 - :mod:`streamdp.planner.target`: the epsilon needed for a target standard deviation;
 - :mod:`streamdp.planner.report`: tables for people;
 - :mod:`streamdp.planner.spec_plan`: every stream of a spec (``plan --config``);
+- :mod:`streamdp.planner.flags`: the ``streamdp plan`` command's flags;
 - :mod:`streamdp.planner.cli`: the ``streamdp plan`` command.
 """

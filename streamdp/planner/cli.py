@@ -15,163 +15,17 @@ import json
 import sys
 from collections.abc import Callable
 
-from streamdp.continual.kary_config import KARY_OBJECTIVES
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
-from streamdp.continual.variance import NOISES
 from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import Plan, compare, plan
+from streamdp.planner.flags import CONFIGURATION_FLAGS, register
 from streamdp.planner.report import render_comparison, render_table
 from streamdp.planner.spec_plan import compare_spec, plan_spec
 from streamdp.planner.target import epsilon_for_std, planned_std
 from streamdp.planner.unit_cost import describe_unit, render_unit_costs, unit_costs, unit_summary
-from streamdp.planner.zcdp import ZCDP_MECHANISMS, compare_definitions, plan_zcdp
+from streamdp.planner.zcdp import compare_definitions, plan_zcdp
 
-#: Flags that describe one configuration; --config takes all of them from the spec instead.
-_CONFIGURATION_FLAGS = (
-    "mechanism", "objective", "branching", "horizon", "epsilon", "sensitivity", "rho", "delta",
-    "l2_sensitivity", "buffers", "max_events_per_period", "max_periods_per_epoch",
-)  # fmt: skip
-
-
-def register(parser: argparse.ArgumentParser) -> None:
-    """Add the planner's arguments."""
-    parser.add_argument(
-        "--config",
-        metavar="SPEC.toml",
-        default=None,
-        help=(
-            "plan every stream of this stream specification with its own mechanism, objective, "
-            "horizon, epsilon and sensitivity (instead of the flags describing one stream)"
-        ),
-    )
-    parser.add_argument(
-        "--mechanism",
-        choices=tuple(dict.fromkeys((*ALL_MECHANISMS, *ZCDP_MECHANISMS))),
-        default=None,
-        help=(
-            "how the noisy partial sums are laid out and weighted (default fda; under --rho "
-            "default blt, and one of " + ", ".join(ZCDP_MECHANISMS) + ")"
-        ),
-    )
-    parser.add_argument(
-        "--objective",
-        choices=KARY_OBJECTIVES,
-        default=None,
-        help=(
-            "total (default): lowest average error of running totals; minimax: lowest "
-            "worst-case error (fda, kary_*); count: lowest period-count error (kary_* only); "
-            "binary and naive have fixed weights and take total only"
-        ),
-    )
-    parser.add_argument(
-        "--branching",
-        type=int,
-        default=None,
-        help="k of the k-ary mechanisms (default: chosen for the objective and horizon)",
-    )
-    parser.add_argument("--horizon", type=int, default=None, help="periods per epoch (N)")
-    parser.add_argument(
-        "--epsilon",
-        type=float,
-        default=None,
-        help="privacy budget per epoch (event-level); not with --target-std, which finds it",
-    )
-    parser.add_argument(
-        "--rho",
-        type=float,
-        default=None,
-        help=(
-            "plan under rho-zCDP with discrete Gaussian noise instead of epsilon-DP: the zCDP "
-            "budget per epoch; --sensitivity is then the L2 bound"
-        ),
-    )
-    parser.add_argument(
-        "--delta",
-        type=float,
-        default=None,
-        help=(
-            "the delta zCDP losses are also stated at as (epsilon, delta)-DP (default 1e-10); "
-            "with --compare, compare both definitions at matched (--epsilon, --delta)"
-        ),
-    )
-    parser.add_argument(
-        "--l2-sensitivity",
-        type=float,
-        default=None,
-        help=(
-            "with --compare --delta: the L2 bound of one event for the zCDP rows (default "
-            "--sensitivity, the L1 bound, which is never smaller)"
-        ),
-    )
-    parser.add_argument(
-        "--buffers",
-        type=int,
-        default=None,
-        help=(
-            "buffers d of the blt mechanism under --rho (default 3; its working state is "
-            "2d + 1 numbers per counter)"
-        ),
-    )
-    parser.add_argument(
-        "--sensitivity",
-        type=float,
-        default=None,
-        help=(
-            "the sensitivity Delta (required without --config): the most one event changes "
-            "the sum of the stream's counters in a period (under --rho the L2 bound: the most "
-            "it moves the vector of the stream's counters, in L2 norm)"
-        ),
-    )
-    parser.add_argument(
-        "--max-events-per-period",
-        type=int,
-        default=None,
-        metavar="A",
-        help=(
-            "plan per privacy unit (a patient, a device) instead of per event: at most A records "
-            "of one unit count in a period (with --max-periods-per-epoch; the noise is then "
-            "calibrated on M = A x B times --sensitivity, and a table shows what other bounds "
-            "would cost)"
-        ),
-    )
-    parser.add_argument(
-        "--max-periods-per-epoch",
-        type=int,
-        default=None,
-        metavar="B",
-        help=(
-            "with --max-events-per-period: one unit's records count in at most B periods of an "
-            "epoch (1 <= B <= --horizon)"
-        ),
-    )
-    parser.add_argument(
-        "--noise",
-        choices=NOISES,
-        default="discrete-laplace",
-        help="noise distribution (default discrete-laplace, what the worker draws)",
-    )
-    parser.add_argument(
-        "--target-std",
-        type=float,
-        default=None,
-        metavar="COUNTS",
-        help=(
-            "answer with the smallest epsilon (3 significant digits) whose standard deviation "
-            "is at most COUNTS: of the mean running total for objective total, the worst "
-            "running total for minimax, the mean period count for count"
-        ),
-    )
-    parser.add_argument(
-        "--compare",
-        action="store_true",
-        help="one row per mechanism and objective for this horizon, epsilon and sensitivity",
-    )
-    parser.add_argument(
-        "--format",
-        choices=("table", "json"),
-        default="table",
-        help="table (default) for people, json for programs",
-    )
+__all__ = ["register", "run"]  # what streamdp.cli calls; the flags are in planner.flags
 
 
 def check_objective_flag(mechanism: str, objective: str) -> None:
@@ -218,6 +72,11 @@ def _unit_bounds(args: argparse.Namespace) -> tuple[int, int] | None:
     return per_period, periods
 
 
+def _unit_multiplier(bounds: tuple[int, int] | None) -> int:
+    """``M = A x B``, the most records one unit contributes to an epoch (1 per event)."""
+    return 1 if bounds is None else bounds[0] * bounds[1]
+
+
 def _unit_text(bounds: tuple[int, int] | None, event_sensitivity: float, *, l2: bool) -> str:
     """The words before a unit-level plan (empty per event)."""
     if bounds is None:
@@ -253,7 +112,7 @@ def _write_plan(
 def _run_config(args: argparse.Namespace) -> int:
     from streamdp.engine import load_spec
 
-    clashing = _given(args, _CONFIGURATION_FLAGS)
+    clashing = _given(args, CONFIGURATION_FLAGS)
     if clashing:
         raise ConfigError(
             f"--config plans each stream with the spec's own values; drop {', '.join(clashing)}"
@@ -296,8 +155,72 @@ def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
             buffers=3 if args.buffers is None else args.buffers,
         )
 
-    result = plan_at(1 if bounds is None else bounds[0] * bounds[1])
+    result = plan_at(_unit_multiplier(bounds))
     _write_plan(result, args, bounds, plan_at, l2=True)
+    return 0
+
+
+def _run_compare(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
+    """``plan --compare``: one row per mechanism and objective, under pure epsilon or (with
+    ``--delta``) both definitions at matched (epsilon, delta)."""
+    multiplier = _unit_multiplier(bounds)
+    sensitivity = args.sensitivity * multiplier  # per unit (M x Delta), or per event
+    clashing = _given(args, ("mechanism", "objective", "branching", "target_std"))
+    if clashing:
+        raise ConfigError(f"--compare plans every mechanism; drop {', '.join(clashing)}")
+    if args.epsilon is None or args.rho is not None:
+        raise ConfigError(
+            "--compare needs --epsilon (with --delta, the zCDP mechanisms are compared at "
+            "the rho matching (epsilon, delta); --rho is not taken)"
+        )
+    if args.delta is None:
+        if args.l2_sensitivity is not None:
+            raise ConfigError("--l2-sensitivity applies to --compare with --delta only")
+        results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
+    else:
+        l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity * multiplier
+        results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
+    if args.format == "json":
+        sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
+    else:
+        text = _unit_text(bounds, args.sensitivity, l2=False) + render_comparison(results)
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+def _run_target(
+    args: argparse.Namespace, bounds: tuple[int, int] | None, mechanism: str, objective: str
+) -> int:
+    """``plan --target-std``: the smallest epsilon whose standard deviation meets the target."""
+    multiplier = _unit_multiplier(bounds)
+    sensitivity = args.sensitivity * multiplier  # per unit (M x Delta), or per event
+    if args.epsilon is not None:
+        raise ConfigError("--target-std finds the epsilon; drop --epsilon")
+    epsilon, result = epsilon_for_std(
+        args.target_std,
+        mechanism,
+        objective,
+        args.horizon,
+        sensitivity,
+        args.noise,
+        branching=args.branching,
+    )
+    if args.format == "json":
+        data = {**result.as_dict(), "epsilon_for_target": str(epsilon)}
+        data["planned_std"] = planned_std(result)
+        if bounds is not None:
+            data["privacy_unit"] = unit_summary(*bounds, args.sensitivity)
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    else:
+        measure = {"minimax": "worst running total", "count": "mean period count"}.get(
+            result.objective, "mean running total"
+        )
+        sys.stdout.write(
+            _unit_text(bounds, args.sensitivity, l2=False)
+            + f"epsilon per epoch needed: {epsilon} (standard deviation of the {measure} "
+            f"{planned_std(result):.4g} <= {args.target_std:g}; 3 significant digits, "
+            "rounded up)\n\n" + render_table(result) + "\n"
+        )
     return 0
 
 
@@ -315,32 +238,10 @@ def run(args: argparse.Namespace) -> int:
             "the largest combo for restaurant orders), or --config SPEC.toml to plan a spec's"
         )
     bounds = _unit_bounds(args)
-    multiplier = 1 if bounds is None else bounds[0] * bounds[1]
-    sensitivity = args.sensitivity * multiplier  # per unit (M x Delta), or per event
     if args.rho is not None and not args.compare:
         return _run_zcdp(args, bounds)
     if args.compare:
-        clashing = _given(args, ("mechanism", "objective", "branching", "target_std"))
-        if clashing:
-            raise ConfigError(f"--compare plans every mechanism; drop {', '.join(clashing)}")
-        if args.epsilon is None or args.rho is not None:
-            raise ConfigError(
-                "--compare needs --epsilon (with --delta, the zCDP mechanisms are compared at "
-                "the rho matching (epsilon, delta); --rho is not taken)"
-            )
-        if args.delta is None:
-            if args.l2_sensitivity is not None:
-                raise ConfigError("--l2-sensitivity applies to --compare with --delta only")
-            results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
-        else:
-            l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity * multiplier
-            results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
-        if args.format == "json":
-            sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
-        else:
-            text = _unit_text(bounds, args.sensitivity, l2=False) + render_comparison(results)
-            sys.stdout.write(text + "\n")
-        return 0
+        return _run_compare(args, bounds)
     if args.delta is not None or args.l2_sensitivity is not None:
         raise ConfigError("--delta and --l2-sensitivity apply under --rho or with --compare only")
     mechanism = "fda" if args.mechanism is None else args.mechanism
@@ -352,34 +253,7 @@ def run(args: argparse.Namespace) -> int:
     objective = "total" if args.objective is None else args.objective
     check_objective_flag(mechanism, objective)
     if args.target_std is not None:
-        if args.epsilon is not None:
-            raise ConfigError("--target-std finds the epsilon; drop --epsilon")
-        epsilon, result = epsilon_for_std(
-            args.target_std,
-            mechanism,
-            objective,
-            args.horizon,
-            sensitivity,
-            args.noise,
-            branching=args.branching,
-        )
-        if args.format == "json":
-            data = {**result.as_dict(), "epsilon_for_target": str(epsilon)}
-            data["planned_std"] = planned_std(result)
-            if bounds is not None:
-                data["privacy_unit"] = unit_summary(*bounds, args.sensitivity)
-            sys.stdout.write(json.dumps(data, indent=2) + "\n")
-        else:
-            measure = {"minimax": "worst running total", "count": "mean period count"}.get(
-                result.objective, "mean running total"
-            )
-            sys.stdout.write(
-                _unit_text(bounds, args.sensitivity, l2=False)
-                + f"epsilon per epoch needed: {epsilon} (standard deviation of the {measure} "
-                f"{planned_std(result):.4g} <= {args.target_std:g}; 3 significant digits, "
-                "rounded up)\n\n" + render_table(result) + "\n"
-            )
-        return 0
+        return _run_target(args, bounds, mechanism, objective)
     if args.epsilon is None:
         raise ConfigError("--epsilon is required (or --target-std COUNTS to find it)")
 
@@ -394,5 +268,5 @@ def run(args: argparse.Namespace) -> int:
             branching=args.branching,
         )
 
-    _write_plan(plan_at(multiplier), args, bounds, plan_at)
+    _write_plan(plan_at(_unit_multiplier(bounds)), args, bounds, plan_at)
     return 0

@@ -3,7 +3,8 @@
 Each stream is planned with its mechanism, objective, horizon, budget and sensitivity (at its
 privacy unit's multiplier when it has one), followed by what a privacy unit's bounds cost, and
 the weights of a places stream's levels or a census stream's attribute groups. The one-stream
-flags of ``streamdp plan`` live in :mod:`streamdp.planner.cli`, which calls this module.
+flags of ``streamdp plan`` live in :mod:`streamdp.planner.flags`; :mod:`streamdp.planner.cli`
+calls this module.
 """
 
 from __future__ import annotations
