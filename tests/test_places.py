@@ -81,6 +81,9 @@ def test_places_are_numbered_breadth_first_whatever_the_row_order() -> None:
         ("node,parent\nUS,\nA,B\nB,A\n", "form a cycle"),
         ("node,parent\nUS,\n", "at least one place under it"),
         ("node,parent,label\nUS,\n", "row 2 has 2 columns"),
+        # an unquoted comma in a label would have cut it ("Smith")
+        ("node,parent,label\nUS,,Nation\nA,US,Smith, County\n", "row 3 has 4 columns.*quote"),
+        ("node,parent,node\nUS,,X\nA,US,Y\n", "names 'node' more than once"),
     ],
 )
 def test_a_malformed_places_file_is_refused_with_the_row_and_the_fix(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -36,7 +37,7 @@ from streamdp.continual.grouped_bank import GroupedBank
 from streamdp.continual.node_budgets import node_scales
 from streamdp.daemon.checkpoint import join_snapshot
 from streamdp.daemon.exits import fatal_exit
-from streamdp.engine import Engine, EngineSpec, parse_spec
+from streamdp.engine import Engine, EngineSpec, load_spec, parse_spec
 from streamdp.engine.budget_groups import (
     budget_groups,
     group_epsilon,
@@ -358,3 +359,29 @@ def test_plan_prints_each_levels_error_and_the_best_shares(capsys: Any) -> None:
     text = capsys.readouterr().out
     assert "paste a column of shares as counters.level_weights" in text
     assert "3143" in text
+
+
+def test_every_printed_column_of_shares_loads_as_the_specs_level_weights(
+    capsys: Any, tmp_path: Path
+) -> None:
+    """The table tells the reader to paste a column of shares into the spec: each column,
+    as printed (the best-for-counties one holds the planner's 1e-4 floor), must load (the spec
+    refuses a share of 0, which three decimals printed it as)."""
+    from streamdp.cli import main
+
+    example = ROOT / "streamdp" / "examples" / "county_admissions.toml"
+    assert main(["plan", "--config", str(example)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["level", "places"])
+    rows = [line.split() for line in lines[header + 1 : header + 4]]
+    shutil.copy(example.parent / "counties.csv", tmp_path / "counties.csv")
+    for column in (2, 4, 6):  # share now, best deepest, best levels
+        pasted = ", ".join(row[column] for row in rows)
+        text = example.read_text(encoding="utf-8").replace(
+            'field = "county"\n', f'field = "county"\nlevel_weights = [{pasted}]\n'
+        )
+        assert "level_weights" in text
+        (tmp_path / "spec.toml").write_text(text, encoding="utf-8")
+        stream = next(iter(load_spec(tmp_path / "spec.toml").streams.values()))
+        assert stream.counters.level_weights is not None
+        assert [str(w) for w in stream.counters.level_weights] == pasted.split(", ")

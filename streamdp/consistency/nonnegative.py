@@ -17,8 +17,9 @@ Top-down, per cell (every leading index of the values is a cell of its own):
 Step 2 is exactly the closest integer vector: for a separable convex cost over integers with a
 fixed sum, the greedy "cheapest next unit" is optimal, and the unit costs left after the floors
 are ordered by the fractional parts of the projection (the tests compare it with an exhaustive
-search). Siblings are one level of the tree, so their consistent values have equal variances
-and L2 is their weighted distance too. The result is not the closest integer tree overall
+search). The distance is unweighted: siblings' consistent values need not have equal
+variances (on an uneven tree they differ with each child's subtree), and the split does not
+weigh them by it. The result is not the closest integer tree overall
 (TopDown is not), it is biased (the bound at 0 lifts small counts, and the parent's fixed sum
 then lowers their larger siblings), and it reads the published consistent values only:
 post-processing, no privacy cost.

@@ -129,6 +129,12 @@ def parse_places(data: bytes, written: str) -> Places:
             f"places file {written!r}: the first row must name the columns node,parent "
             f"(and optionally label); got {','.join(header)!r}"
         )
+    repeated = sorted({h for h in header if header.count(h) > 1})
+    if repeated:
+        raise ConfigError(
+            f"places file {written!r}: the first row names {', '.join(map(repr, repeated))} "
+            "more than once; name each column once"
+        )
     at_node, at_parent = header.index("node"), header.index("parent")
     at_label = header.index("label") if "label" in header else None
     ids: list[str] = []
@@ -138,10 +144,10 @@ def parse_places(data: bytes, written: str) -> Places:
     for line, row in enumerate(rows, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
-        if len(row) < len(header):
+        if len(row) != len(header):
             raise ConfigError(
                 f"places file {written!r}: row {line} has {len(row)} columns, the header "
-                f"{len(header)}"
+                f'{len(header)} (quote a label that holds a comma: "Smith, County")'
             )
         node, parent = row[at_node].strip(), row[at_parent].strip()
         if not NAME_PATTERN.match(node):

@@ -104,9 +104,9 @@ def render_level_plan(name: str, plan: dict[str, Any]) -> str:
         ),
     ]
     lines += [
-        f"{row['level']:>5}  {row['places']:>7}  {row['share_now']:>9.3f}  "
-        f"{row['std_now']:>6.3f}  {row['share_best_deepest']:>12.3f}  "
-        f"{row['std_best_deepest']:>6.3f}  {row['share_best_levels']:>11.3f}  "
+        f"{row['level']:>5}  {row['places']:>7}  {row['share_now']:>9.4g}  "
+        f"{row['std_now']:>6.3f}  {row['share_best_deepest']:>12.4g}  "
+        f"{row['std_best_deepest']:>6.3f}  {row['share_best_levels']:>11.4g}  "
         f"{row['std_best_levels']:>6.3f}"
         for row in plan["levels"]
     ]
