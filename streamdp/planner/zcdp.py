@@ -13,32 +13,48 @@ L2 norm):
   optimised for the objective at this horizon; O(buffers) noise state per counter;
 - ``toeplitz``: the best lower-triangular Toeplitz factorization for the objective (O(N) state).
 
-Variances are per release of the running total, in counts^2, with the continuous Gaussian's
-``sigma^2 = Delta_2^2 / (2 rho)`` per unit of L2 sensitivity (the discrete Gaussian's exact
-variance is below it, :func:`streamdp.noise.gaussian.discrete_gaussian_variance`, and equal in
-float64 once ``sigma > 8``). The 95% bound is the normal quantile of that variance.
+Variances are per release of the running total, in counts^2, from the sigmas the worker draws
+with: ``binary`` and ``kary_gls`` each node's (or level's) share of rho, ``blt`` the lattice
+BLT's sigma (:func:`~streamdp.continual.lattice_blt.lattice_sigma`, which covers its rounding;
+its standard deviations and bounds add the rounding-bias bound, as the worker declares them),
+each from exact arithmetic rounded up, refused outside the sampler's safe range as the spec
+refuses them. ``sqrt_toeplitz`` and ``toeplitz`` (planned for comparison, not run by the worker)
+use the continuous Gaussian's ``sigma^2 = Delta_2^2 / (2 rho)`` per unit of L2 sensitivity. The
+discrete Gaussian's exact variance is at most ``sigma^2`` and equal in float64 once
+``sigma > 8`` (:func:`streamdp.noise.gaussian.discrete_gaussian_variance`). ``Delta_2^2`` is an
+integer, as in every spec. The 95% bound is computed from the discrete noise itself
+(:func:`~streamdp.planner.error_bound.gaussian_error_bound`), not the normal quantile, which
+covers too little of the integer releases of a binary tree at small sigmas.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-from scipy.special import ndtri
+import numpy.typing as npt
 
-from streamdp.continual.blt_factorization import optimise_blt
+from streamdp.continual.blt_counter import blt_strategy
 from streamdp.continual.definitions import DEFAULT_DELTA, PureLoss, ZcdpLoss, rho_for_epsilon
-from streamdp.continual.kary_gaussian import optimise_gaussian_gls, unit_node_variances
+from streamdp.continual.factored_noise import level_sigmas
+from streamdp.continual.gaussian_budgets import GaussianBudget, gaussian_node_sigmas
+from streamdp.continual.kary_gaussian import optimise_gaussian_gls
+from streamdp.continual.lattice_blt import GRID_BITS, lattice_sigma
 from streamdp.continual.matrix_factorization import (
-    ToeplitzFactorization,
     optimise_toeplitz,
     sqrt_toeplitz,
     variance_scale,
 )
 from streamdp.continual.strategy import build_strategy
 from streamdp.errors import ConfigError
+from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA, MIN_GAUSSIAN_SIGMA
 from streamdp.planner.accuracy import Plan, ReleaseAccuracy, _check_horizon, compare, report_points
+from streamdp.planner.error_bound import gaussian_error_bound
+
+FloatArray = npt.NDArray[np.float64]
 
 ZCDP_MECHANISMS = ("binary", "kary_gls", "sqrt_toeplitz", "blt", "toeplitz")
 ZCDP_OBJECTIVES = ("total", "minimax")
@@ -65,50 +81,115 @@ def zcdp_objectives_for(mechanism: str) -> tuple[str, ...]:
     return ("total",) if mechanism in ("binary", "sqrt_toeplitz") else ZCDP_OBJECTIVES
 
 
-def _unit_variances(
-    mechanism: str, objective: str, horizon: int, branching: int | None, buffers: int
-) -> tuple[np.ndarray, np.ndarray, int, int | None, tuple[float, ...]]:
-    """Running-total and period-count variances per unit ``sigma^2`` (``Delta_2 = 1``,
-    ``rho = 1/2``), the noisy values a counter holds, ``k`` and the level budgets."""
+@dataclass(frozen=True)
+class _GaussianNoise:
+    """What a zCDP counter's noise does to its releases, at one rho and L2 bound: the
+    variances of every running total and period count (counts^2, ``t = 1..N``), the noisy
+    values it stores, ``k`` and level budgets (kary_gls), each release's noise as a weighted
+    sum of discrete Gaussians (:meth:`terms`), and the lattice BLT's rounding-bias bound."""
+
+    total: FloatArray
+    count: FloatArray
+    state: int
+    terms: Callable[[int], tuple[FloatArray, FloatArray]]
+    branching: int | None = None
+    budgets: tuple[float, ...] = ()
+    bias: FloatArray | None = None
+
+
+def _l2_squared(sensitivity: float) -> int:
+    """The integer ``Delta_2^2`` the worker calibrates on (a float square root of one is
+    accepted within rounding); :class:`ConfigError` for a bound whose square is no integer."""
+    squared = float(sensitivity) ** 2
+    nearest = round(squared)
+    if nearest < 1 or abs(squared - nearest) > 1e-9 * max(1.0, squared):
+        raise ConfigError(
+            f"under zCDP --sensitivity is the L2 bound, the square root of an integer (one "
+            f"event's squared changes summed: k + 2 for a census record with k attributes); "
+            f"got {sensitivity!r}, whose square {squared:.6g} is not an integer >= 1"
+        )
+    return int(nearest)
+
+
+def _gaussian_noise(  # noqa: PLR0917 - the counter's public parameters
+    mechanism: str,
+    objective: str,
+    horizon: int,
+    budget: GaussianBudget,
+    branching: int | None,
+    buffers: int,
+) -> _GaussianNoise:
+    """The noise of ``mechanism`` with the sigmas the worker draws (each from exact arithmetic,
+    rounded up; :class:`ConfigError` outside the sampler's safe range, as the spec refuses)."""
     if mechanism == "binary":
         tree = build_strategy("binary", "total", horizon)
-        node_var = 1.0 / np.asarray(tree.weights, dtype=np.float64)
-        return (
+        sigmas = np.asarray(gaussian_node_sigmas(tree, budget), dtype=np.float64)
+        node_var = sigmas * sigmas
+
+        def tree_terms(t: int) -> tuple[FloatArray, FloatArray]:
+            path = np.asarray(tree.read_path(t), dtype=np.int64) - 1
+            return np.ones(path.shape[0]), sigmas[path]
+
+        return _GaussianNoise(
             tree.total_variances(node_var),
             tree.count_variances(node_var),
             tree.state_values_per_counter,
-            None,
-            (),
+            tree_terms,
         )
     if mechanism == "kary_gls":
         gls = optimise_gaussian_gls(horizon, objective, branching)
-        node_var = unit_node_variances(gls)
-        return (
-            gls.total_variances(node_var),
-            gls.count_variances(node_var),
+        node_sigmas = np.asarray(level_sigmas(gls, budget), dtype=np.float64)[gls.node_levels]
+        gls_var = node_sigmas * node_sigmas
+
+        def gls_terms(t: int) -> tuple[FloatArray, FloatArray]:
+            m = gls.range_coefficients(1, t, gls_var)
+            used = np.flatnonzero(np.abs(m) > 1e-12)
+            return m[used], node_sigmas[used]
+
+        return _GaussianNoise(
+            gls.total_variances(gls_var),
+            gls.count_variances(gls_var),
             gls.state_values_per_counter,
+            gls_terms,
             gls.branching,
             gls.budgets,
         )
-    factorization: ToeplitzFactorization
-    state = horizon  # the worker stores one noisy value per period (the BLT too)
-    if mechanism == "sqrt_toeplitz":
-        factorization = sqrt_toeplitz(horizon)
-    elif mechanism == "blt":
-        factorization = optimise_blt(horizon, buffers, _MF_OBJECTIVE[objective]).factorization(
-            horizon
+    if mechanism == "blt":
+        # the lattice BLT the worker runs (its sigma covers the lattice's rounding too), on
+        # events touching at most Delta_2^2 counters (each changed by at least one)
+        lattice = blt_strategy(horizon, objective, buffers)
+        sigma = lattice_sigma(
+            lattice.lattice, horizon, budget.rho, budget.l2_squared, budget.l2_squared
         )
-    else:
-        factorization = optimise_toeplitz(horizon, _MF_OBJECTIVE[objective])
-    b = np.asarray(factorization.b_coefficients, dtype=np.float64)
-    d = np.diff(b, prepend=0.0)  # the count's noise weights: row t of B minus row t - 1
-    sens2 = factorization.sensitivity_squared
-    return (
-        np.asarray(factorization.release_variances(), dtype=np.float64),
-        sens2 * np.cumsum(d * d),
-        state,
-        None,
-        (),
+        unit = sigma * 2.0**-GRID_BITS
+        b = lattice.b_coefficients
+        d = lattice.count_weights
+        return _GaussianNoise(
+            lattice.lattice.release_variances(horizon, sigma),
+            unit * unit * np.cumsum(d * d),
+            horizon,  # one noisy value per period, like the others
+            lambda t: (b[:t][::-1] * 2.0**-GRID_BITS, np.full(t, sigma)),
+            bias=lattice.lattice.rounding_bounds(horizon),
+        )
+    factorization = (
+        sqrt_toeplitz(horizon)
+        if mechanism == "sqrt_toeplitz"
+        else optimise_toeplitz(horizon, _MF_OBJECTIVE[objective])
+    )
+    scale = variance_scale(float(budget.rho), math.sqrt(budget.l2_squared))
+    sigma = math.sqrt(factorization.sensitivity_squared * scale)
+    if not MIN_GAUSSIAN_SIGMA <= sigma <= MAX_GAUSSIAN_SIGMA:
+        raise ConfigError(
+            f"rho {float(budget.rho):.6g} gives {mechanism} the discrete Gaussian sigma "
+            f"{sigma:.6g}, outside the sampler's safe range [2^-40, 2^40]"
+        )
+    coefficients = np.asarray(factorization.b_coefficients, dtype=np.float64)
+    steps = np.diff(coefficients, prepend=0.0)  # the count's noise weights: row t minus t - 1
+    return _GaussianNoise(
+        np.asarray(factorization.release_variances(), dtype=np.float64) * scale,
+        sigma * sigma * np.cumsum(steps * steps),
+        horizon,
+        lambda t: (coefficients[:t][::-1], np.full(t, sigma)),
     )
 
 
@@ -137,18 +218,19 @@ def plan_zcdp(
         raise ConfigError(f"buffers must be an integer between 1 and 8, got {buffers!r}")
     _check_horizon(horizon)
     loss = ZcdpLoss.of(rho)
-    scale = variance_scale(float(loss.rho), float(sensitivity))
-    total, count, state, k, budgets = _unit_variances(
-        mechanism, objective, horizon, branching, buffers
-    )
-    total = total * scale
-    count = count * scale
+    variance_scale(float(loss.rho), float(sensitivity))  # refuses a non-finite or <= 0 bound
+    budget = GaussianBudget(loss.rho, _l2_squared(sensitivity))
+    noise = _gaussian_noise(mechanism, objective, horizon, budget, branching, buffers)
+    total, count = noise.total, noise.count
     releases = []
     for t in points if points is not None else report_points(horizon):
         if not 1 <= t <= horizon:
             raise ConfigError(f"release t must be in 1..{horizon}, got {t}")
+        bias = 0.0 if noise.bias is None else float(noise.bias[t - 1])
         std = math.sqrt(float(total[t - 1]))
-        releases.append(ReleaseAccuracy(t=t, total_std=std, error95=float(ndtri(0.975)) * std))
+        # the BLT's releases also carry the lattice's rounding bias (its declared sd adds it)
+        error95 = gaussian_error_bound(*noise.terms(t)) + bias
+        releases.append(ReleaseAccuracy(t=t, total_std=std, error95=error95))
     return Plan(
         mechanism=mechanism,
         objective=objective,
@@ -161,11 +243,11 @@ def plan_zcdp(
         releases=releases,
         mean_count_variance=float(count.mean()),
         max_count_variance=float(count.max()),
-        state_values_per_counter=state,
+        state_values_per_counter=noise.state,
         # the BLT works with d encoding and d decoding buffers and its running total
         working_state_per_counter=2 * buffers + 1 if mechanism == "blt" else None,
-        branching=k,
-        level_budgets=budgets,
+        branching=noise.branching,
+        level_budgets=noise.budgets,
         privacy=loss.as_dict(delta),
     )
 
