@@ -178,6 +178,11 @@ def _run_compare(args: argparse.Namespace, bounds: tuple[int, int] | None) -> in
             raise ConfigError("--l2-sensitivity applies to --compare with --delta only")
         results = compare(args.horizon, args.epsilon, sensitivity, args.noise)
     else:
+        if args.noise != "discrete-laplace":
+            raise ConfigError(
+                "--compare --delta compares what the worker runs (discrete Laplace for the pure "
+                f"rows); drop --noise {args.noise}"
+            )
         l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity * multiplier
         results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
     if args.format == "json":
@@ -240,6 +245,13 @@ def run(args: argparse.Namespace) -> int:
     bounds = _unit_bounds(args)
     if args.rho is not None and not args.compare:
         return _run_zcdp(args, bounds)
+    if args.buffers is not None:
+        raise ConfigError("--buffers applies to --rho --mechanism blt only")
+    if args.sensitivity != int(args.sensitivity) or args.sensitivity < 1:
+        raise ConfigError(
+            f"--sensitivity is the L1 bound Delta of a spec, an integer >= 1 (one event's "
+            f"changes to the stream's counters summed); got {args.sensitivity:g}"
+        )
     if args.compare:
         return _run_compare(args, bounds)
     if args.delta is not None or args.l2_sensitivity is not None:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from typing import Any, cast
 
 from streamdp.error_band import half_width95
 from streamdp.planner.accuracy import Plan
@@ -23,11 +23,24 @@ def _describe(result: Plan) -> str:
     return f"{result.mechanism} (k={result.branching}, level budgets {budgets})"
 
 
+def _significant(value: object, digits: int, rounding: str) -> str:
+    """``value`` to ``digits`` significant digits, rounded with ``rounding``: a privacy loss
+    is shown rounded up (never below what is spent), a budget to paste rounded down."""
+    number = float(cast(float, value))  # a plan's figures are floats (or ints)
+    rounded = Context(prec=digits, rounding=rounding).plus(Decimal(repr(number)))
+    return f"{rounded.normalize():f}" if abs(rounded.adjusted()) < 6 else f"{rounded:E}"
+
+
+def loss_text(value: object, digits: int = 6) -> str:
+    """An epsilon (a privacy loss) for people: rounded up."""
+    return _significant(value, digits, ROUND_CEILING)
+
+
 def _privacy(result: Plan) -> str:
     privacy = result.privacy
     if privacy.get("definition") == "zcdp":
         return (
-            f"rho {privacy['rho']:g} (zCDP; (epsilon {privacy['epsilon']:.6g}, delta "
+            f"rho {privacy['rho']:g} (zCDP; (epsilon {loss_text(privacy['epsilon'])}, delta "
             f"{privacy['delta']:g})-DP)  L2"
         )
     return f"epsilon {result.epsilon:g}"
@@ -103,7 +116,8 @@ def render_comparison(results: list[Plan]) -> str:
             f"horizon {first.horizon}  matched (epsilon {pure[0].epsilon if pure else ''}, "
             f"delta {matched['delta']:g}): pure rows epsilon-DP, discrete Laplace, L1 "
             f"sensitivity {pure[0].sensitivity if pure else '-'}; zCDP rows rho "
-            f"{matched['rho']:.6g} (epsilon {matched['epsilon']:.6g} at that delta), discrete "
+            f"{_significant(matched['rho'], 6, ROUND_FLOOR)} (epsilon "
+            f"{loss_text(matched['epsilon'])} at that delta), discrete "
             f"Gaussian, L2 sensitivity {zcdp[0].sensitivity:g}  (variances in counts^2)"
         )
     lines = [
@@ -162,7 +176,7 @@ def render_streams(rows: list[StreamPlan], target: float | None) -> str:
         if r.privacy.get("definition") == "zcdp":
             mechanism += " (zCDP)"
         lines.append(
-            f"{row.stream:<22} {mechanism:<18} {r.horizon:>6} {r.epsilon:>8.4g} "
+            f"{row.stream:<22} {mechanism:<18} {r.horizon:>6} {loss_text(r.epsilon, 4):>8} "
             f"{r.sensitivity:>5g} {math.sqrt(r.mean_variance):>9.4g} "
             f"{math.sqrt(r.max_variance):>9.4g} {math.sqrt(r.mean_count_variance):>9.4g}"
         )
