@@ -135,10 +135,7 @@ def test_plan_rho_json_says_the_definition_and_its_epsilon_delta(capsys) -> None
 
 def test_compare_with_delta_puts_both_definitions_side_by_side(capsys) -> None:
     argv = ["plan", "--compare", "--epsilon", "1", "--delta", "1e-8", "--horizon", "255"]
-    assert (
-        main([*argv, "--sensitivity", "5", "--l2-sensitivity", "2.2360679775", "--format", "json"])
-        == 0
-    )
+    assert main([*argv, "--sensitivity", "5", "--l2-sensitivity", "2.25", "--format", "json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     pure = [r for r in rows if r["privacy"]["definition"] == "pure"]
     zcdp = [r for r in rows if r["privacy"]["definition"] == "zcdp"]
@@ -147,7 +144,7 @@ def test_compare_with_delta_puts_both_definitions_side_by_side(capsys) -> None:
     assert all(r["sensitivity"] == 5 and r["privacy"]["epsilon"] == 1 for r in pure)
     rho = rho_for_epsilon(1.0, 1e-8)
     for row in zcdp:
-        assert row["sensitivity"] == 2.2360679775
+        assert row["sensitivity"] == math.sqrt(5)  # integer changes: L2^2 <= 2.25^2 is 5
         assert row["privacy"]["rho"] == rho
         assert row["privacy"]["epsilon"] <= 1.0  # matched: never above the pure epsilon
     assert main([*argv, "--sensitivity", "5"]) == 0
@@ -261,11 +258,18 @@ def test_plan_refuses_a_rho_the_sampler_cannot_serve(mechanism: str, rho: float)
         plan_zcdp(mechanism, "total", 10, rho, 1.0)
 
 
-def test_plan_refuses_an_l2_bound_whose_square_is_no_integer(capsys) -> None:
-    argv = ["plan", "--rho", "0.5", "--horizon", "16", "--mechanism", "binary"]
-    assert main([*argv, "--sensitivity", "1.5"]) == 2
-    assert "not an integer" in capsys.readouterr().err
+def test_plan_reads_an_l2_bound_as_the_root_of_the_largest_integer_below_its_square(
+    capsys,
+) -> None:
+    """Counts change by integers, so an event's squared L2 norm is an integer: a bound of 1.5
+    means sqrt 2 (and is planned and reported as such); below 1 nothing can change."""
+    argv = ["plan", "--rho", "0.5", "--horizon", "16", "--mechanism", "binary", "--format", "json"]
+    assert main([*argv, "--sensitivity", "1.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["sensitivity"] == math.sqrt(2)
     assert main([*argv, "--sensitivity", str(math.sqrt(5))]) == 0
+    assert json.loads(capsys.readouterr().out)["sensitivity"] == math.sqrt(5)
+    assert main([*argv, "--sensitivity", "0.9"]) == 2
+    assert "at least 1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

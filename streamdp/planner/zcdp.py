@@ -21,8 +21,9 @@ each from exact arithmetic rounded up, refused outside the sampler's safe range 
 refuses them. ``sqrt_toeplitz`` and ``toeplitz`` (planned for comparison, not run by the worker)
 use the continuous Gaussian's ``sigma^2 = Delta_2^2 / (2 rho)`` per unit of L2 sensitivity. The
 discrete Gaussian's exact variance is at most ``sigma^2`` and equal in float64 once
-``sigma > 8`` (:func:`streamdp.noise.gaussian.discrete_gaussian_variance`). ``Delta_2^2`` is an
-integer, as in every spec. The 95% bound is computed from the discrete noise itself
+``sigma > 8`` (:func:`streamdp.noise.gaussian.discrete_gaussian_variance`). ``Delta_2^2`` is the
+largest integer at most the square of the bound given (counts change by integers), as in
+every spec. The 95% bound is computed from the discrete noise itself
 (:func:`~streamdp.planner.error_bound.gaussian_error_bound`), not the normal quantile, which
 covers too little of the integer releases of a binary tree at small sigmas.
 """
@@ -98,17 +99,18 @@ class _GaussianNoise:
 
 
 def _l2_squared(sensitivity: float) -> int:
-    """The integer ``Delta_2^2`` the worker calibrates on (a float square root of one is
-    accepted within rounding); :class:`ConfigError` for a bound whose square is no integer."""
+    """The integer ``Delta_2^2`` the noise is calibrated on: one event changes counts by
+    integers, so the square of its L2 norm is an integer at most ``sensitivity^2``, the largest
+    such (2.24 plans as sqrt 5, 1.5 as sqrt 2; a float square root of an integer as itself).
+    :class:`ConfigError` below 1 (an event that changes anything changes it by 1 or more)."""
     squared = float(sensitivity) ** 2
-    nearest = round(squared)
-    if nearest < 1 or abs(squared - nearest) > 1e-9 * max(1.0, squared):
+    largest = math.floor(squared * (1 + 1e-12))
+    if largest < 1:
         raise ConfigError(
-            f"under zCDP --sensitivity is the L2 bound, the square root of an integer (one "
-            f"event's squared changes summed: k + 2 for a census record with k attributes); "
-            f"got {sensitivity!r}, whose square {squared:.6g} is not an integer >= 1"
+            f"under zCDP the sensitivity is the L2 bound of one event's integer changes, at "
+            f"least 1; got {sensitivity!r}"
         )
-    return int(nearest)
+    return largest
 
 
 def _gaussian_noise(  # noqa: PLR0917 - the counter's public parameters
@@ -220,6 +222,7 @@ def plan_zcdp(
     loss = ZcdpLoss.of(rho)
     variance_scale(float(loss.rho), float(sensitivity))  # refuses a non-finite or <= 0 bound
     budget = GaussianBudget(loss.rho, _l2_squared(sensitivity))
+    planned_l2 = math.sqrt(budget.l2_squared)  # the bound the plan is for (and says)
     noise = _gaussian_noise(mechanism, objective, horizon, budget, branching, buffers)
     total, count = noise.total, noise.count
     releases = []
@@ -236,7 +239,7 @@ def plan_zcdp(
         objective=objective,
         horizon=horizon,
         epsilon=loss.epsilon_at(delta),
-        sensitivity=float(sensitivity),
+        sensitivity=planned_l2,
         noise="discrete-gaussian",
         mean_variance=float(total.mean()),
         max_variance=float(total.max()),
