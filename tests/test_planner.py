@@ -318,3 +318,18 @@ def test_target_std_on_the_command_line(capsys) -> None:
     for row in json.loads(capsys.readouterr().out):
         assert row["planned_std"] <= 20
         assert row["epsilon"] == float(row["epsilon_for_target"])
+
+
+def test_every_json_field_of_a_plan_is_documented() -> None:
+    """docs/operating.md lists what ``plan --format json`` prints; a field added to
+    :meth:`Plan.as_dict` (or a release's) without a line there fails here."""
+    from pathlib import Path
+
+    from streamdp.planner.zcdp import plan_zcdp
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "operating.md").read_text("utf-8")
+    section = text.split("### What `streamdp plan --format json` prints", 1)[1].split("\n## ", 1)[0]
+    for result in (plan("kary_gls", "total", 64, 1.0, 1.0), plan_zcdp("blt", "total", 64, 0.5, 1)):
+        data = result.as_dict()
+        for key in [*data, *data["releases"][0], *data["privacy"]]:
+            assert f"`{key}`" in section, key
