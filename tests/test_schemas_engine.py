@@ -58,6 +58,8 @@ def test_every_written_record_validates(scenario, periods) -> None:
             assert (data["title"], data["description"], data["unit"]) == (
                 about.title, about.description, about.unit,
             )  # fmt: skip
+            # and the source it reads: streams of one source compose (the feed sums them)
+            assert data["source"] == spec.streams[data["stream"]].source
         seen.add(data["kind"])
     assert seen == {"release", "consistent"}
     dead = _validator("dead_letter")

@@ -65,9 +65,15 @@ def unit_fields(spec: StreamSpec) -> dict[str, object]:
 
 
 def stream_fields(spec: StreamSpec) -> dict[str, object]:
-    """The optional fields every release of the stream carries: its wording, zCDP fields and
+    """The optional fields every release of the stream carries: the input ``source`` it reads
+    (streams of one source compose: a reader sums their budgets), its wording, zCDP fields and
     privacy unit."""
-    return {**spec.about.fields(), **zcdp_fields(spec), **unit_fields(spec)}
+    return {
+        "source": spec.source,
+        **spec.about.fields(),
+        **zcdp_fields(spec),
+        **unit_fields(spec),
+    }
 
 
 def release_records(
