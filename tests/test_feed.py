@@ -14,6 +14,7 @@ import asyncio
 import csv
 import io
 import json
+import math
 import os
 import re
 import select
@@ -823,6 +824,12 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     }
     dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())
     assert "<h2>Census-style person counts (zCDP)</h2>" in dom
-    assert "zero-concentrated DP): epoch 0: ρ = 0.5, that is (ε, δ) = (7.286, 1e-10)" in dom
+    # the (epsilon, delta) bound rounded up, never down (7.2861... is shown as 7.287)
+    shown = f"{math.ceil(stream['rho_sum_over_epochs_epsilon'] * 1000) / 1000}"
+    assert shown == "7.287"
+    assert f"zero-concentrated DP): epoch 0: ρ = 0.5, that is (ε, δ) = ({shown}, 1e-10)" in dom
     # summed over epochs: rho, and what it is as (epsilon, delta)
-    assert "ρ = 0.5, that is (ε, δ) = (7.286, 1e-10)." in dom
+    assert (
+        "Summed over its epochs (one event in each epoch): "
+        f"ρ = 0.5, that is (ε, δ) = ({shown}, 1e-10)." in dom
+    )

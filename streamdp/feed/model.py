@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from streamdp.continual.definitions import zcdp_epsilon
 from streamdp.error_band import half_widths95
 from streamdp.feed.places_view import (
     PlaceTree,
@@ -24,6 +22,7 @@ from streamdp.feed.places_view import (
     place_tree,
     places_document,
 )
+from streamdp.feed.privacy_loss import StreamLoss, source_losses, stream_loss
 from streamdp.feed.records import Consistent, Release, parse_consistent, parse_release
 
 V = TypeVar("V")
@@ -31,6 +30,7 @@ V = TypeVar("V")
 #: Columns of ``releases.csv``, in order.
 RELEASE_COLUMNS = (
     "stream",
+    "source",
     "counter",
     "epoch",
     "period",
@@ -243,32 +243,30 @@ class FeedView:
 
     def document(self, source: str) -> dict[str, Any]:
         """The JSON the page draws (``feed.json``): per stream its wording (``title``,
-        ``description``, ``unit``: null when the spec declares none), mechanism, epsilon per epoch
-        and summed over epochs, its released periods once (``periods``: ``[epoch, period,
-        start, end]``), and per counter, in declared order, its series as columns aligned with
-        ``periods`` (``noisy_count``, ``count_std``, ``noisy_total``, ``total_std``, and
-        ``consistent_total`` from the latest revision of each period; null where the counter
-        has no value; the 95% half-widths are ``2.12 std + 1``, :mod:`streamdp.error_band`),
-        plus the newest consistent revision in full. Columns, not one object per value: a
-        census stream of 355 counters over 120 months is a few MB, not tens.
+        ``description``, ``unit``: null when the spec declares none), mechanism, input source,
+        epsilon per epoch and summed over epochs (this stream alone; per source, what one event
+        or unit can lose across all its streams is ``sources``,
+        :func:`streamdp.feed.privacy_loss.source_losses`), its released periods once
+        (``periods``: ``[epoch, period, start, end]``), and per counter, in declared order,
+        its series as columns aligned with ``periods`` (``noisy_count``, ``count_std``,
+        ``noisy_total``, ``total_std``, and ``consistent_total`` from the latest revision of
+        each period; null where the counter has no value; the 95% half-widths are
+        ``2.12 std + 1``, :mod:`streamdp.error_band`), plus the newest consistent revision in
+        full. Columns, not one object per value: a census stream of 355 counters over 120
+        months is a few MB, not tens.
 
         A places stream (its releases say where each counter sits in the tree) carries the
         root's counters only, and ``places`` (:func:`streamdp.feed.places_view.places_document`:
         the tree, every counter's latest and newest consistent values); other places' series
         are :meth:`series`."""
         out: list[dict[str, Any]] = []
+        losses: list[StreamLoss] = []
         for name, held in self._indexed().items():
-            epsilon_per_epoch: dict[int, float] = {}
-            rho_per_epoch: dict[int, tuple[float, float]] = {}  # zCDP: (rho, delta)
-            secure = True
-            for by_period in held.by_counter.values():
-                for release in by_period.values():
-                    epsilon_per_epoch[release.epoch] = release.epsilon
-                    if release.rho is not None and release.delta is not None:
-                        rho_per_epoch[release.epoch] = (release.rho, release.delta)
-                    secure = secure and release.noise_secure
+            every = [r for by_period in held.by_counter.values() for r in by_period.values()]
+            secure = all(release.noise_secure for release in every)
+            loss = stream_loss(name, every)
+            losses.append(loss)
             latest = held.latest
-            rho_sum = math.fsum(r for r, _ in rho_per_epoch.values()) if rho_per_epoch else None
             periods = held.periods
             keys = [(e, p) for e, p, _, _ in periods]
             revisions = held.revisions
@@ -304,24 +302,8 @@ class FeedView:
                     ),
                     "noise": None if latest is None else latest.noise,
                     "noise_secure": secure,
-                    "epsilon_per_epoch": [
-                        {"epoch": e, "epsilon": epsilon_per_epoch[e]}
-                        for e in sorted(epsilon_per_epoch)
-                    ],
-                    "epsilon_sum_over_epochs": math.fsum(epsilon_per_epoch.values()),
-                    # zCDP streams: rho (and the delta of each epsilon above) per epoch, and
-                    # rho summed over epochs (zCDP composes by adding rho)
-                    "rho_per_epoch": [
-                        {"epoch": e, "rho": rho, "delta": delta}
-                        for e, (rho, delta) in sorted(rho_per_epoch.items())
-                    ],
-                    "rho_sum_over_epochs": rho_sum,
-                    # that sum as (epsilon, delta) at the epochs' delta (the smallest one)
-                    "rho_sum_over_epochs_epsilon": (
-                        None
-                        if rho_sum is None
-                        else zcdp_epsilon(rho_sum, min(d for _, d in rho_per_epoch.values()))
-                    ),
+                    # its source, epsilon (zCDP: rho) per epoch and summed over its epochs
+                    **loss.fields(),
                     "latest_period": None
                     if latest is None
                     else {
@@ -340,7 +322,13 @@ class FeedView:
                     "places": places,
                 }
             )
-        return {"source": source, "version": self.version, "streams": out}
+        return {
+            "source": source,
+            "version": self.version,
+            # per input source: what one event (one unit) can lose across its streams
+            "sources": source_losses(losses),
+            "streams": out,
+        }
 
 
 def _get(values: Mapping[str, V] | None, name: str) -> V | None:

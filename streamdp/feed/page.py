@@ -67,14 +67,17 @@ standard deviations and 95% half-widths), <a href="consistent.csv" download>cons
 <p>Every value below is noisy on purpose (differential privacy); the bands are 95%
 intervals and negative counts come from the noise: see
 <a href="#how">how to read these numbers</a>.</p>
+<div id="sources"></div>
 <div id="streams"></div>
 <h2 id="how">How to read these numbers</h2>
 <dl class="explain">
 <dt>What a release is</dt>
 <dd>At the close of each period (a day, a month) every counter publishes a noisy count of that
 period and a noisy running total since the stream began. Noise is added on purpose, so that no
-single event can be told from the numbers (differential privacy, event level); once published, a
-release never changes.</dd>
+single event can be told from the numbers (differential privacy; a stream that protects a
+person says so). Streams reading the same input source add up: an event counted by two streams
+can lose the sum of their budgets (see <a href="#privacy-sources">privacy loss by source</a>).
+Once published, a release never changes.</dd>
 <dt>The values are noisy</dt>
 <dd>Every value is the true value plus random noise of known size (its standard deviation is
 published with it). The noise averages out: the values are unbiased.</dd>

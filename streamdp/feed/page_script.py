@@ -12,12 +12,14 @@ from __future__ import annotations
 from streamdp.error_band import LAPLACE_95_SD
 from streamdp.feed.page_chart_script import CHART_SCRIPT
 from streamdp.feed.page_places_script import PLACES_SCRIPT
+from streamdp.feed.page_privacy_script import PRIVACY_SCRIPT
 
 #: How often the served page asks for ``feed.json``, in milliseconds.
 POLL_MILLISECONDS = 3000
 
 #: The script, with ``__POLL__`` standing for :data:`POLL_MILLISECONDS`, ``__CHART__`` for the
-#: chart (:mod:`streamdp.feed.page_chart_script`) and ``__PLACES__`` for the places view
+#: chart (:mod:`streamdp.feed.page_chart_script`), ``__PRIVACY__`` for the privacy wording
+#: (:mod:`streamdp.feed.page_privacy_script`) and ``__PLACES__`` for the places view
 #: (:mod:`streamdp.feed.page_places_script`).
 SCRIPT = r"""
 "use strict";
@@ -64,6 +66,7 @@ function periodLabel(p) {
 }
 
 __CHART__
+__PRIVACY__
 
 // a consistent value with its 95% half-width when the record carries its standard deviation
 function fair(rev, values, widths, name) {
@@ -112,22 +115,8 @@ function streamSection(stream) {
   sec.append(el("h2", {}, stream.title || `Stream ${stream.stream}`));
   if (stream.description) sec.append(el("p", {class: "description"}, stream.description));
   const unit = stream.unit ? ` (${stream.unit})` : "";
-  const eps = stream.epsilon_per_epoch.map(e => `epoch ${e.epoch}: \u03b5 = ${e.epsilon}`);
-  const zcdp = stream.rho_per_epoch && stream.rho_per_epoch.length ? stream.rho_per_epoch : null;
   const perUnit = stream.protects && stream.protects !== "event";
-  const level = perUnit ? `per ${stream.protects}` : "event level";
-  const lifetime = perUnit
-    ? ". Summed over all epochs (what one unit present in every epoch could lose): "
-    : ". Summed over all epochs (what one person contributing in every epoch could lose): ";
-  const loss = zcdp
-    ? `Privacy loss per epoch (${level}, zero-concentrated DP): `
-      + zcdp.map(e => `epoch ${e.epoch}: \u03c1 = ${e.rho}, that is (\u03b5, \u03b4) = `
-                 + `(${num(stream.epsilon_per_epoch.find(p => p.epoch === e.epoch).epsilon, 3)}, `
-                 + `${e.delta})`).join("; ")
-      + lifetime + `\u03c1 = ${num(stream.rho_sum_over_epochs, 4)}, that is (\u03b5, \u03b4) = `
-      + `(${num(stream.rho_sum_over_epochs_epsilon, 3)}, ${Math.min(...zcdp.map(e => e.delta))}).`
-    : `Privacy loss per epoch (${level}): ${eps.join("; ") || "\u2013"}`
-      + lifetime + `\u03b5 = ${num(stream.epsilon_sum_over_epochs, 3)}.`;
+  const loss = streamLoss(stream);
   const bound = perUnit && stream.unit_bounds
     ? `sensitivity ${stream.sensitivity} per ${stream.protects} (each counted in at most `
       + `${stream.unit_bounds[1]} periods of an epoch, at most ${stream.unit_bounds[0]} `
@@ -253,6 +242,7 @@ function streamSection(stream) {
 
 __PLACES__
 function render() {
+  document.getElementById("sources").replaceChildren(sourcesSection(feed));
   const root = document.getElementById("streams");
   root.replaceChildren(...feed.streams.map(streamSection));
   if (!feed.streams.length) {
@@ -294,6 +284,7 @@ def page_script() -> str:
     filled in."""
     return (
         SCRIPT.replace("__CHART__", CHART_SCRIPT)
+        .replace("__PRIVACY__", PRIVACY_SCRIPT)
         .replace("__PLACES__", PLACES_SCRIPT)
         .replace("__POLL__", str(POLL_MILLISECONDS))
         .replace("__BAND_SD__", repr(LAPLACE_95_SD))

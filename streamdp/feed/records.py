@@ -67,6 +67,8 @@ class Release:
     # attributes, its cell (None for other kinds)
     place: Place | None = None
     cell: str | None = None
+    # the input source the stream reads (None: a record written before releases named it)
+    source: str | None = None
 
     @property
     def protects(self) -> str:
@@ -77,6 +79,7 @@ class Release:
         """The period's values with their 95% half-widths (docs/consuming.md section 4)."""
         return {
             "stream": self.stream,
+            "source": self.source,
             "counter": self.counter,
             "epoch": self.epoch,
             "period": self.period,
@@ -298,6 +301,7 @@ def parse_release(record: object) -> Release | None:
         None if index is None or index < 0 else index,
         _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
         *_zcdp(record), *_unit(record), *_place(record),
+        source=_text(record.get("source")),
     )  # fmt: skip
 
 
