@@ -133,6 +133,14 @@ class FeedView:
         default=None, repr=False, compare=False
     )
 
+    def clear(self) -> None:
+        """Forget every record read (its source was replaced); the version still moves on, so
+        a page polling it redraws."""
+        self.releases.clear()
+        self.consistent.clear()
+        self.ignored = 0
+        self.version += 1
+
     def add(self, record: object, expected_kind: str) -> None:
         """Take one decoded record read from the ``expected_kind`` source ("release" or
         "consistent"); anything else is counted in :attr:`ignored` and dropped."""

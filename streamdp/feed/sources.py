@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.feed.model import FeedView
@@ -33,13 +34,41 @@ def _decode_line(line: bytes) -> object:
         return None  # counted as ignored by the view
 
 
+#: Bytes at the start of a file, and before the offset read up to, that must be unchanged for
+#: the file to count as the same file grown (else it was replaced: read afresh).
+FINGERPRINT_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class _Read:
+    """How far one file was read, and what identifies it as the same file next time: its
+    device and inode, its first bytes and the bytes just before ``offset``."""
+
+    offset: int
+    device: int
+    inode: int
+    head: bytes
+    tail: bytes
+
+
+def _fingerprint(handle: BinaryIO, offset: int) -> tuple[bytes, bytes]:
+    handle.seek(0)
+    head = handle.read(min(offset, FINGERPRINT_BYTES))
+    start = max(0, offset - FINGERPRINT_BYTES)
+    handle.seek(start)
+    return head, handle.read(offset - start)
+
+
 @dataclass
 class ReplayDirectory:
     """The public files of ``streamdp replay --output-dir DIR``, read incrementally: each
-    :meth:`read_new` takes the complete lines appended since the last call."""
+    :meth:`read_new` takes the complete lines appended since the last call. When a file read
+    before was replaced (a new replay into the same directory: another inode, or its bytes up
+    to where it was read changed, or it shrank or vanished), the view is emptied and both files
+    are read from their start: the view never mixes two replays."""
 
     directory: Path
-    _offsets: dict[str, int] = field(default_factory=dict)
+    _read: dict[str, _Read] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.directory.is_dir():
@@ -62,14 +91,18 @@ class ReplayDirectory:
         return "a file replay's release and consistent records"
 
     def read_new(self, view: FeedView) -> None:
+        if any(self._replaced(name) for name, _ in REPLAY_FILES):
+            view.clear()
+            self._read.clear()
         for name, kind in REPLAY_FILES:
             path = self.directory / name
-            if not path.is_file():
+            try:
+                handle = path.open("rb")
+            except FileNotFoundError:
                 continue
-            offset = self._offsets.get(name, 0)
-            if path.stat().st_size < offset:  # replaced by a new replay: read it afresh
-                offset = 0
-            with path.open("rb") as handle:  # line by line: a census replay's files are large
+            with handle:  # line by line: a census replay's files are large
+                held = self._read.get(name)
+                offset = 0 if held is None else held.offset
                 handle.seek(offset)
                 for line in handle:
                     if not line.endswith(b"\n"):
@@ -77,7 +110,26 @@ class ReplayDirectory:
                     offset += len(line)
                     if line.strip():
                         view.add(_decode_line(line), kind)
-            self._offsets[name] = offset
+                status = os.fstat(handle.fileno())
+                self._read[name] = _Read(
+                    offset, status.st_dev, status.st_ino, *_fingerprint(handle, offset)
+                )
+
+    def _replaced(self, name: str) -> bool:
+        """Whether ``name``, read before, is no longer the file that was read."""
+        held = self._read.get(name)
+        if held is None:
+            return False
+        try:
+            with (self.directory / name).open("rb") as handle:
+                status = os.fstat(handle.fileno())
+                if (status.st_dev, status.st_ino) != (held.device, held.inode):
+                    return True
+                if status.st_size < held.offset:
+                    return True
+                return _fingerprint(handle, held.offset) != (held.head, held.tail)
+        except FileNotFoundError:
+            return True
 
 
 @dataclass
