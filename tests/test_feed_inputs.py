@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import pytest
 
 from streamdp.feed.model import RELEASE_COLUMNS, FeedView, to_csv
 from streamdp.feed.sources import ReplayDirectory
-from tests.test_feed import EXAMPLES, Served
+from tests.test_feed import EXAMPLES, SECRET, Served
 
 EXAMPLE = json.loads((EXAMPLES / "release.json").read_text())[0]
 
@@ -100,3 +102,90 @@ def test_the_served_feed_follows_a_replaced_replay(tmp_path: Path) -> None:
     finally:
         feed.stop()
     assert [int(r["noisy_count"]) for r in rows] == [r["noisy_count"] for r in new]
+
+
+def _mixed_file(directory: Path) -> list[dict[str, Any]]:
+    """releases.jsonl with two good records (versions 2 and 1) and one of each kind of bad one;
+    returns the good ones."""
+    good = _release(1, 7)
+    first = {k: v for k, v in _release(2, 8, schema_version=1).items() if k != "sensitivity"}
+    first["delta"] = good["sensitivity"]  # version 1 called the sensitivity delta
+    lines = [
+        json.dumps(good),
+        json.dumps(first),
+        json.dumps(_release(3, 9, schema_version=99)),
+        json.dumps(_release(4, 9, schema_version=True)),  # not an integer: true == 1 in Python
+        json.dumps({k: v for k, v in _release(5, 9).items() if k != "schema_version"}),
+        json.dumps({**_release(6, 9), "delta": 5, "sensitivity": None}),  # v2 has no delta
+        json.dumps({"kind": "dead_letter", "raw": SECRET}),
+        "{not json " + SECRET,
+        json.dumps([1, 2]),
+    ]
+    (directory / "releases.jsonl").write_text("".join(line + "\n" for line in lines))
+    return [good, first]
+
+
+EXPECTED_REASONS = {
+    "schema_version 99": 1,
+    "unknown schema_version": 1,
+    "no schema_version": 1,
+    "missing or mistyped field": 1,
+    "kind dead_letter": 1,
+    "not JSON": 1,
+    "not a JSON object": 1,
+}
+
+
+def test_only_known_schema_versions_are_shown_and_the_rest_counted_by_reason(
+    tmp_path: Path,
+) -> None:
+    good = _mixed_file(tmp_path)
+    view = _fresh(tmp_path / "releases.jsonl")
+    assert sorted(key[3] for key in view.releases) == [r["period"] for r in good]
+    assert {r.sensitivity for r in view.releases.values()} == {EXAMPLE["sensitivity"]}
+    assert view.ignored_by_reason == EXPECTED_REASONS
+    fair = json.loads((EXAMPLES / "consistent.json").read_text())[0]
+    view.add({**fair, "schema_version": 3}, "consistent")
+    assert view.consistent == {}
+    assert view.ignored_by_reason["schema_version 3"] == 1
+
+
+def test_the_known_versions_are_the_schemas_and_the_engines() -> None:
+    from streamdp.engine.records import SCHEMA_VERSION
+    from streamdp.feed.records import KNOWN_SCHEMA_VERSIONS
+
+    schemas = EXAMPLES.parent
+    for name in ("release", "consistent"):
+        schema = json.loads((schemas / f"{name}.schema.json").read_text())
+        assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert max(KNOWN_SCHEMA_VERSIONS) == SCHEMA_VERSION
+    assert set(KNOWN_SCHEMA_VERSIONS) == {1, 2}  # 1: read with delta as the sensitivity
+
+
+def test_records_not_shown_are_reported_to_the_operator_never_published(tmp_path: Path) -> None:
+    source = tmp_path / "out"
+    source.mkdir()
+    _mixed_file(source)
+    site = tmp_path / "site"
+    done = subprocess.run(
+        [sys.executable, "-m", "streamdp", "feed", "--from", str(source),
+         "--output-dir", str(site)],
+        check=False, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "streamdp feed: warning: 7 records not shown: " in done.stderr
+    for reason, count in EXPECTED_REASONS.items():
+        assert f"{count} {reason}" in done.stderr
+    assert SECRET not in done.stderr
+    for path in site.iterdir():
+        text = path.read_text()
+        assert "not shown" not in text, path
+        assert "schema_version 99" not in text, path
+        assert SECRET not in text, path
+    # served: the console says it too
+    feed = Served("--from", str(source))
+    try:
+        assert "not shown" not in feed.get("index.html")
+    finally:
+        errors = feed.stop()
+    assert "7 records not shown: " in errors

@@ -7,5 +7,6 @@ and ``consistent.jsonl``. Never dead letters, the snapshot, the ledger or the in
 Modules: :mod:`.records` (pure: the public record fields, parsed), :mod:`.model` (pure:
 records in, the published view and its CSV out), :mod:`.sources` (replay directory and Kafka
 readers), :mod:`.page` (the self-contained HTML page) and :mod:`.page_script` (its script),
-:mod:`.server` (loopback HTTP server and the static writer), :mod:`.cli` (the command).
+:mod:`.server` (loopback HTTP server and the static writer), :mod:`.console` (what the
+operator is told: records not shown, by reason), :mod:`.cli` (the command).
 """

@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from streamdp.errors import ConfigError
+from streamdp.feed.console import IgnoredReporter
 from streamdp.feed.model import FeedView
 from streamdp.feed.server import LOOPBACK, FeedServer, write_static
 from streamdp.feed.sources import KafkaTopics, ReplayDirectory
@@ -95,19 +97,27 @@ def _check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     _check(args)
     view = FeedView()
+    report = IgnoredReporter(view)  # records not shown, by reason: on stderr, never the page
     if args.from_dir is not None:
         directory = ReplayDirectory(args.from_dir)
         directory.read_new(view)
+        report()
         if args.output_dir is not None:
             return _written(view, directory.public_name(), args.output_dir)
-        server = FeedServer(view, directory.public_name(), refresh=lambda: directory.read_new(view))
+
+        def refresh() -> None:
+            directory.read_new(view)
+            report()
+
+        server = FeedServer(view, directory.public_name(), refresh=refresh)
         return asyncio.run(_serve(server, args.port, None, directory.describe()))
     topics = KafkaTopics(args.bootstrap, args.topic_namespace)
     if args.output_dir is not None:
         asyncio.run(topics.read_to_end(view, CATCH_UP_SECONDS))
+        report()
         return _written(view, topics.public_name(), args.output_dir)
     server = FeedServer(view, topics.public_name())
-    return asyncio.run(_serve(server, args.port, topics, topics.describe()))
+    return asyncio.run(_serve(server, args.port, topics, topics.describe(), report))
 
 
 def _written(view: FeedView, source: str, output_dir: Path) -> int:
@@ -122,8 +132,15 @@ def _written(view: FeedView, source: str, output_dir: Path) -> int:
     return 0
 
 
-async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None, where: str) -> int:
-    """Serve ``server`` on loopback ``port``; ``where``: what it reads, for the console."""
+async def _serve(
+    server: FeedServer,
+    port: int,
+    topics: KafkaTopics | None,
+    where: str,
+    report: Callable[[], None] | None = None,
+) -> int:
+    """Serve ``server`` on loopback ``port``; ``where``: what it reads, for the console;
+    ``report``: called after each batch read from ``topics``."""
     try:
         bound = await server.start(port)
     except OSError as error:
@@ -140,7 +157,7 @@ async def _serve(server: FeedServer, port: int, topics: KafkaTopics | None, wher
             announce()
             await stop.wait()
         else:
-            await topics.follow(server.view, stop, connected=announce)
+            await topics.follow(server.view, stop, connected=announce, after_batch=report)
     finally:
         await server.close()
     return 0

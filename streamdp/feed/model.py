@@ -23,7 +23,13 @@ from streamdp.feed.places_view import (
     places_document,
 )
 from streamdp.feed.privacy_loss import StreamLoss, source_losses, stream_loss
-from streamdp.feed.records import Consistent, Release, parse_consistent, parse_release
+from streamdp.feed.records import (
+    Consistent,
+    Release,
+    parse_consistent,
+    parse_release,
+    unreadable,
+)
 
 V = TypeVar("V")
 
@@ -124,8 +130,9 @@ class FeedView:
 
     releases: dict[tuple[str, str, int, int], Release] = field(default_factory=dict)
     consistent: dict[tuple[str, int, int], Consistent] = field(default_factory=dict)
-    #: records read that were not well-formed release/consistent records (not shown)
-    ignored: int = 0
+    #: records read that were not well-formed release/consistent records (not shown), by
+    #: reason (:func:`streamdp.feed.records.unreadable`); for the operator's console only
+    ignored_by_reason: dict[str, int] = field(default_factory=dict)
     #: bumped on every change, so a poller can tell whether anything is new
     version: int = 0
     #: (version, per stream index) of :meth:`_indexed`
@@ -138,8 +145,17 @@ class FeedView:
         a page polling it redraws."""
         self.releases.clear()
         self.consistent.clear()
-        self.ignored = 0
+        self.ignored_by_reason.clear()
         self.version += 1
+
+    @property
+    def ignored(self) -> int:
+        """How many records read were not shown."""
+        return sum(self.ignored_by_reason.values())
+
+    def _ignore(self, record: object, kind: str) -> None:
+        reason = unreadable(record, kind) or "missing or mistyped field"
+        self.ignored_by_reason[reason] = self.ignored_by_reason.get(reason, 0) + 1
 
     def add(self, record: object, expected_kind: str) -> None:
         """Take one decoded record read from the ``expected_kind`` source ("release" or
@@ -147,7 +163,7 @@ class FeedView:
         if expected_kind == "release":
             release = parse_release(record)
             if release is None:
-                self.ignored += 1
+                self._ignore(record, expected_kind)
                 return
             key = (release.stream, release.counter, release.epoch, release.period)
             if self.releases.get(key) != release:
@@ -156,7 +172,7 @@ class FeedView:
             return
         revision = parse_consistent(record)
         if revision is None:
-            self.ignored += 1
+            self._ignore(record, expected_kind)
             return
         ckey = (revision.stream, revision.epoch, revision.period)
         held = self.consistent.get(ckey)

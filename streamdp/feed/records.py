@@ -18,6 +18,41 @@ from streamdp.error_band import half_width95, half_widths95
 
 V = TypeVar("V")
 
+#: The ``schema_version``s the feed reads (docs/consuming.md, section 6): 2, the current one
+#: (``schemas/*.schema.json``), and 1, whose release field ``delta`` is read as ``sensitivity``
+#: ("Migrating from schema_version 1"). Records of any other version are not shown.
+KNOWN_SCHEMA_VERSIONS = (1, 2)
+#: Record kinds streamdp writes: any other ``kind`` is reported as unknown, not quoted.
+_KINDS = ("release", "consistent", "dead_letter")
+
+
+class NotJson:
+    """What a line that is not JSON decodes to (:data:`NOT_JSON`): never shown, counted."""
+
+
+NOT_JSON = NotJson()
+
+
+def unreadable(record: object, kind: str) -> str | None:
+    """Why ``record``, read from the source of ``kind`` records, is not even parsed (not JSON,
+    not an object, another kind, a schema version the feed does not know), or None. The reason
+    goes to the operator's console: it names no value of the record beyond a known kind or a
+    small version number."""
+    if isinstance(record, NotJson):
+        return "not JSON"
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    found = record.get("kind")
+    if found != kind:
+        return f"kind {found}" if isinstance(found, str) and found in _KINDS else "unknown kind"
+    version = _int(record.get("schema_version"))  # an integer, never true or 2.0
+    if version in KNOWN_SCHEMA_VERSIONS:
+        return None
+    if "schema_version" not in record:
+        return "no schema_version"
+    small = version is not None and 0 <= version < 1000
+    return f"schema_version {version}" if small else "unknown schema_version"
+
 
 @dataclass(frozen=True)
 class Place:
@@ -261,8 +296,9 @@ def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
 def parse_release(record: object) -> Release | None:
     """The release in ``record`` (a decoded JSON value), or None when it is not a well-formed
     release record (another kind, a missing or mistyped field): such records are not shown."""
-    if not isinstance(record, dict) or record.get("kind") != "release":
+    if unreadable(record, "release") is not None:
         return None
+    assert isinstance(record, dict)
     stream, counter = _text(record.get("stream")), _text(record.get("counter"))
     epoch, period = _int(record.get("epoch")), _int(record.get("period"))
     start, end = _text(record.get("period_start")), _text(record.get("period_end"))
@@ -270,7 +306,7 @@ def parse_release(record: object) -> Release | None:
     count_std, total_std = _number(record.get("count_std")), _number(record.get("total_std"))
     epsilon = _number(record.get("epsilon"))
     # ``sensitivity`` since schema_version 2; ``delta`` in version 1 (old topics still read)
-    sensitivity = _int(record.get("sensitivity", record.get("delta")))
+    sensitivity = _int(record.get("sensitivity" if record["schema_version"] > 1 else "delta"))
     horizon = _int(record.get("horizon"))
     mechanism, objective = _text(record.get("mechanism")), _text(record.get("objective"))
     noise, secure = _text(record.get("noise")), record.get("noise_secure")
@@ -307,8 +343,9 @@ def parse_release(record: object) -> Release | None:
 
 def parse_consistent(record: object) -> Consistent | None:
     """The consistent revision record in ``record``, or None when it is not one."""
-    if not isinstance(record, dict) or record.get("kind") != "consistent":
+    if unreadable(record, "consistent") is not None:
         return None
+    assert isinstance(record, dict)
     stream = _text(record.get("stream"))
     revision, covered = _int(record.get("revision")), _int(record.get("periods_covered"))
     epoch, period = _int(record.get("epoch")), _int(record.get("period"))

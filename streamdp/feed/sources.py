@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.feed.model import FeedView
+from streamdp.feed.records import NOT_JSON
 
 #: The public files of a replay's output directory, and the record kind each holds.
 REPLAY_FILES = (("releases.jsonl", "release"), ("consistent.jsonl", "consistent"))
@@ -31,7 +32,7 @@ def _decode_line(line: bytes) -> object:
     try:
         return json.loads(line)
     except ValueError:
-        return None  # counted as ignored by the view
+        return NOT_JSON  # counted as ignored by the view
 
 
 #: Bytes at the start of a file, and before the offset read up to, that must be unchanged for
@@ -153,10 +154,14 @@ class KafkaTopics:
         return "the release topics " + " and ".join(topic for topic, _ in self.topics())
 
     async def follow(
-        self, view: FeedView, stop: asyncio.Event, connected: Callable[[], None] | None = None
+        self,
+        view: FeedView,
+        stop: asyncio.Event,
+        connected: Callable[[], None] | None = None,
+        after_batch: Callable[[], None] | None = None,
     ) -> None:
         """Add every record of the two topics to ``view`` until ``stop`` is set; ``connected``
-        is called once the broker has answered."""
+        is called once the broker has answered, ``after_batch`` after each batch read."""
         kinds = dict(self.topics())
         consumer = await self._consumer()
         if connected is not None:
@@ -188,6 +193,8 @@ class KafkaTopics:
                     for message in messages:
                         if message.value is not None:
                             view.add(_decode_line(message.value), kinds[tp.topic])
+                if batch and after_batch is not None:
+                    after_batch()
         finally:
             await consumer.stop()
 
