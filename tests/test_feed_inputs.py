@@ -189,3 +189,61 @@ def test_records_not_shown_are_reported_to_the_operator_never_published(tmp_path
     finally:
         errors = feed.stop()
     assert "7 records not shown: " in errors
+
+
+def _feed(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streamdp", "feed", *args],
+        check=False, capture_output=True, text=True, timeout=120, cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def replayed(tmp_path: Path) -> Path:
+    """A replay directory: its public releases and every protected file a replay writes."""
+    from streamdp.engine.replay import REPLAY_OUTPUT_FILES
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "releases.jsonl").write_text(_lines([_release(1, 5)]))
+    (out / "consistent.jsonl").write_text("")
+    for name in REPLAY_OUTPUT_FILES:
+        if not (out / name).exists():
+            (out / name).write_text(SECRET + "\n")
+    assert {"dead_letter.jsonl", "ledger.jsonl", "snapshot.json"} <= set(REPLAY_OUTPUT_FILES)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "words"),
+    [
+        ("out", "is, is inside or holds the --from directory"),
+        ("out/site", "is, is inside or holds the --from directory"),
+        ("out/../out/.", "is, is inside or holds the --from directory"),
+        (".", "is, is inside or holds the --from directory"),  # the replay would be under it
+        ("other", "holds a replay's files (dead_letter.jsonl)"),
+        ("afile", "is a file, not a directory"),
+        ("afile/site", "cannot create --output-dir"),
+    ],
+)
+def test_an_output_dir_that_would_publish_protected_files_is_refused_in_one_line(
+    output_dir: str, words: str, replayed: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "dead_letter.jsonl").write_text(SECRET)
+    (tmp_path / "afile").write_text("not a directory")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    done = _feed("--from", str(replayed), "--output-dir", output_dir, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("streamdp feed: error: "), done.stderr
+    assert words in done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line, no traceback
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert not (tmp_path / output_dir / "index.html").exists()
+
+
+def test_a_directory_of_its_own_is_written(replayed: Path, tmp_path: Path) -> None:
+    done = _feed("--from", str(replayed), "--output-dir", "site", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert not any(SECRET in p.read_text() for p in (tmp_path / "site").iterdir())

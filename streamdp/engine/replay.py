@@ -36,6 +36,11 @@ from streamdp.errors import ConfigError
 from streamdp.noise.sampler import NoiseSampler
 
 OUTPUT_FILES = tuple(FILE_OF_KIND.values())
+LEDGER_FILE = "ledger.jsonl"
+SNAPSHOT_FILE = "snapshot.json"
+#: Every file a replay writes into its output directory (the dead letters, the ledger and the
+#: snapshot are protected like the input: nothing may publish them).
+REPLAY_OUTPUT_FILES = (*OUTPUT_FILES, LEDGER_FILE, SNAPSHOT_FILE)
 
 
 @dataclass
@@ -153,7 +158,7 @@ def replay(
         raise ConfigError(f"--input {str(source)!r} is not a readable file")
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ledger_path = out / "ledger.jsonl"
+    ledger_path = out / LEDGER_FILE
     if ledger_path.exists() and ledger_path.stat().st_size > 0:
         raise ConfigError(
             f"{str(ledger_path)!r} already exists: this directory holds an earlier release. "
@@ -181,7 +186,7 @@ def replay(
     finally:
         outputs.close()
         bar.finish()
-    (out / "snapshot.json").write_text(json.dumps(engine.snapshot()), encoding="utf-8")
+    (out / SNAPSHOT_FILE).write_text(json.dumps(engine.snapshot()), encoding="utf-8")
     summary.seconds = time.perf_counter() - started
     summary.accepted = engine.stats.events_accepted
     summary.rejected_by_reason = dict(engine.stats.rejected_by_reason)
@@ -220,6 +225,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 __all__ = [
     "OUTPUT_FILES",
+    "REPLAY_OUTPUT_FILES",
     "ConsistentRecord",
     "DeadLetterRecord",
     "ReleaseRecord",

@@ -17,7 +17,7 @@ from pathlib import Path
 from streamdp.errors import ConfigError
 from streamdp.feed.console import IgnoredReporter
 from streamdp.feed.model import FeedView
-from streamdp.feed.server import LOOPBACK, FeedServer, write_static
+from streamdp.feed.server import LOOPBACK, FeedServer, check_output_dir, write_static
 from streamdp.feed.sources import KafkaTopics, ReplayDirectory
 
 DEFAULT_PORT = 8750
@@ -63,7 +63,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         default=None,
         help="write index.html, feed.json, releases.csv, consistent.csv into DIR and exit "
-        "instead of serving (with --bootstrap: after reading the topics to their current end)",
+        "instead of serving (with --bootstrap: after reading the topics to their current end); "
+        "a directory of its own, never the --from directory or one holding a replay's files",
     )
 
 
@@ -79,6 +80,8 @@ def _check(args: argparse.Namespace) -> None:
             "--port is where the page is served; --output-dir writes the files and serves "
             "nothing: drop one of the two"
         )
+    if args.output_dir is not None:  # before anything is read: refused in one line
+        check_output_dir(args.output_dir, args.from_dir)
     if args.topic_namespace is None:
         args.topic_namespace = DEFAULT_NAMESPACE
     if args.port is None:

@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from streamdp.errors import ConfigError
 from streamdp.feed.model import CONSISTENT_COLUMNS, RELEASE_COLUMNS, FeedView, to_csv
 from streamdp.feed.page import render_page
 
@@ -67,9 +68,53 @@ def render_files(view: FeedView, source: str) -> dict[str, tuple[str, str]]:
     return {name: (kind, render_file(view, source, name)) for name, kind in FILES.items()}
 
 
+def check_output_dir(output_dir: Path, reads: Path | None = None) -> None:
+    """Refuse (:class:`ConfigError`) an ``--output-dir`` whose files would be published beside
+    a replay's (its protected dead letters, ledger and snapshot): one holding any file a replay
+    writes, the replay directory ``reads`` itself, a directory inside it or one holding it;
+    and one that is not a directory."""
+    from streamdp.engine.replay import REPLAY_OUTPUT_FILES
+
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConfigError(
+            f"--output-dir {str(output_dir)!r} is a file, not a directory: name a directory "
+            "for the page and its downloads"
+        )
+    existing = next((a for a in output_dir.absolute().parents if a.exists()), None)
+    if not output_dir.exists() and existing is not None and not existing.is_dir():
+        raise ConfigError(
+            f"cannot create --output-dir {str(output_dir)!r}: {str(existing)!r} is a file; "
+            "name a directory that can be created"
+        )
+    target = output_dir.resolve()
+    if reads is not None:
+        replay = reads.resolve()
+        if target == replay or replay in target.parents or target in replay.parents:
+            raise ConfigError(
+                f"--output-dir {str(output_dir)!r} is, is inside or holds the --from directory "
+                "(whose dead letters, ledger and snapshot are protected): write the site "
+                "to a directory of its own"
+            )
+    found = [name for name in REPLAY_OUTPUT_FILES if (output_dir / name).exists()]
+    if found:
+        raise ConfigError(
+            f"--output-dir {str(output_dir)!r} holds a replay's files ({', '.join(found)}); "
+            "a site written there would publish them beside it: write the site to a directory "
+            "of its own"
+        )
+
+
 def write_static(view: FeedView, source: str, output_dir: Path) -> list[Path]:
-    """Write the page and its downloads into ``output_dir``; returns the paths written."""
-    output_dir.mkdir(parents=True, exist_ok=True)
+    """Write the page and its downloads into ``output_dir`` (:func:`check_output_dir` first);
+    returns the paths written."""
+    check_output_dir(output_dir)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(
+            f"cannot create --output-dir {str(output_dir)!r} ({error.strerror}): name a "
+            "directory that can be created"
+        ) from error
     written = []
     for name, (_, text) in render_files(view, source).items():
         path = output_dir / name
