@@ -152,7 +152,7 @@ def test_only_known_schema_versions_are_shown_and_the_rest_counted_by_reason(
 
 def test_the_known_versions_are_the_schemas_and_the_engines() -> None:
     from streamdp.engine.records import SCHEMA_VERSION
-    from streamdp.feed.records import KNOWN_SCHEMA_VERSIONS
+    from streamdp.feed.record_fields import KNOWN_SCHEMA_VERSIONS
 
     schemas = EXAMPLES.parent
     for name in ("release", "consistent"):

@@ -8,8 +8,6 @@ highest revision seen (a compacted topic keeps the same). Records are parsed by
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -23,61 +21,19 @@ from streamdp.feed.places_view import (
     places_document,
 )
 from streamdp.feed.privacy_loss import StreamLoss, source_losses, stream_loss
+from streamdp.feed.record_fields import unreadable
 from streamdp.feed.records import (
     Consistent,
     Release,
     parse_consistent,
     parse_release,
-    unreadable,
 )
+from streamdp.feed.tables import CONSISTENT_COLUMNS, RELEASE_COLUMNS, to_csv
 
 V = TypeVar("V")
 
-#: Columns of ``releases.csv``, in order.
-RELEASE_COLUMNS = (
-    "stream",
-    "source",
-    "counter",
-    "epoch",
-    "period",
-    "period_start",
-    "period_end",
-    "noisy_count",
-    "count_std",
-    "count_half_width95",
-    "noisy_total",
-    "total_std",
-    "total_half_width95",
-    "epsilon",
-    "mechanism",
-    "sensitivity",
-    "noise",
-    "noise_secure",
-    "rho",
-    "privacy_delta",
-    "protects",
-)
-#: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
-CONSISTENT_COLUMNS = (
-    "stream",
-    "revision",
-    "periods_covered",
-    "constraint",
-    "epoch",
-    "period",
-    "period_start",
-    "period_end",
-    "counter",
-    "consistent_count",
-    "consistent_count_std",
-    "consistent_count_half_width95",
-    "consistent_total",
-    "consistent_total_std",
-    "consistent_total_half_width95",
-    # places streams publishing them: biased, post-processed, tree-consistent (else empty)
-    "nonnegative_count",
-    "nonnegative_total",
-)
+#: the CSV downloads' columns and writer live in :mod:`streamdp.feed.tables`
+__all__ = ["CONSISTENT_COLUMNS", "RELEASE_COLUMNS", "FeedView", "StreamIndex", "to_csv"]
 
 
 @dataclass
@@ -357,21 +313,3 @@ class FeedView:
 
 def _get(values: Mapping[str, V] | None, name: str) -> V | None:
     return None if values is None else values.get(name)
-
-
-def to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
-    """``rows`` as CSV text with a header; floats written with ``repr`` (exact round trip)."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(["" if row.get(c) is None else _cell(row[c]) for c in columns])
-    return buffer.getvalue()
-
-
-def _cell(value: object) -> str:
-    if value is None:  # a field that does not apply (rho of a pure-DP release)
-        return ""
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)

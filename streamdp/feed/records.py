@@ -9,49 +9,21 @@ exactly as released; nothing is clipped or rounded.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from streamdp.error_band import half_width95, half_widths95
-
-V = TypeVar("V")
-
-#: The ``schema_version``s the feed reads (docs/consuming.md, section 6): 2, the current one
-#: (``schemas/*.schema.json``), and 1, whose release field ``delta`` is read as ``sensitivity``
-#: ("Migrating from schema_version 1"). Records of any other version are not shown.
-KNOWN_SCHEMA_VERSIONS = (1, 2)
-#: Record kinds streamdp writes: any other ``kind`` is reported as unknown, not quoted.
-_KINDS = ("release", "consistent", "dead_letter")
-
-
-class NotJson:
-    """What a line that is not JSON decodes to (:data:`NOT_JSON`): never shown, counted."""
-
-
-NOT_JSON = NotJson()
-
-
-def unreadable(record: object, kind: str) -> str | None:
-    """Why ``record``, read from the source of ``kind`` records, is not even parsed (not JSON,
-    not an object, another kind, a schema version the feed does not know), or None. The reason
-    goes to the operator's console: it names no value of the record beyond a known kind or a
-    small version number."""
-    if isinstance(record, NotJson):
-        return "not JSON"
-    if not isinstance(record, dict):
-        return "not a JSON object"
-    found = record.get("kind")
-    if found != kind:
-        return f"kind {found}" if isinstance(found, str) and found in _KINDS else "unknown kind"
-    version = _int(record.get("schema_version"))  # an integer, never true or 2.0
-    if version in KNOWN_SCHEMA_VERSIONS:
-        return None
-    if "schema_version" not in record:
-        return "no schema_version"
-    small = version is not None and 0 <= version < 1000
-    return f"schema_version {version}" if small else "unknown schema_version"
+from streamdp.feed.record_fields import (
+    count_field,
+    count_map,
+    int_field,
+    number_field,
+    number_map,
+    text_field,
+    union,
+    unreadable,
+)
 
 
 @dataclass(frozen=True)
@@ -169,10 +141,10 @@ class Consistent:
             self,
             counts={**self.counts, **part.counts},
             totals={**self.totals, **part.totals},
-            count_std=_union(self.count_std, part.count_std),
-            total_std=_union(self.total_std, part.total_std),
-            nonnegative_counts=_union(self.nonnegative_counts, part.nonnegative_counts),
-            nonnegative_totals=_union(self.nonnegative_totals, part.nonnegative_totals),
+            count_std=union(self.count_std, part.count_std),
+            total_std=union(self.total_std, part.total_std),
+            nonnegative_counts=union(self.nonnegative_counts, part.nonnegative_counts),
+            nonnegative_totals=union(self.nonnegative_totals, part.nonnegative_totals),
         )
 
     def entry(self) -> dict[str, Any]:
@@ -199,60 +171,11 @@ class Consistent:
         }
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _count(value: object) -> int | float | None:
-    """A released count or total: an int stays an int, a finite real number (kary_gls) a float."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return _number(value)
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    number = float(value)
-    return number if math.isfinite(number) else None
-
-
-def _text(value: object) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _number_map(value: object) -> dict[str, float] | None:
-    return _map(value, _number)
-
-
-def _count_map(value: object) -> dict[str, int] | None:
-    """A map of non-negative integers (a non-negative estimate), else None."""
-    return _map(value, lambda item: None if (n := _int(item)) is None or n < 0 else n)
-
-
-def _map(value: object, parse: Callable[[object], V | None]) -> dict[str, V] | None:
-    """A non-empty JSON object whose every value ``parse`` accepts, else None."""
-    if not isinstance(value, dict) or not value:
-        return None
-    out: dict[str, V] = {}
-    for key, item in value.items():
-        parsed = parse(item)
-        if not isinstance(key, str) or parsed is None:
-            return None
-        out[key] = parsed
-    return out
-
-
-def _union(mine: Mapping[str, V] | None, theirs: Mapping[str, V] | None) -> Mapping[str, V] | None:
-    """Two parts' maps of one record merged (None when either part lacks it)."""
-    return None if mine is None or theirs is None else {**mine, **theirs}
-
-
 def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
     """``(rho, delta)`` of a zCDP release (both positive numbers), else ``(None, None)``."""
     if record.get("privacy_definition") != "zcdp":
         return None, None
-    rho, delta = _number(record.get("rho")), _number(record.get("privacy_delta"))
+    rho, delta = number_field(record.get("rho")), number_field(record.get("privacy_delta"))
     if rho is None or delta is None or rho <= 0 or not 0 < delta < 1:
         return None, None
     return rho, delta
@@ -264,9 +187,9 @@ def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
     unit = record.get("privacy_unit")
     if not isinstance(unit, dict):
         return None, None
-    name = _text(unit.get("field"))
-    per_period = _int(unit.get("max_events_per_period"))
-    periods = _int(unit.get("max_periods_per_epoch"))
+    name = text_field(unit.get("field"))
+    per_period = int_field(unit.get("max_events_per_period"))
+    periods = int_field(unit.get("max_periods_per_epoch"))
     if name is None or per_period is None or periods is None:
         return None, None
     return name, (per_period, periods)
@@ -279,16 +202,16 @@ def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
     if not isinstance(where, dict):
         return None, None
     node, label, level = (
-        _text(where.get("node")),
-        _text(where.get("label")),
-        _int(where.get("level")),
+        text_field(where.get("node")),
+        text_field(where.get("label")),
+        int_field(where.get("level")),
     )
     parent = where.get("parent")
     if node is None or label is None or level is None or level < 0:
         return None, None
-    if not (parent is None or _text(parent) is not None):
+    if not (parent is None or text_field(parent) is not None):
         return None, None
-    return Place(node, parent if isinstance(parent, str) else None, label, level), _text(
+    return Place(node, parent if isinstance(parent, str) else None, label, level), text_field(
         record.get("cell")
     )
 
@@ -299,18 +222,21 @@ def parse_release(record: object) -> Release | None:
     if unreadable(record, "release") is not None:
         return None
     assert isinstance(record, dict)
-    stream, counter = _text(record.get("stream")), _text(record.get("counter"))
-    epoch, period = _int(record.get("epoch")), _int(record.get("period"))
-    start, end = _text(record.get("period_start")), _text(record.get("period_end"))
-    count, total = _count(record.get("noisy_count")), _count(record.get("noisy_total"))
-    count_std, total_std = _number(record.get("count_std")), _number(record.get("total_std"))
-    epsilon = _number(record.get("epsilon"))
+    stream, counter = text_field(record.get("stream")), text_field(record.get("counter"))
+    epoch, period = int_field(record.get("epoch")), int_field(record.get("period"))
+    start, end = text_field(record.get("period_start")), text_field(record.get("period_end"))
+    count, total = count_field(record.get("noisy_count")), count_field(record.get("noisy_total"))
+    count_std, total_std = (
+        number_field(record.get("count_std")),
+        number_field(record.get("total_std")),
+    )
+    epsilon = number_field(record.get("epsilon"))
     # ``sensitivity`` since schema_version 2; ``delta`` in version 1 (old topics still read)
-    sensitivity = _int(record.get("sensitivity" if record["schema_version"] > 1 else "delta"))
-    horizon = _int(record.get("horizon"))
-    mechanism, objective = _text(record.get("mechanism")), _text(record.get("objective"))
-    noise, secure = _text(record.get("noise")), record.get("noise_secure")
-    index = _int(record.get("counter_index"))
+    sensitivity = int_field(record.get("sensitivity" if record["schema_version"] > 1 else "delta"))
+    horizon = int_field(record.get("horizon"))
+    mechanism, objective = text_field(record.get("mechanism")), text_field(record.get("objective"))
+    noise, secure = text_field(record.get("noise")), record.get("noise_secure")
+    index = int_field(record.get("counter_index"))
     if (
         stream is None
         or counter is None
@@ -335,9 +261,10 @@ def parse_release(record: object) -> Release | None:
         stream, counter, epoch, period, start, end, count, total, count_std, total_std,
         epsilon, sensitivity, horizon, mechanism, objective, noise, secure,
         None if index is None or index < 0 else index,
-        _text(record.get("title")), _text(record.get("description")), _text(record.get("unit")),
+        text_field(record.get("title")), text_field(record.get("description")),
+        text_field(record.get("unit")),
         *_zcdp(record), *_unit(record), *_place(record),
-        source=_text(record.get("source")),
+        source=text_field(record.get("source")),
     )  # fmt: skip
 
 
@@ -346,16 +273,16 @@ def parse_consistent(record: object) -> Consistent | None:
     if unreadable(record, "consistent") is not None:
         return None
     assert isinstance(record, dict)
-    stream = _text(record.get("stream"))
-    revision, covered = _int(record.get("revision")), _int(record.get("periods_covered"))
-    epoch, period = _int(record.get("epoch")), _int(record.get("period"))
-    start, end = _text(record.get("period_start")), _text(record.get("period_end"))
-    constraint = _text(record.get("constraint"))
-    counts, totals = _number_map(record.get("counts")), _number_map(record.get("totals"))
+    stream = text_field(record.get("stream"))
+    revision, covered = int_field(record.get("revision")), int_field(record.get("periods_covered"))
+    epoch, period = int_field(record.get("epoch")), int_field(record.get("period"))
+    start, end = text_field(record.get("period_start")), text_field(record.get("period_end"))
+    constraint = text_field(record.get("constraint"))
+    counts, totals = number_map(record.get("counts")), number_map(record.get("totals"))
     # count_std/total_std: optional (records before they were added lack them), exact if present
     count_std, total_std = (
-        _number_map(record.get("count_std")),
-        _number_map(record.get("total_std")),
+        number_map(record.get("count_std")),
+        number_map(record.get("total_std")),
     )
     if ("count_std" in record and count_std is None) or (
         "total_std" in record and total_std is None
@@ -375,8 +302,8 @@ def parse_consistent(record: object) -> Consistent | None:
     ):
         return None
     # optional non-negative integer estimates: both well-formed, or neither shown
-    integer_counts = _count_map(record.get("nonnegative_counts"))
-    integer_totals = _count_map(record.get("nonnegative_totals"))
+    integer_counts = count_map(record.get("nonnegative_counts"))
+    integer_totals = count_map(record.get("nonnegative_totals"))
     if integer_counts is None or integer_totals is None:
         integer_counts = integer_totals = None
     return Consistent(

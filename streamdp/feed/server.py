@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from streamdp.errors import ConfigError
-from streamdp.feed.model import CONSISTENT_COLUMNS, RELEASE_COLUMNS, FeedView, to_csv
+from streamdp.feed.model import FeedView
 from streamdp.feed.page import render_page
+from streamdp.feed.tables import CONSISTENT_COLUMNS, RELEASE_COLUMNS, to_csv
 
 LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_BYTES = 16_384

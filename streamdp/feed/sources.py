@@ -20,7 +20,7 @@ from typing import Any, BinaryIO
 
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.feed.model import FeedView
-from streamdp.feed.records import NOT_JSON
+from streamdp.feed.record_fields import NOT_JSON
 
 #: The public files of a replay's output directory, and the record kind each holds.
 REPLAY_FILES = (("releases.jsonl", "release"), ("consistent.jsonl", "consistent"))
