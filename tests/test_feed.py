@@ -232,6 +232,8 @@ def test_csv_downloads_match_the_records_exactly(replay_dir: Path, served: Serve
         assert int(row["sensitivity"]) == record["sensitivity"]
         assert row["noise"] == record["noise"]
         assert row["noise_secure"] == str(record["noise_secure"])
+        assert row["source"] == record["source"]  # streams of one source compose
+        assert row["l2_sensitivity"] == ""  # pure DP: no L2 bound
     latest = _latest_consistent(_jsonl(replay_dir / "consistent.jsonl"))
     crow = list(csv.DictReader(io.StringIO(served.get("consistent.csv"))))
     assert len(crow) == sum(len(r["counts"]) for r in latest.values())
@@ -822,8 +824,17 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     assert {(r["rho"], r["privacy_delta"], r["noise"]) for r in rows} == {
         ("0.5", "1e-10", "insecure-seeded-numpy-gaussian")
     }
+    # the L2 bound the Gaussian noise is calibrated on, beside the L1 one (audit F5)
+    (record,) = {json.dumps({k: r[k] for k in ("sensitivity", "l2_sensitivity")}) for r in
+                 _release_records(out)}  # fmt: skip
+    bounds = json.loads(record)
+    assert bounds["l2_sensitivity"] == math.sqrt(bounds["sensitivity"])  # census: k + 2 cells
+    assert stream["l2_sensitivity"] == bounds["l2_sensitivity"]
+    assert {float(r["l2_sensitivity"]) for r in rows} == {bounds["l2_sensitivity"]}
     dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", (site / "index.html").as_uri())
     assert "<h2>Census-style person counts (zCDP)</h2>" in dom
+    l2_shown = math.ceil(bounds["l2_sensitivity"] * 100) / 100  # rounded up, never down
+    assert f"sensitivity L1 {bounds['sensitivity']}, L2 {l2_shown} per event" in dom
     # the (epsilon, delta) bound rounded up, never down (7.2861... is shown as 7.287)
     shown = f"{math.ceil(stream['rho_sum_over_epochs_epsilon'] * 1000) / 1000}"
     assert shown == "7.287"

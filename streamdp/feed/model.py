@@ -273,6 +273,8 @@ class FeedView:
                     "objective": None if latest is None else latest.objective,
                     "horizon": None if latest is None else latest.horizon,
                     "sensitivity": None if latest is None else latest.sensitivity,
+                    # zCDP: the L2 bound the noise is calibrated on (sensitivity is the L1 one)
+                    "l2_sensitivity": None if latest is None else latest.l2_sensitivity,
                     # per what the guarantee holds, and a privacy unit's bounds
                     "protects": "event" if latest is None else latest.protects,
                     "unit_bounds": (

@@ -117,11 +117,15 @@ function streamSection(stream) {
   const unit = stream.unit ? ` (${stream.unit})` : "";
   const perUnit = stream.protects && stream.protects !== "event";
   const loss = streamLoss(stream);
+  // a zCDP stream's Gaussian noise is calibrated on the L2 bound: both are shown
+  const sensitivity = stream.l2_sensitivity
+    ? `sensitivity L1 ${stream.sensitivity}, L2 ${up(stream.l2_sensitivity, 2)}`
+    : `sensitivity ${stream.sensitivity}`;
   const bound = perUnit && stream.unit_bounds
-    ? `sensitivity ${stream.sensitivity} per ${stream.protects} (each counted in at most `
+    ? `${sensitivity} per ${stream.protects} (each counted in at most `
       + `${stream.unit_bounds[1]} periods of an epoch, at most ${stream.unit_bounds[0]} `
       + "records a period; records beyond that are not counted)"
-    : `sensitivity ${stream.sensitivity} per event`;
+    : `${sensitivity} per event`;
   sec.append(el("p", {class: "facts"},
     (stream.title ? `Stream ${stream.stream}. ` : "")
     + `Mechanism ${stream.mechanism} (objective ${stream.objective}), `

@@ -76,6 +76,9 @@ class Release:
     cell: str | None = None
     # the input source the stream reads (None: a record written before releases named it)
     source: str | None = None
+    # a zCDP stream's L2 bound, the one its Gaussian noise is calibrated on (None: pure DP;
+    # ``sensitivity`` is the L1 bound)
+    l2_sensitivity: float | None = None
 
     @property
     def protects(self) -> str:
@@ -101,6 +104,8 @@ class Release:
             "epsilon": self.epsilon,
             "mechanism": self.mechanism,
             "sensitivity": self.sensitivity,
+            # zCDP streams only: the L2 bound the Gaussian noise is calibrated on
+            "l2_sensitivity": self.l2_sensitivity,
             "noise": self.noise,
             "noise_secure": self.noise_secure,
             # zCDP streams only (empty for pure DP): epsilon above is their (epsilon, delta) bound
@@ -179,6 +184,14 @@ def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
     if rho is None or delta is None or rho <= 0 or not 0 < delta < 1:
         return None, None
     return rho, delta
+
+
+def _l2(record: dict[str, Any]) -> float | None:
+    """A zCDP release's ``l2_sensitivity`` (a positive number), else None."""
+    if record.get("privacy_definition") != "zcdp":
+        return None
+    l2 = number_field(record.get("l2_sensitivity"))
+    return l2 if l2 is not None and l2 > 0 else None
 
 
 def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
@@ -265,6 +278,7 @@ def parse_release(record: object) -> Release | None:
         text_field(record.get("unit")),
         *_zcdp(record), *_unit(record), *_place(record),
         source=text_field(record.get("source")),
+        l2_sensitivity=_l2(record),
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ RELEASE_COLUMNS = (
     "epsilon",
     "mechanism",
     "sensitivity",
+    "l2_sensitivity",
     "noise",
     "noise_secure",
     "rho",
