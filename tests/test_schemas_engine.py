@@ -60,6 +60,7 @@ def test_every_written_record_validates(scenario, periods) -> None:
             )  # fmt: skip
             # and the source it reads: streams of one source compose (the feed sums them)
             assert data["source"] == spec.streams[data["stream"]].source
+            assert data["period_unit"] == spec.streams[data["stream"]].period.unit
         seen.add(data["kind"])
     assert seen == {"release", "consistent"}
     dead = _validator("dead_letter")

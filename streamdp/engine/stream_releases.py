@@ -66,10 +66,12 @@ def unit_fields(spec: StreamSpec) -> dict[str, object]:
 
 def stream_fields(spec: StreamSpec) -> dict[str, object]:
     """The optional fields every release of the stream carries: the input ``source`` it reads
-    (streams of one source compose: a reader sums their budgets), its wording, zCDP fields and
-    privacy unit."""
+    (streams of one source compose: a reader sums their budgets), its ``period_unit`` (a reader
+    labels calendar months as months, fixed periods by their dates), its wording, zCDP fields
+    and privacy unit."""
     return {
         "source": spec.source,
+        "period_unit": spec.period.unit,
         **spec.about.fields(),
         **zcdp_fields(spec),
         **unit_fields(spec),

@@ -272,6 +272,8 @@ class FeedView:
                     "mechanism": None if latest is None else latest.mechanism,
                     "objective": None if latest is None else latest.objective,
                     "horizon": None if latest is None else latest.horizon,
+                    # "day", "month" or "fixed" (labels: months only for "month")
+                    "period_unit": None if latest is None else latest.period_unit,
                     "sensitivity": None if latest is None else latest.sensitivity,
                     # zCDP: the L2 bound the noise is calibrated on (sensitivity is the L1 one)
                     "l2_sensitivity": None if latest is None else latest.l2_sensitivity,

@@ -66,6 +66,7 @@ function seriesOf(stream, place, note) {
 }
 
 function placesBody(stream, sec, unit) {
+  const when = p => periodLabel(p, stream.period_unit);
   const P = stream.places;
   const nodes = P.nodes, cells = P.cells, width = Math.max(cells.length, 1);
   const state = placeChoice[stream.stream]
@@ -139,9 +140,9 @@ function placesBody(stream, sec, unit) {
     const series = periods.map((_, i) => valueAt(at, counter, i)).filter(p => p !== null);
     const totals = series.map(p => ({y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
       hi: p.noisy_total + p.total_half_width95, c: p.consistent_total,
-      label: periodLabel(p), epoch: p.epoch}));
+      label: when(p), epoch: p.epoch}));
     const counts = series.map(p => ({y: p.noisy_count, lo: p.noisy_count - p.count_half_width95,
-      hi: p.noisy_count + p.count_half_width95, label: periodLabel(p), epoch: p.epoch}));
+      hi: p.noisy_count + p.count_half_width95, label: when(p), epoch: p.epoch}));
     const totalChart = chart(`${label}${cellName}: running total${unit} (line), 95% band `
                              + "(shaded), consistent total (dashed)", totals,
                              {line: true, kind: "totals"});
@@ -156,7 +157,7 @@ function placesBody(stream, sec, unit) {
   const latest = stream.latest_period;
   const revised = P.consistent;
   const sameDay = revised && revised.epoch === P.latest.epoch && revised.period === P.latest.period;
-  sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
+  sec.append(el("h3", {}, `Latest period: ${when(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})${cellName}`));
   const pm = (value, sd) => value === null || value === undefined ? "\u2013"
     : `${num(value, 0)} \u00b1 ${num(band(sd), 0)}`;
@@ -165,7 +166,7 @@ function placesBody(stream, sec, unit) {
     : `${num(value, 1)} \u00b1 ${num(band(sd), 0)}`;
   const revisedHead = !revised ? "consistent total"
     : sameDay ? "consistent total \u00b1 95%"
-    : `consistent total \u00b1 95% (${periodLabel(revised)})`;
+    : `consistent total \u00b1 95% (${when(revised)})`;
   // the stream's non-negative integer estimates, when it publishes them (biased: labelled)
   const integers = revised && revised.nonnegative_total;
   const table = el("table", {class: "latest places-table"},
@@ -208,7 +209,7 @@ function placesBody(stream, sec, unit) {
   sec.append(el("p", {class: "facts"}, revised
     ? `Latest consistent revision: ${revised.revision}, `
       + `covering ${revised.periods_covered} periods `
-      + `(constraint: ${revised.constraint}); its newest period is ${periodLabel(revised)} `
+      + `(constraint: ${revised.constraint}); its newest period is ${when(revised)} `
       + `(epoch ${revised.epoch}, period ${revised.period}).`
     : "No consistent revision yet."));
 }

@@ -43,26 +43,37 @@ function num(v, digits) {
 function day(iso) { return String(iso).slice(0, 10); }
 const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                 "Dec"];
-// A period in words from its own RFC 3339 bounds (their local date and time as written, in
-// the stream's time zone: never the reader's): "Mar 2024", "2024-03-05",
-// "2024-03-04 to 2024-03-10", "2024-03-05 13:00 to 14:00".
-function periodLabel(p) {
+// A period in words from its own RFC 3339 bounds, read as their local date and time as
+// written (the stream's time zone, never the reader's). Whole local days are labelled by
+// their first and last day (the end is exclusive: the last day is the one before it); by
+// month only in a stream of calendar months (``unit``: its period_unit) and when they run
+// from the 1st of a month to the 1st of a later one, whatever their length in hours (a clock
+// change makes October 745 h): "Mar 2024", "Jan 2024 to Mar 2024", "2024-03-05",
+// "2024-01-15 to 2024-02-14"; else "2024-03-05 13:00 to 14:00" or
+// "2024-03-05 13:00 to 2024-03-06 13:00".
+function periodLabel(p, unit) {
   const start = String(p.period_start), end = String(p.period_end);
-  const hours = (Date.parse(end) - Date.parse(start)) / 3600000;
-  const date = start.slice(0, 10), time = start.slice(11, 16), endTime = end.slice(11, 16);
-  if (hours >= 24 * 28) {
-    const first = `${MONTHS[Number(start.slice(5, 7)) - 1]} ${start.slice(0, 4)}`;
-    if (hours <= 24 * 31) return first;
-    const last = new Date(Date.parse(end) - 1).toISOString();
-    return `${first} to ${MONTHS[Number(last.slice(5, 7)) - 1]} ${last.slice(0, 4)}`;
+  const date = start.slice(0, 10), endDate = end.slice(0, 10);
+  const time = start.slice(11, 16), endTime = end.slice(11, 16);
+  // local midnight: the time as written, whatever the offset after it
+  const midnight = t => /^00:00(:00(\.0+)?)?$/.test(t.slice(11).replace(/(Z|[+-]\d\d:\d\d)$/, ""));
+  if (!(midnight(start) && midnight(end))) {
+    return endDate === date ? `${date} ${time} to ${endTime}`
+                            : `${date} ${time} to ${endDate} ${endTime}`;
   }
-  if (hours >= 23 && hours <= 25) return date;
-  if (hours > 25) {
-    const last = new Date(Date.parse(end) - 1000).toISOString().slice(0, 10);
-    return `${date} to ${last}`;
+  const [y, m, d] = date.split("-").map(Number);
+  const [ey, em, ed] = endDate.split("-").map(Number);
+  const month = (year, number) => `${MONTHS[number - 1]} ${year}`;
+  // months: a calendar-month stream's (unit "month"; records before the field: by the dates)
+  const months = unit === "month" || unit === undefined || unit === null;
+  if (months && d === 1 && ed === 1 && (ey - y) * 12 + em - m >= 1) {
+    const lastYear = em === 1 ? ey - 1 : ey, lastMonth = em === 1 ? 12 : em - 1;
+    return lastYear === y && lastMonth === m ? month(y, m)
+                                             : `${month(y, m)} to ${month(lastYear, lastMonth)}`;
   }
-  return end.slice(0, 10) === date ? `${date} ${time} to ${endTime}`
-                                   : `${date} ${time} to ${end.slice(0, 10)} ${endTime}`;
+  // the last day: the exclusive end's date minus one calendar day
+  const last = new Date(Date.UTC(ey, em - 1, ed - 1)).toISOString().slice(0, 10);
+  return last === date ? date : `${date} to ${last}`;
 }
 
 __CHART__
@@ -112,6 +123,7 @@ function attributeGroups(counters) {
 
 function streamSection(stream) {
   const sec = el("section", {class: "stream", "data-stream": stream.stream});
+  const when = p => periodLabel(p, stream.period_unit);
   sec.append(el("h2", {}, stream.title || `Stream ${stream.stream}`));
   if (stream.description) sec.append(el("p", {class: "description"}, stream.description));
   const unit = stream.unit ? ` (${stream.unit})` : "";
@@ -150,7 +162,7 @@ function streamSection(stream) {
   const chosenCounter = stream.counters.find(c => c.counter === current);
   const series = stream.periods.map((_, i) => valueAt(stream, chosenCounter, i))
     .filter(p => p !== null);
-  const label = p => periodLabel(p);
+  const label = p => when(p);
   const totals = series.map(p => ({
     y: p.noisy_total, lo: p.noisy_total - p.total_half_width95,
     hi: p.noisy_total + p.total_half_width95,
@@ -170,7 +182,7 @@ function streamSection(stream) {
   const cLatest = newest && newest.epoch === latest.epoch && newest.period === latest.period
     ? newest : null;
   const latestIndex = periodIndex(stream, latest.epoch, latest.period);
-  sec.append(el("h3", {}, `Latest period: ${periodLabel(latest)} `
+  sec.append(el("h3", {}, `Latest period: ${when(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})`));
   const latestTable = (counters, named) => {
     const table = el("table", {class: "latest"},
@@ -216,7 +228,7 @@ function streamSection(stream) {
     // the newest revised period, each value beside the release of that same period
     const box = el("details", {class: "consistent-latest"});
     box.open = Object.keys(rev.counts).length <= 12;
-    box.append(el("summary", {}, `Latest consistent values: ${periodLabel(rev)} `
+    box.append(el("summary", {}, `Latest consistent values: ${when(rev)} `
                   + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
     const revised = el("table", {},
       el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count \u00b1 95%"),
@@ -238,7 +250,7 @@ function streamSection(stream) {
   }
   sec.append(el("p", {class: "facts"}, rev
     ? `Latest consistent revision: ${rev.revision}, covering ${rev.periods_covered} periods `
-      + `(constraint: ${rev.constraint}); its newest period is ${periodLabel(rev)} `
+      + `(constraint: ${rev.constraint}); its newest period is ${when(rev)} `
       + `(epoch ${rev.epoch}, period ${rev.period}).`
     : "No consistent revision yet."));
   return sec;
@@ -253,10 +265,12 @@ function render() {
     root.append(el("p", {}, "No releases yet: this page fills in as periods are released."));
   }
   document.getElementById("source").textContent = feed.source;
-  const latest = feed.streams.map(s => s.latest_period).filter(p => p)
-    .sort((a, b) => Date.parse(a.period_end) - Date.parse(b.period_end)).pop();
-  document.getElementById("status").textContent = latest
-    ? `Data as of the end of ${periodLabel(latest)}, the latest period released.`
+  const newest = feed.streams.filter(s => s.latest_period)
+    .sort((a, b) => Date.parse(a.latest_period.period_end)
+                    - Date.parse(b.latest_period.period_end)).pop();
+  document.getElementById("status").textContent = newest
+    ? `Data as of the end of ${periodLabel(newest.latest_period, newest.period_unit)}, `
+      + "the latest period released."
     : "No period released yet.";
 }
 let resizing = null;

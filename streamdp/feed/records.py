@@ -76,6 +76,8 @@ class Release:
     cell: str | None = None
     # the input source the stream reads (None: a record written before releases named it)
     source: str | None = None
+    # the stream's period unit: "day", "month" or "fixed" (None: a record before the field)
+    period_unit: str | None = None
     # a zCDP stream's L2 bound, the one its Gaussian noise is calibrated on (None: pure DP;
     # ``sensitivity`` is the L1 bound)
     l2_sensitivity: float | None = None
@@ -186,6 +188,11 @@ def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
     return rho, delta
 
 
+def _period_unit(record: dict[str, Any]) -> str | None:
+    unit = record.get("period_unit")
+    return unit if unit in ("day", "month", "fixed") else None
+
+
 def _l2(record: dict[str, Any]) -> float | None:
     """A zCDP release's ``l2_sensitivity`` (a positive number), else None."""
     if record.get("privacy_definition") != "zcdp":
@@ -279,6 +286,7 @@ def parse_release(record: object) -> Release | None:
         *_zcdp(record), *_unit(record), *_place(record),
         source=text_field(record.get("source")),
         l2_sensitivity=_l2(record),
+        period_unit=_period_unit(record),
     )  # fmt: skip
 
 

@@ -1,0 +1,109 @@
+"""The page script's own logic, run in chromium (headless) on a page the feed rendered: period
+labels (audit F6), chart ticks (F7) and the rounding of what is shown (F8).
+
+Each test renders a real page, appends a script that calls the page's functions and leaves
+their results as JSON on the body, and reads them back from chromium's DOM dump. Expected
+values come from the periods' own dates (the engine's clock, Python's calendar) and from the
+definitions, never from the script under test.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streamdp.engine.periods import PeriodClock
+from streamdp.engine.spec import PeriodSpec
+from streamdp.feed.model import FeedView
+from streamdp.feed.page import render_page
+from tests.test_feed import EXAMPLES, _browse, _chromium
+
+
+def evaluate(tmp_path: Path, expression: str, document: dict[str, Any] | None = None) -> Any:
+    """The JSON value of ``expression`` (JavaScript) evaluated in the rendered page, after
+    its own script ran."""
+    page = render_page(document or FeedView().document("test"))
+    probe = (
+        "<script>document.body.dataset.out = JSON.stringify((() => {"
+        f"return {expression};"
+        "})());</script>"
+    )
+    path = tmp_path / "probe.html"
+    path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
+    dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", path.as_uri())
+    found = re.search(r'data-out="([^"]*)"', dom)
+    assert found is not None, dom[-3000:]
+    return json.loads(html.unescape(found.group(1)))
+
+
+def _bounds(unit: str, start: str, timezone: str, index: int, length: int = 0) -> dict[str, str]:
+    """Period ``index`` of a stream, as its releases state it (the engine's own clock)."""
+    clock = PeriodClock(PeriodSpec(unit, start, timezone, length))  # type: ignore[arg-type]
+    begin, end = clock.bounds(index)
+    return {"period_start": clock.iso(begin), "period_end": clock.iso(end)}
+
+
+@pytest.mark.tool
+def test_periods_are_labelled_by_their_own_local_dates(tmp_path: Path) -> None:
+    day = 86400
+    cases = [
+        # a London October is 745 h (the clock goes back): one month, not "Oct to Oct"
+        ("month", _bounds("month", "2024-01-01", "Europe/London", 9), "Oct 2024"),
+        ("month", _bounds("month", "2024-01-01", "Europe/London", 2), "Mar 2024"),  # 743 h
+        ("month", _bounds("month", "2024-01-01", "America/New_York", 0), "Jan 2024"),
+        # fixed 31-day periods are not calendar months, whatever their dates
+        ("fixed", _bounds("fixed", "2024-01-15T00:00:00Z", "UTC", 0, 31 * day),
+         "2024-01-15 to 2024-02-14"),
+        ("fixed", _bounds("fixed", "2024-01-01T00:00:00Z", "UTC", 0, 31 * day),
+         "2024-01-01 to 2024-01-31"),
+        ("fixed", _bounds("fixed", "2024-02-01T00:00:00Z", "UTC", 0, 28 * day),
+         "2024-02-01 to 2024-02-28"),
+        # a calendar day of 23 h (New York springs forward) is one day
+        ("day", _bounds("day", "2024-03-10", "America/New_York", 0), "2024-03-10"),
+        ("day", _bounds("day", "2024-10-27", "Europe/London", 0), "2024-10-27"),  # 25 h
+        # a fixed day that starts at 13:00 runs into the next date
+        ("fixed", _bounds("fixed", "2024-03-05T13:00:00Z", "UTC", 0, day),
+         "2024-03-05 13:00 to 2024-03-06 13:00"),
+        ("fixed", _bounds("fixed", "2024-03-05T13:00:00Z", "UTC", 0, 3600),
+         "2024-03-05 13:00 to 14:00"),
+        ("fixed", _bounds("fixed", "2024-03-04T00:00:00Z", "UTC", 0, 7 * day),
+         "2024-03-04 to 2024-03-10"),
+    ]  # fmt: skip
+    october = cases[0][1]
+    hours = (
+        datetime.fromisoformat(october["period_end"]).timestamp()
+        - datetime.fromisoformat(october["period_start"]).timestamp()
+    ) / 3600
+    assert hours == 745  # the audit's case: the clock goes back in October
+    assert october["period_start"] == "2024-10-01T00:00:00+01:00"
+    calls = ", ".join(f"periodLabel({json.dumps(p)}, {json.dumps(u)})" for u, p, _ in cases)
+    shown = evaluate(tmp_path, f"[{calls}]")
+    assert shown == [label for _, _, label in cases]
+
+
+@pytest.mark.tool
+def test_records_without_a_period_unit_are_labelled_by_their_dates(tmp_path: Path) -> None:
+    october = _bounds("month", "2024-01-01", "Europe/London", 9)
+    quarter = {
+        "period_start": "2024-01-01T00:00:00+00:00",
+        "period_end": "2024-04-01T00:00:00+00:00",
+    }
+    shown = evaluate(
+        tmp_path, f"[periodLabel({json.dumps(october)}), periodLabel({json.dumps(quarter)})]"
+    )
+    assert shown == ["Oct 2024", "Jan 2024 to Mar 2024"]
+
+
+def test_the_page_data_carries_each_streams_period_unit() -> None:
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    view = FeedView()
+    view.add({**example, "period_unit": "month"}, "release")
+    view.add({**example, "stream": "old", "period_unit": None}, "release")
+    units = {s["stream"]: s["period_unit"] for s in view.document("test")["streams"]}
+    assert units == {example["stream"]: "month", "old": None}
