@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import html
 import json
+import math
 import re
 from datetime import datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -107,3 +109,37 @@ def test_the_page_data_carries_each_streams_period_unit() -> None:
     view.add({**example, "stream": "old", "period_unit": None}, "release")
     units = {s["stream"]: s["period_unit"] for s in view.document("test")["streams"]}
     assert units == {example["stream"]: "month", "old": None}
+
+
+def _nice_ticks(lo: Fraction, hi: Fraction) -> tuple[Fraction, list[Fraction]]:
+    """The reference: over every nice step (1, 2, 2.5, 5 x 10^k), exactly, the largest whose
+    multiples in [lo, hi] are at least 3."""
+    steps = sorted(
+        (Fraction(m) * Fraction(10) ** k for m in ("1", "2", "2.5", "5") for k in range(-4, 9)),
+        reverse=True,
+    )
+    for step in steps:
+        first = math.ceil(lo / step)
+        values = [k * step for k in range(first, math.floor(hi / step) + 1)]
+        if len(values) >= 3:
+            return step, values
+    raise AssertionError("no nice step")
+
+
+@pytest.mark.tool
+def test_chart_axes_get_at_least_three_ticks_at_a_nice_step(tmp_path: Path) -> None:
+    spans = [
+        ("-420", "399"), ("0", "100"), ("0", "1"), ("5", "6"), ("-3", "7"), ("-0.4", "2.2"),
+        ("12345", "13000"), ("0", "1000000"), ("-5", "5"), ("-1", "0"), ("-97", "1203"),
+    ]  # fmt: skip
+    calls = ", ".join(f"ticks({lo}, {hi})" for lo, hi in spans)
+    shown = evaluate(tmp_path, f"[{calls}].map(t => [t.step, t.values, tickDigits(t.step)])")
+    for (lo, hi), (step, values, digits) in zip(spans, shown, strict=True):
+        expected_step, expected = _nice_ticks(Fraction(lo), Fraction(hi))
+        assert step == pytest.approx(float(expected_step), rel=1e-12), (lo, hi)
+        assert values == pytest.approx([float(v) for v in expected], rel=1e-9, abs=1e-12)
+        assert 3 <= len(values) <= 6, (lo, hi, values)
+        # labels print the step exactly: 250 with none, 2.5 with one, 0.25 with two
+        decimals = str(float(expected_step)).partition(".")[2].rstrip("0")
+        assert digits == len(decimals), step
+    assert shown[0][1] == [-250, 0, 250]  # the audit's span: 500 left one tick, "0"

@@ -12,14 +12,34 @@ CHART_SCRIPT = r"""
 // the most a character of the charts' 11 px tick text is wide, to place words that must fit
 const CHAR_PX = 7;
 
+// Axis ticks over [lo, hi]: multiples of a nice step (1, 2, 2.5 or 5 x 10^k), the largest
+// one that still gives at least 3 ticks (about 4 intervals when the span allows; at most 6
+// ticks). The step of span / 4 rounded up alone can leave one tick (-420..399: 500).
 function ticks(lo, hi) {
   const span = hi - lo || 1;
-  const raw = span / 4, mag = Math.pow(10, Math.floor(Math.log10(raw)));
-  const step = [1, 2, 5, 10].map(m => m * mag).find(s => s >= raw);
-  const out = [];
-  // integer multiples of the step: no float drift, and + 0 turns -0 into 0
-  for (let k = Math.ceil(lo / step); k * step <= hi; k++) out.push(k * step + 0);
-  return out;
+  if (!Number.isFinite(span)) return {step: 1, values: []};
+  const at = step => {
+    const out = [];
+    // integer multiples of the step: no float drift, and + 0 turns -0 into 0
+    for (let k = Math.ceil(lo / step); k * step <= hi; k++) out.push(k * step + 0);
+    return out;
+  };
+  let mag = Math.pow(10, Math.floor(Math.log10(span / 4)) + 1);
+  for (;;) {  // nice steps from above span / 4 downwards: the first with 3 ticks
+    for (const m of [5, 2.5, 2, 1]) {
+      const step = m * mag;
+      if (step <= span) {
+        const out = at(step);
+        if (out.length >= 3) return {step: step, values: out};
+      }
+    }
+    mag /= 10;
+  }
+}
+// the decimals a tick label needs at this step (0.25: 2, 2.5: 1, 250: 0)
+function tickDigits(step) {
+  const text = String(Number(step.toPrecision(3)));
+  return text.includes(".") ? text.split(".")[1].length : 0;
 }
 
 // One chart, titled by a caption that wraps at any width: x = position in the series,
@@ -46,10 +66,11 @@ function chart(title, points, opts) {
   const n = points.length;
   const x = i => L + (n === 1 ? (W - L - R) / 2 : i * (W - L - R) / (n - 1));
   const y = v => T + (hi - v) * (H - T - B) / (hi - lo);
-  for (const t of ticks(lo, hi)) {
+  const axis = ticks(lo, hi);
+  for (const t of axis.values) {
     svg.append(el("svg:line", {x1: L - 4, x2: L, y1: y(t), y2: y(t), class: "axis"}));
     svg.append(el("svg:text", {x: L - 7, y: y(t) + 4, "text-anchor": "end", class: "tick"},
-                  num(t, 0)));
+                  num(t, tickDigits(axis.step))));
   }
   svg.append(el("svg:line", {x1: L, x2: L, y1: T, y2: H - B, class: "axis"}));
   svg.append(el("svg:line", {x1: L, x2: W - R, y1: y(0), y2: y(0), class: "zero"}));
