@@ -385,7 +385,7 @@ def test_browser_draws_the_charts_with_the_data(
     assert re.search(r'<path d="M[^"]+" class="series-line"', dom)
     assert re.search(r'<path d="M[^"]+" class="consistent-line"', dom)
     latest = values[-1]
-    total_cell = f"{latest['noisy_total']:,} ± {round(half_width95(latest['total_std'])):,}"
+    total_cell = f"{latest['noisy_total']:,} ± {math.ceil(half_width95(latest['total_std'])):,}"
     assert total_cell in dom, total_cell
     # the insecure test sampler is flagged on the page (a rendered element, not the script)
     assert '<p class="warning">These releases used the INSECURE' in dom
@@ -423,9 +423,10 @@ def test_static_page_opens_from_disk_and_shows_the_newest_revised_period_apart(
     counter = stream["counters"][0]["counter"]
     values = shown_values(stream)
     released = values[counter, newest["epoch"], newest["period"]]
-    assert f"{released['noisy_total']:,} ± {round(half_width95(released['total_std'])):,}" in dom
+    outward = math.ceil(half_width95(released["total_std"]))  # half-widths rounded up
+    assert f"{released['noisy_total']:,} ± {outward:,}" in dom
     value, width = newest["totals"][counter], newest["total_half_width95"][counter]
-    assert f"{value:,.1f} ± {round(width):,}".replace(".0 ±", " ±") in dom, (value, width)
+    assert f"{value:,.1f} ± {math.ceil(width):,}".replace(".0 ±", " ±") in dom, (value, width)
     assert dom.count('class="point"') == sum(1 for c, *_ in values if c == counter), counter
 
 
@@ -617,7 +618,7 @@ def test_a_static_copy_of_topics_that_do_not_exist_is_refused_naming_those_that_
         check=False, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr
-    assert f"topic {namespace}x.consistent and {namespace}x.releases does not exist" in done.stderr
+    assert f"topics {namespace}x.consistent and {namespace}x.releases do not exist" in done.stderr
     assert namespace in done.stderr.split("namespaces with a release topic there:")[1]
     assert "Traceback" not in done.stderr
     assert "Unclosed" not in done.stderr

@@ -16,6 +16,8 @@ import io
 import json
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +249,35 @@ def test_a_directory_of_its_own_is_written(replayed: Path, tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "site" / "index.html").is_file()
     assert not any(SECRET in p.read_text() for p in (tmp_path / "site").iterdir())
+
+
+def test_head_answers_the_length_get_sends(tmp_path: Path) -> None:
+    (tmp_path / "releases.jsonl").write_text(_lines([_release(1, 5)]))
+    feed = Served("--from", str(tmp_path))
+    try:
+        for name in ("", "feed.json", "releases.csv", "nothing-here"):
+            get = urllib.request.Request(feed.url + name)
+            head = urllib.request.Request(feed.url + name, method="HEAD")
+            lengths = []
+            for request in (get, head):
+                try:
+                    with urllib.request.urlopen(request, timeout=10) as response:
+                        lengths.append((int(response.headers["Content-Length"]), response.read()))
+                except urllib.error.HTTPError as error:
+                    lengths.append((int(error.headers["Content-Length"]), error.read()))
+                    error.close()
+            (get_length, body), (head_length, nothing) = lengths
+            assert get_length == len(body) > 0, name
+            assert head_length == get_length, name
+            assert nothing == b"", name
+    finally:
+        feed.stop()
+
+
+def test_missing_topics_are_named_in_words() -> None:
+    from streamdp.feed.sources import not_there
+
+    assert not_there(["ns.releases"]) == "topic ns.releases does not exist"
+    assert not_there(["ns.consistent", "ns.releases"]) == (
+        "topics ns.consistent and ns.releases do not exist"
+    )

@@ -143,3 +143,50 @@ def test_chart_axes_get_at_least_three_ticks_at_a_nice_step(tmp_path: Path) -> N
         decimals = str(float(expected_step)).partition(".")[2].rstrip("0")
         assert digits == len(decimals), step
     assert shown[0][1] == [-250, 0, 250]  # the audit's span: 500 left one tick, "0"
+
+
+def _rounding_view() -> tuple[FeedView, float, float]:
+    """One release whose 95% half-width is 10.2 exactly as the page computes it (nearest: 10,
+    too narrow), of a stream with a unit of 1 record a period and 1 revised period."""
+    from streamdp.error_band import LAPLACE_95_SD
+
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    sd = 9.2 / LAPLACE_95_SD
+    unit = {"field": "patient_id", "max_events_per_period": 1, "max_periods_per_epoch": 1,
+            "event_sensitivity": 1}  # fmt: skip
+    view = FeedView()
+    view.add({**example, "count_std": sd, "total_std": sd, "privacy_unit": unit}, "release")
+    fair = json.loads((EXAMPLES / "consistent.json").read_text())[0]
+    view.add({**fair, "periods_covered": 1}, "consistent")
+    return view, sd, LAPLACE_95_SD * sd + 1
+
+
+@pytest.mark.tool
+def test_half_widths_are_rounded_outward_wherever_shown(tmp_path: Path) -> None:
+    view, _, width = _rounding_view()
+    assert 10.19 < width < 10.21
+    outward = math.ceil(width)  # 11; to nearest it would be 10, a band 0.2 too narrow
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    shown = evaluate(
+        tmp_path,
+        '["td.count", "td.total", "svg title"].map(q => document.querySelector(q).textContent)'
+        ".concat([up(2.0000001, 0), up(3, 0), up(0.25, 1), up(7.28614, 3), up(1.5, 6)])",
+        view.document("test"),
+    )
+    cells, rounding = shown[:-5], shown[-5:]
+    count, total = example["noisy_count"], example["noisy_total"]
+    assert cells[:2] == [f"{count} ± {outward}", f"{total:,} ± {outward}"]
+    # the chart's point says what the table says: no decimal where the table has none
+    assert cells[2:] == [f"{example['period_start'][:10]}: {count} ± {outward}"]
+    assert rounding == ["3", "3", "0.3", "7.287", "1.5"]
+
+
+@pytest.mark.tool
+def test_counts_in_words_are_singular_for_one(tmp_path: Path) -> None:
+    view, _, _ = _rounding_view()
+    text = evaluate(tmp_path, 'document.getElementById("streams").textContent',
+                    view.document("test"))  # fmt: skip
+    assert "at most 1 period of an epoch, at most 1 record a period" in text
+    assert "covering 1 period (constraint" in text
+    assert "1 records" not in text
+    assert "1 periods" not in text

@@ -83,7 +83,8 @@ Once published, a release never changes.</dd>
 published with it). The noise averages out: the values are unbiased.</dd>
 <dt>The 95% band</dt>
 <dd>The shaded band and the bars are value &plusmn; (2.12 &times; standard deviation + 1): the
-true value lies inside with about 95% probability.</dd>
+true value lies inside with about 95% probability. Half-widths written as numbers are
+rounded up, never down.</dd>
 <dt>Negative counts</dt>
 <dd>A count below zero, or a running total that goes down, comes from the noise, not from the
 data. Values are not clipped: clipping would bias every sum built on them.</dd>

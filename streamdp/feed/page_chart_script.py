@@ -1,7 +1,7 @@
 """The feed page's chart: one SVG series with its 95% band or error bars, under a caption.
 
-JavaScript spliced into :data:`streamdp.feed.page_script.SCRIPT` (it uses that script's ``el``
-and ``num``): ``chart(title, points, opts)`` draws the series at the width it is shown at, so
+JavaScript spliced into :data:`streamdp.feed.page_script.SCRIPT` (it uses that script's ``el``,
+``num`` and ``up``): ``chart(title, points, opts)`` draws the series at the width it is shown at, so
 its text keeps its size on a phone, with axis ticks, the first and last period, epoch marks
 and, for a line, the shaded band; words are placed only where they fit.
 """
@@ -105,7 +105,7 @@ function chart(title, points, opts) {
       // at this scale the band is thinner than the line: say how wide it is instead
       const widest = Math.max(...points.map(p => p.hi - p.y));
       caption.append(el("span", {class: "caption-note"},
-                        ` The 95% band is ±${num(widest, 0)} at most: thinner than the line `
+                        ` The 95% band is ±${up(widest, 0)} at most: thinner than the line `
                         + "at this scale."));
     }
     const line = points.map((p, i) => `${x(i)},${y(p.y)}`);
@@ -119,7 +119,7 @@ function chart(title, points, opts) {
     points.forEach((p, i) => {
       svg.append(el("svg:line", {x1: x(i), x2: x(i), y1: y(p.lo), y2: y(p.hi), class: "errbar"}));
       svg.append(el("svg:circle", {cx: x(i), cy: y(p.y), r: n > 120 ? 1.6 : 3, class: "point"},
-                    el("svg:title", {}, `${p.label}: ${p.y} \u00b1 ${num(p.hi - p.y, 1)}`)));
+                    el("svg:title", {}, `${p.label}: ${num(p.y, 0)} \u00b1 ${up(p.hi - p.y, 0)}`)));
     });
   }
   return figure;

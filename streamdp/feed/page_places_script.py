@@ -160,10 +160,10 @@ function placesBody(stream, sec, unit) {
   sec.append(el("h3", {}, `Latest period: ${when(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})${cellName}`));
   const pm = (value, sd) => value === null || value === undefined ? "\u2013"
-    : `${num(value, 0)} \u00b1 ${num(band(sd), 0)}`;
+    : `${num(value, 0)} \u00b1 ${up(band(sd), 0)}`;
   const revisedPm = (value, sd) => value === null || value === undefined ? "\u2013"
     : sd === null || sd === undefined ? num(value, 1)
-    : `${num(value, 1)} \u00b1 ${num(band(sd), 0)}`;
+    : `${num(value, 1)} \u00b1 ${up(band(sd), 0)}`;
   const revisedHead = !revised ? "consistent total"
     : sameDay ? "consistent total \u00b1 95%"
     : `consistent total \u00b1 95% (${when(revised)})`;
@@ -208,7 +208,7 @@ function placesBody(stream, sec, unit) {
   }
   sec.append(el("p", {class: "facts"}, revised
     ? `Latest consistent revision: ${revised.revision}, `
-      + `covering ${revised.periods_covered} periods `
+      + `covering ${plural(revised.periods_covered, "period")} `
       + `(constraint: ${revised.constraint}); its newest period is ${when(revised)} `
       + `(epoch ${revised.epoch}, period ${revised.period}).`
     : "No consistent revision yet."));

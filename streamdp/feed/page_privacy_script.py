@@ -3,22 +3,13 @@ one event (or one unit) across every stream reading it.
 
 JavaScript spliced into :data:`streamdp.feed.page_script.SCRIPT` (it uses that script's
 ``el``). The figures come computed in ``feed.json`` (:mod:`streamdp.feed.privacy_loss`); the
-script only words them. A privacy loss is never shown smaller than it is: :func:`up` rounds
-outward.
+script only words them. A privacy loss is never shown smaller than it is: the page's ``up``
+rounds it outward.
 """
 
 from __future__ import annotations
 
 PRIVACY_SCRIPT = r"""
-// v with at most `digits` decimals, rounded UP when it has more (a privacy loss or a 95%
-// half-width is never shown smaller than it is)
-function up(v, digits) {
-  if (v === null || v === undefined) return "\u2013";
-  const exact = Number(Number(v).toFixed(digits)) === Number(v);
-  const f = Math.pow(10, digits);
-  const shown = exact ? Number(v) : Math.ceil(Number(v) * f) / f;
-  return shown.toLocaleString("en-US", {maximumFractionDigits: digits});
-}
 // "a", "a and b", "a, b and c"
 function words(names) {
   return names.length < 2 ? names.join("") : `${names.slice(0, -1).join(", ")} and ${names.at(-1)}`;

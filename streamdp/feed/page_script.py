@@ -40,6 +40,17 @@ function num(v, digits) {
   if (v === null || v === undefined) return "\u2013";
   return Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
 }
+// v with at most `digits` decimals, rounded UP when it has more (a privacy loss or a 95%
+// half-width is never shown smaller than it is)
+function up(v, digits) {
+  if (v === null || v === undefined) return "\u2013";
+  const exact = Number(Number(v).toFixed(digits)) === Number(v);
+  const f = Math.pow(10, digits);
+  const shown = exact ? Number(v) : Math.ceil(Number(v) * f) / f;
+  return shown.toLocaleString("en-US", {maximumFractionDigits: digits});
+}
+// "1 record", "2 records"
+function plural(n, word) { return `${n} ${word}${n === 1 ? "" : "s"}`; }
 function day(iso) { return String(iso).slice(0, 10); }
 const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
                 "Dec"];
@@ -83,7 +94,7 @@ __PRIVACY__
 function fair(rev, values, widths, name) {
   const width = rev[widths] ? rev[widths][name] : undefined;
   const value = num(rev[values][name], 1);
-  return width === undefined ? value : `${value} \u00b1 ${num(width, 0)}`;
+  return width === undefined ? value : `${value} \u00b1 ${up(width, 0)}`;
 }
 
 // The 95% half-width of a released value with noise standard deviation sd (streamdp.error_band).
@@ -135,8 +146,9 @@ function streamSection(stream) {
     : `sensitivity ${stream.sensitivity}`;
   const bound = perUnit && stream.unit_bounds
     ? `${sensitivity} per ${stream.protects} (each counted in at most `
-      + `${stream.unit_bounds[1]} periods of an epoch, at most ${stream.unit_bounds[0]} `
-      + "records a period; records beyond that are not counted)"
+      + `${plural(stream.unit_bounds[1], "period")} of an epoch, at most `
+      + `${plural(stream.unit_bounds[0], "record")} a period; records beyond that are not `
+      + "counted)"
     : `${sensitivity} per event`;
   sec.append(el("p", {class: "facts"},
     (stream.title ? `Stream ${stream.stream}. ` : "")
@@ -195,9 +207,9 @@ function streamSection(stream) {
       table.append(el("tr", {"data-counter": c.counter},
         el("td", {}, named ? named(c.counter) : c.counter),
         el("td", {class: "count"},
-           `${num(p.noisy_count, 0)} \u00b1 ${num(p.count_half_width95, 0)}`),
+           `${num(p.noisy_count, 0)} \u00b1 ${up(p.count_half_width95, 0)}`),
         el("td", {class: "total"},
-           `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`),
+           `${num(p.noisy_total, 0)} \u00b1 ${up(p.total_half_width95, 0)}`),
         el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
                              : "not yet revised"),
         el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
@@ -242,15 +254,16 @@ function streamSection(stream) {
       revised.append(el("tr", {}, el("td", {}, name),
         el("td", {}, fair(rev, "counts", "count_half_width95", name)),
         el("td", {}, fair(rev, "totals", "total_half_width95", name)),
-        el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${num(p.total_half_width95, 0)}`
+        el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${up(p.total_half_width95, 0)}`
                        : "\u2013")));
     }
     box.append(el("div", {class: "table-wrap"}, revised));
     sec.append(box);
   }
   sec.append(el("p", {class: "facts"}, rev
-    ? `Latest consistent revision: ${rev.revision}, covering ${rev.periods_covered} periods `
-      + `(constraint: ${rev.constraint}); its newest period is ${when(rev)} `
+    ? `Latest consistent revision: ${rev.revision}, `
+      + `covering ${plural(rev.periods_covered, "period")} (constraint: ${rev.constraint}); `
+      + `its newest period is ${when(rev)} `
       + `(epoch ${rev.epoch}, period ${rev.period}).`
     : "No consistent revision yet."));
   return sec;

@@ -160,13 +160,14 @@ class FeedServer:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, content_type, body = await self._respond(reader)
+            status, content_type, body, head_only = await self._respond(reader)
+            # HEAD: the headers GET would send (its Content-Length too), without the body
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
                 "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
             )
-            writer.write(head.encode("ascii") + body)
+            writer.write(head.encode("ascii") + (b"" if head_only else body))
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
@@ -175,13 +176,20 @@ class FeedServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _respond(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
+    async def _respond(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes, bool]:
+        """(status, content type, body, whether to send the headers only: HEAD)."""
         head = await reader.readuntil(b"\r\n\r\n")
         if len(head) > _MAX_REQUEST_BYTES:
-            return "431 Request Header Fields Too Large", "text/plain", b"request too large\n"
+            return (
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                b"request too large\n",
+                False,
+            )
         parts = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
         if len(parts) != 3 or parts[0] not in ("GET", "HEAD"):
-            return "405 Method Not Allowed", "text/plain", b"only GET is served\n"
+            return "405 Method Not Allowed", "text/plain", b"only GET is served\n", False
+        head_only = parts[0] == "HEAD"
         path = parts[1].split("?", 1)[0].lstrip("/") or "index.html"
         if self.refresh is not None:
             self.refresh()
@@ -201,11 +209,12 @@ class FeedServer:
                     "text/plain",
                     f"not found; this feed serves {known} and /series/<stream>/<place>.json "
                     "of its places streams\n".encode(),
+                    head_only,
                 )
             body = text.encode("utf-8")
             self._rendered[path] = body
         kind = FILES.get(path, "application/json")
-        return "200 OK", kind, b"" if parts[0] == "HEAD" else body
+        return "200 OK", kind, body, head_only
 
 
 async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Event) -> None:

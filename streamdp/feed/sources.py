@@ -178,7 +178,8 @@ class KafkaTopics:
                     if missing and rounds == 0:
                         # served: the topics may appear later (a worker not started yet)
                         message = await self._missing(consumer, missing)
-                        sys.stderr.write(f"streamdp feed: warning: {message}; waiting for it\n")
+                        them = "it" if len(missing) == 1 else "them"
+                        sys.stderr.write(f"streamdp feed: warning: {message}; waiting for {them}\n")
                 rounds += 1
                 if wanted - assigned:
                     consumer.assign(sorted(wanted, key=lambda tp: (tp.topic, tp.partition)))
@@ -257,10 +258,8 @@ class KafkaTopics:
             if namespaces
             else "no release topic exists there: is a worker writing to this broker?"
         )
-        return (
-            f"topic {' and '.join(missing)} does not exist at {self.bootstrap} (--topic-namespace "
-            f"{self.namespace}); {hint}"
-        )
+        where = f"at {self.bootstrap} (--topic-namespace {self.namespace})"
+        return f"{not_there(missing)} {where}; {hint}"
 
     @staticmethod
     async def _partitions(consumer: Any, kinds: dict[str, str]) -> set[Any]:
@@ -275,6 +274,13 @@ class KafkaTopics:
             for partition in cluster.partitions_for_topic(topic) or ():
                 found.add(TopicPartition(topic, partition))
         return found
+
+
+def not_there(topics: list[str]) -> str:
+    """"topic a does not exist", "topics a and b do not exist" (``topics``: not empty)."""
+    if len(topics) == 1:
+        return f"topic {topics[0]} does not exist"
+    return f"topics {', '.join(topics[:-1])} and {topics[-1]} do not exist"
 
 
 async def _reached(consumer: Any, ends: dict[Any, int]) -> bool:
