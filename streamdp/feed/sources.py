@@ -277,7 +277,8 @@ class KafkaTopics:
 
 
 def not_there(topics: list[str]) -> str:
-    """"topic a does not exist", "topics a and b do not exist" (``topics``: not empty)."""
+    """The words for missing ``topics`` (not empty): "topic a does not exist", "topics a and
+    b do not exist"."""
     if len(topics) == 1:
         return f"topic {topics[0]} does not exist"
     return f"topics {', '.join(topics[:-1])} and {topics[-1]} do not exist"
