@@ -15,8 +15,10 @@ variable and worker flag that exists and name none that does not, and keep no dr
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,9 +188,36 @@ def test_workers_run_the_contract_command_and_are_scraped() -> None:
     for setting in ("STREAMDP_WEB_HOST=0.0.0.0", "APP_WEB_TABLES_ENABLED=false"):
         assert setting in dockerfile, setting
     assert f"CMD {str(WORKER_COMMAND).replace(chr(39), chr(34))}" in dockerfile
+    ignored = _dockerignore(DEPLOY / "Dockerfile.dockerignore")
     for source in re.findall(r"^COPY (.+) \S+$", dockerfile, flags=re.M):
         for path in source.split():
             assert (ROOT / path).exists(), f"Dockerfile copies missing {path}"
+            # BuildKit applies <Dockerfile>.dockerignore: a copied file it leaves out of the
+            # build context fails the build ("/setup.py": not found)
+            assert not ignored(path.rstrip("/")), f"Dockerfile.dockerignore leaves out {path}"
+
+
+def _dockerignore(path: Path) -> Callable[[str], bool]:
+    """Whether a context path is excluded by ``path``'s patterns: the last pattern matching
+    it (or a directory above it) decides, ``!`` re-including (Docker's rule)."""
+    patterns = [
+        line.strip()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+
+    def excluded(name: str) -> bool:
+        parts = name.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        verdict = False
+        for pattern in patterns:
+            negate = pattern.startswith("!")
+            body = pattern.lstrip("!").rstrip("/")
+            if any(fnmatch.fnmatchcase(prefix, body) for prefix in prefixes):
+                verdict = not negate
+        return verdict
+
+    return excluded
 
 
 def test_grafana_provisioning_points_at_the_shipped_dashboard() -> None:
