@@ -11,6 +11,8 @@ from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings, env_settings
 from streamdp.errors import ConfigError
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "streamdp" / "examples" / "restaurant.toml"
+
 
 @pytest.fixture
 def spec(tmp_path: Path) -> Path:
@@ -138,3 +140,35 @@ def test_public_clocks_parse_and_never_read_the_data() -> None:
     assert ticking.now() == 1704067200.0 + 1.5 * 86400
     assert parse_clock("wall").describe() == "wall"
     assert parse_clock(frozen.describe()) == frozen
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "APP_WEB_TABLES_ENABLED",
+        "APP_WEB_ROUTER_ENABLED",
+        "APP_WEB_STATS_ENABLED",
+        "APP_WEB_GRAPH_ENABLED",
+        "APP_WEB_METRICS_ENABLED",
+        "APP_DEBUG",
+    ],
+)
+def test_the_worker_refuses_an_environment_that_turns_on_fausts_web_views(
+    variable: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Faust's APP_* variables override what the worker passes: with one of them on, its
+    views (tables of raw partial sums at /table, lag at /performance, statistics) would share
+    the worker's port with /metrics and /status. The worker refuses to start instead."""
+    from streamdp.daemon.app import create_app
+
+    monkeypatch.setenv(variable, "true")
+    with pytest.raises(ConfigError, match=variable):
+        create_app(DaemonSettings(config=EXAMPLE, data_dir=tmp_path))
+
+
+def test_the_worker_serves_none_of_fausts_views(tmp_path: Path) -> None:
+    from streamdp.daemon.app import create_app
+
+    app, _ = create_app(DaemonSettings(config=EXAMPLE, data_dir=tmp_path))
+    mounted = [str(blueprint) for _, blueprint in app.web._enabled_blueprints()]
+    assert all("production_index" in b or "index" in b for b in mounted), mounted

@@ -16,12 +16,38 @@ from faust.types import TableT, TopicT
 
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import STATE_TABLE, broker_credentials
+from streamdp.errors import ConfigError
 
-__all__ = ["WorkerTopics", "declare_topics", "new_faust_app"]
+__all__ = ["FAUST_WEB_VIEWS", "WorkerTopics", "declare_topics", "new_faust_app"]
+
+
+#: Faust's own web views and the settings that turn them on: tables (raw open-period counts),
+#: the router, statistics and assignment, the graph, and the performance metrics (throughput
+#: and consumer lag). Faust lets ``APP_*`` environment variables override what the app passes,
+#: so the worker checks what took effect.
+FAUST_WEB_VIEWS = (
+    "debug", "web_tables_enabled", "web_router_enabled", "web_stats_enabled",
+    "web_graph_enabled", "web_metrics_enabled",
+)  # fmt: skip
 
 
 def new_faust_app(settings: DaemonSettings) -> faust.App:
-    """A Faust app configured from ``settings`` (not started)."""
+    """A Faust app configured from ``settings`` (not started); :class:`ConfigError` when the
+    environment turns on one of Faust's web views (:data:`FAUST_WEB_VIEWS`), which would serve
+    protected state on the worker's port beside ``/metrics`` and ``/status``."""
+    app = _faust_app(settings)
+    enabled = [name for name in FAUST_WEB_VIEWS if getattr(app.conf, name)]
+    if enabled:
+        variables = ", ".join(f"APP_{name.upper()}" for name in enabled)
+        raise ConfigError(
+            f"the environment turns on Faust's {', '.join(enabled)} ({variables}): those views "
+            "would serve raw state or input volumes on the worker's port; unset them (the "
+            "worker serves /metrics and /status only)"
+        )
+    return app
+
+
+def _faust_app(settings: DaemonSettings) -> faust.App:
     return faust.App(
         settings.app_id,
         broker=[f"kafka://{b.strip()}" for b in settings.bootstrap.split(",")],
@@ -45,10 +71,14 @@ def new_faust_app(settings: DaemonSettings) -> faust.App:
         # partition it drops are never acknowledged, so Faust must not wait for them
         stream_wait_empty=settings.input_path != "batch",
         web_enabled=True,
-        # Faust's default routes would serve table contents (raw partial sums) over HTTP:
-        # only /metrics and /status are served
+        # Faust's own views would serve table contents (raw partial sums), input volumes and
+        # lag over HTTP: only /metrics and /status are served (new_faust_app checks the env)
+        debug=False,
         web_tables_enabled=False,
         web_router_enabled=False,
+        web_stats_enabled=False,
+        web_graph_enabled=False,
+        web_metrics_enabled=False,
         web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
