@@ -223,7 +223,7 @@ class StreamdpMetrics:
             len(noisy_running_totals) if releases is None else releases
         )
         self._gauges["streamdp_last_release_timestamp_seconds"].labels(stream).set(published_at)
-        if close_latency_seconds is not None:
+        if close_latency_seconds is not None and self.input_volume:
             self._histograms["streamdp_period_close_latency_seconds"].labels(stream).observe(
                 close_latency_seconds
             )

@@ -251,15 +251,17 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("stream",),
         "Wall time of consistency runs.",
     ),
+    # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(
         "streamdp_period_close_latency_seconds",
         "histogram",
         ("stream",),
         "Wall time from the public instant of the tick that closed a period (its end plus "
         "lateness, or the heartbeat after an operator's close) to the broker's acknowledgement "
-        "of its releases.",
+        "of its releases. Grows with the records received just before the close (the tick "
+        "processes them first): an input-volume metric.",
+        input_volume=True,
     ),
-    # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(
         "streamdp_input_records_total",
         "counter",
