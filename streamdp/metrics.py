@@ -124,6 +124,12 @@ def _finite(value: Epsilon, *, signed: bool = False) -> float:
     return number
 
 
+#: Per-stream gauges set from the specification, which stay when a stream's source moves away.
+STREAM_CONSTANTS = frozenset(
+    {"streamdp_horizon_periods", "streamdp_allowed_lateness_seconds", "streamdp_period_seconds"}
+)
+
+
 class StreamdpMetrics:
     """All streamdp metrics, registered in one registry (a fresh one per instance by default).
 
@@ -142,6 +148,7 @@ class StreamdpMetrics:
         self._gauges: dict[str, Gauge] = {}
         self._counters: dict[str, Counter] = {}
         self._histograms: dict[str, Histogram] = {}
+        self._labels: dict[str, tuple[str, ...]] = {e.name: tuple(e.labels) for e in CATALOGUE}
         for entry in CATALOGUE:
             if entry.name in BUDGET_METRICS or (entry.input_volume and not input_volume):
                 continue
@@ -187,6 +194,24 @@ class StreamdpMetrics:
         )
         if period_seconds is not None:
             self._gauges["streamdp_period_seconds"].labels(stream).set(period_seconds)
+
+    def forget_releases(self, streams: Iterable[str]) -> None:
+        """Drop the release-derived series of ``streams`` (their source left this worker on a
+        rebalance): their new owner exports them, and a frozen copy here would win every
+        ``max by (stream)``. The configuration gauges (:data:`STREAM_CONSTANTS`) stay."""
+        gone = set(streams)
+        for name, gauge in self._gauges.items():
+            labelnames = self._labels[name]
+            if name in STREAM_CONSTANTS or "stream" not in labelnames:
+                continue
+            stale = {
+                tuple(sample.labels[label] for label in labelnames)
+                for family in gauge.collect()
+                for sample in family.samples
+                if sample.labels.get("stream") in gone
+            }
+            for labels in stale:
+                gauge.remove(*labels)
 
     # --- releases ------------------------------------------------------------------------------
     def record_release(

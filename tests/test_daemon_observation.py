@@ -72,6 +72,10 @@ def test_a_revoked_partition_keeps_its_lag_and_the_others_are_reported() -> None
     assert progress.lag == {(ORDERS, 0): 90, (ORDERS, 1): 60}
     assert samples(metrics, "streamdp_consumer_lag_records") == {ORDERS: 150}
     assert progress.next_offset == {(ORDERS, 0): 20, (ORDERS, 1): 20}
+    # once the rebalance revokes it, its lag is its next owner's: not summed here any more
+    progress.revoked([(ORDERS, 0)])
+    assert progress.lag == {(ORDERS, 1): 60}
+    assert samples(metrics, "streamdp_consumer_lag_records") == {ORDERS: 60}
 
 
 def test_next_offset_only_moves_forward_and_progress_restarts_the_stall_clock() -> None:

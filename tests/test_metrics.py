@@ -348,3 +348,42 @@ def test_next_epoch_gauge_over_headroom_is_exactly_the_ledgers_refusal(
             ledger.record_epoch("s", "live", next_epoch, per_epoch)
     else:
         assert ledger.record_epoch("s", "live", next_epoch, per_epoch)
+
+
+def test_a_streams_releases_leave_the_worker_its_source_moved_away_from() -> None:
+    """After a rebalance the old owner must not keep exporting a stream's last releases
+    (alerts take max by stream over workers: the frozen copy would win, deploy audit). Its
+    configuration gauges stay; other streams' series are untouched."""
+    metrics = StreamdpMetrics()
+    for stream in ("moved", "kept"):
+        metrics.configure_stream(stream, horizon_periods=366, allowed_lateness_seconds=60.0)
+        metrics.record_release(
+            stream,
+            epoch=0,
+            periods_released=365,
+            period_seconds=86400.0,
+            stddev=3.0,
+            noisy_running_totals={"a": 1.0, "b": 2.0},
+            published_at=1.0,
+        )
+        metrics.record_consistency(
+            stream, residual=0.0, duration_seconds=0.1, consistent_running_totals={"a": 1.5}
+        )
+    metrics.forget_releases(["moved"])
+    table = samples(metrics)
+    moved = {name for name, labels in table if ("stream", "moved") in labels}
+    kept = {name for name, labels in table if ("stream", "kept") in labels}
+    assert "streamdp_periods_released" in kept
+    assert "streamdp_periods_released" not in moved
+    assert "streamdp_release_cumulative" not in moved
+    assert "streamdp_consistent_cumulative" not in moved
+    assert "streamdp_last_release_timestamp_seconds" not in moved
+    assert {"streamdp_horizon_periods", "streamdp_allowed_lateness_seconds"} <= moved
+    stale_gauges = {
+        name
+        for name in moved
+        if name.startswith("streamdp_")
+        and not name.endswith(("_total", "_bucket", "_count", "_sum", "_created"))
+    }
+    assert stale_gauges <= {"streamdp_horizon_periods", "streamdp_allowed_lateness_seconds",
+                            "streamdp_period_seconds"}  # fmt: skip

@@ -202,8 +202,13 @@ class BatchDriver:
             if self._queue is not None:
                 self._queue.drop({(tp.topic, tp.partition) for tp in revoked})
             dropped = service.drop({tp.partition for tp in revoked})
+            self._progress.revoked((tp.topic, tp.partition) for tp in revoked)
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
+            # their new owner exports their releases; a frozen copy here would win max by stream
+            runtime.metrics.forget_releases(
+                name for name, stream in service.spec.streams.items() if stream.source in dropped
+            )
 
     async def follow_public_clock(self, clock: PublicClock) -> None:
         """The tick task's body: ticks at the instants :mod:`streamdp.daemon.tick_schedule`

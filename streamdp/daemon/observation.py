@@ -10,7 +10,7 @@ surfaces protected like the input topic, see ``streamdp.metrics``).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from faust.exceptions import NotReady
@@ -152,3 +152,14 @@ class InputProgress:
         for topic, count in per_topic.items():
             self._metrics.record_input(topic, count)
             self._metrics.set_consumer_lag(topic, sum(v for (t, _), v in lag.items() if t == topic))
+
+    def revoked(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Partitions that left this worker: their lag is their next owner's to report (kept
+        here, a moved partition counted twice in ``sum by (topic)``)."""
+        topics = set()
+        for key in partitions:
+            if self.lag.pop(key, None) is not None:
+                topics.add(key[0])
+        for topic in topics:
+            lag = sum(v for (t, _), v in self.lag.items() if t == topic)
+            self._metrics.set_consumer_lag(topic, lag)
