@@ -3,14 +3,15 @@ counters per stream.
 
 Each width runs in a fresh subprocess (so its peak RSS is its own): a places stream over a
 synthetic nation -> 50 states -> counties tree (no attributes: counters = places), pure DP
-with fda, horizon 8, consistent revisions every 4 periods. It ingests 1,000 events per period
-and closes 4 periods; per run it reports
+with fda, horizon 8. It ingests 1,000 events per period, closes 4 periods and revises them
+(one consistent revision, asked for after the fourth close); per run it reports
 
 - ``close``: the median time of closing one period (the node's noise for every counter, the
   release records as objects) with the seeded test sampler;
 - ``json``: serialising those release records (what the replay and the worker write);
-- ``revision``: the extra time of the close that runs the consistent revision (tree projection
-  per node, O(counters), and the consistent records);
+- ``revision``: that revision, timed on its own: the tree projection per node (O(counters x
+  periods of the epoch so far)) and its consistent records as objects; ``revision JSON``:
+  serialising those records (four periods of every counter);
 - ``secure noise``: drawing as many discrete-Laplace samples with OpenDP's exact sampler
   (production noise; the seeded sampler's time is part of ``close``);
 - ``build``: reading the places and building the engine; ``peak RSS`` of the subprocess.
@@ -29,7 +30,9 @@ benchmarks/out/ (``--write``: the committed benchmarks/results/places_scale*).
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -55,11 +58,11 @@ epsilon_cap = 1.0
 source = "admissions"
 epsilon = 1.0
 sensitivity = 3
-horizon = 8
-period = { unit = "day", start = "2024-01-01" }
-constraints = { kind = "tree" }
-consistency = { every_periods = 4, at_epoch_end = false }
-counters = { kind = "places", places = "places.csv", field = "place" }
+horizon = {horizon}
+period = {{ unit = "day", start = "2024-01-01" }}
+constraints = {{ kind = "tree" }}
+consistency = {{ every_periods = {every}, at_epoch_end = false }}
+counters = {{ kind = "places", places = "places.csv", field = "place" }}
 """
 
 
@@ -72,8 +75,9 @@ def _places_bytes(width: int) -> bytes:
     return ("\n".join(rows) + "\n").encode()
 
 
-def _load(width: int) -> Any:
-    """The spec of a ``width``-counter places stream (its places tree read)."""
+def load_places_spec(width: int, *, horizon: int = 8, every: int = 0) -> Any:
+    """The spec of a ``width``-counter places stream (its places tree read), with revisions
+    every ``every`` periods (0: only when :meth:`Engine.revise` is called)."""
     import tempfile
     from pathlib import Path
 
@@ -81,11 +85,12 @@ def _load(width: int) -> Any:
 
     folder = Path(tempfile.mkdtemp(prefix="places-scale-"))
     (folder / "places.csv").write_bytes(_places_bytes(width))
-    (folder / "spec.toml").write_text(SPEC, encoding="utf-8")
+    text = SPEC.format(horizon=horizon, every=every)
+    (folder / "spec.toml").write_text(text, encoding="utf-8")
     return load_spec(folder / "spec.toml")
 
 
-def _engine(spec: Any) -> tuple[Any, list[str]]:
+def places_engine(spec: Any) -> tuple[Any, list[str]]:
     """An engine on ``spec`` (seeded noise) and the first 1,000 leaves of its tree."""
     from streamdp.engine import Engine
     from streamdp.noise import InsecureSeededSampler
@@ -95,8 +100,9 @@ def _engine(spec: Any) -> tuple[Any, list[str]]:
     return engine, [places.ids[i] for i in places.tree.leaves[:EVENTS_PER_PERIOD].tolist()]
 
 
-def _ingest_period(engine: Any, leaves: list[str], period: int) -> None:
-    day = f"2024-01-{period + 1:02d}"
+def ingest_period(engine: Any, leaves: list[str], period: int) -> None:
+    """One event at each of ``leaves`` in period ``period`` (0-based day from 2024-01-01)."""
+    day = (datetime.date(2024, 1, 1) + datetime.timedelta(days=period)).isoformat()
     for i, leaf in enumerate(leaves):
         event = {
             "event_id": f"e{period}-{i}",
@@ -112,27 +118,33 @@ def one_run(width: int) -> dict[str, float]:
     from streamdp.synth import release_instant
 
     started = time.perf_counter()
-    spec = _load(width)
-    engine, leaves = _engine(spec)
+    spec = load_places_spec(width)
+    engine, leaves = places_engine(spec)
     build = time.perf_counter() - started
-    closes, serialise, revision, json_bytes = [], [], 0.0, 0.0
+    closes, serialise, json_bytes = [], [], 0.0
     for period in range(PERIODS):
-        _ingest_period(engine, leaves, period)
+        ingest_period(engine, leaves, period)
         t0 = time.perf_counter()
         records = engine.advance_clock(release_instant(spec, period + 1))
-        elapsed = time.perf_counter() - t0
+        closes.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         for record in records:
             record.to_json()
         serialise.append(time.perf_counter() - t0)
-        if period + 1 == PERIODS:  # the close that also revises
-            revision = elapsed - statistics.median(closes)
-        else:
-            closes.append(elapsed)
-        if period == 0:  # every thousandth record of a plain close
+        if period == 0:  # every thousandth record of a close
             sample = records[:: max(1, len(records) // 1000)]
             json_bytes = sum(len(record.to_json()) for record in sample) / len(sample)
         del records
+    # the revision of the four periods: the tree projection and its consistent records, then
+    # those records as JSON
+    t0 = time.perf_counter()
+    revised = engine.revise("by-place")
+    revision = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for record in revised:
+        record.to_json()
+    revision_json = time.perf_counter() - t0
+    del revised
     t0 = time.perf_counter()
     OpenDPDiscreteLaplace().discrete_laplace(3.0, width)
     secure = time.perf_counter() - t0
@@ -141,8 +153,9 @@ def one_run(width: int) -> dict[str, float]:
         "width": width,
         "build": build,
         "close": statistics.median(closes),
-        "json": statistics.median(serialise[:-1]),
+        "json": statistics.median(serialise),
         "revision": revision,
+        "revision_json": revision_json,
         "secure_noise": secure,
         "peak_rss_mib": peak_kib / 1024,
         "json_bytes_per_record": json_bytes,
@@ -161,19 +174,19 @@ def one_traced(width: int) -> dict[str, float]:
 
     from streamdp.synth import release_instant
 
-    warm_spec = _load(200)
-    warm, warm_leaves = _engine(warm_spec)
-    _ingest_period(warm, warm_leaves, 0)
+    warm_spec = load_places_spec(200)
+    warm, warm_leaves = places_engine(warm_spec)
+    ingest_period(warm, warm_leaves, 0)
     warm.advance_clock(release_instant(warm_spec, 1))
     del warm_spec, warm, warm_leaves
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
-    spec = _load(width)
-    engine, leaves = _engine(spec)
+    spec = load_places_spec(width)
+    engine, leaves = places_engine(spec)
     held, json_bytes = 0, 0.0
     for period in range(PERIODS):
-        _ingest_period(engine, leaves, period)
+        ingest_period(engine, leaves, period)
         before = tracemalloc.get_traced_memory()[0]
         records = engine.advance_clock(release_instant(spec, period + 1))
         if period == 0:
@@ -182,6 +195,8 @@ def one_traced(width: int) -> dict[str, float]:
             json_bytes = sum(len(record.to_json()) for record in sample) / len(sample)
         del records
         gc.collect()
+    del engine.revise("by-place")[:]  # the fourth close's revision: its arrays stay cached
+    gc.collect()
     total = tracemalloc.get_traced_memory()[0] - base
     per_place = sum(
         stat.size
@@ -237,6 +252,7 @@ def main() -> None:
         print(json.dumps(one_traced(args.one_traced)))
         return
     out = output_dir(args.write)
+    args.load_at_start = os.getloadavg()[0]  # other work on the machine, as the header states
     runs: dict[int, list[dict[str, float]]] = {}
     for width in _widths(args.widths):
         for repeat in range(args.repeats):
@@ -279,21 +295,23 @@ def _timing_table(runs: dict[int, list[dict[str, float]]], args: argparse.Namesp
             f"--repeats {args.repeats} --traced-widths '{args.traced_widths}'`. Median "
             f"(min-max) of {args.repeats} runs, each width in a fresh process; "
             "nation -> 50 states -> counties, fda, horizon 8, 1,000 events "
-            "per period, revision every 4 periods; 2-core shared machine, Python 3.11."
+            "per period, one revision of the four periods closed; 2-core machine, load average "
+            f"{args.load_at_start:.2f} at the start, Python 3.11."
         ),
         "",
         (
-            "| counters | build s | period close s | records to JSON s | revision extra s | "
-            "secure noise s | peak RSS MiB | JSON bytes per record |"
+            "| counters | build s | period close s | records to JSON s | revision s | "
+            "its records to JSON s | secure noise s | peak RSS MiB | JSON bytes per record |"
         ),
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for width, rows in runs.items():
         secure = _spread([r["secure_noise"] for r in rows])
         lines.append(
             f"| {width:,} | {_spread([r['build'] for r in rows])} | "
             f"{_spread([r['close'] for r in rows])} | {_spread([r['json'] for r in rows])} | "
-            f"{_spread([r['revision'] for r in rows])} | {secure} | "
+            f"{_spread([r['revision'] for r in rows])} | "
+            f"{_spread([r['revision_json'] for r in rows])} | {secure} | "
             f"{_spread([r['peak_rss_mib'] for r in rows])} | "
             f"{statistics.median(r['json_bytes_per_record'] for r in rows):.0f} |"
         )
@@ -318,7 +336,7 @@ def _memory_table(traced: dict[int, dict[str, float]], args: argparse.Namespace)
             f"--traced-widths {args.traced_widths}`. tracemalloc, one run per width, each in "
             "a fresh process (the figures are allocation sizes, not times: they do not vary "
             "with the machine's load); nation -> 50 states -> counties, fda, horizon 8, 1,000 "
-            "events per period, four closes, the fourth revising; Python 3.11, numpy 2."
+            "events per period, four closes, then their revision; Python 3.11, numpy 2."
         ),
         "",
         (
@@ -341,7 +359,7 @@ def _memory_table(traced: dict[int, dict[str, float]], args: argparse.Namespace)
             "streamdp/kinds/places_file.py and streamdp/consistency/tree.py allocated (the "
             "tree and its cached structure, identifiers, labels, the leaf -> path table "
             "that routes an event). State per counter: everything else after the fourth close "
-            "(which also revised), its records dropped: open-period counts, the epoch's stored "
+            "and its revision, records dropped: open-period counts, the epoch's stored "
             "noisy nodes, the last revision's arrays. Records: the release records of the "
             "first close while the engine hands them over (before they are written). JSON: "
             "the mean over every thousandth record of that close. Imports are not counted (a "
@@ -362,7 +380,8 @@ def _plot(runs: dict[int, list[dict[str, float]]], out: object) -> None:
     for key, label in (
         ("close", "period close (seeded noise, records)"),
         ("json", "records to JSON"),
-        ("revision", "revision (tree projection)"),
+        ("revision", "revision (tree projection, records)"),
+        ("revision_json", "revision's records to JSON"),
         ("secure_noise", "secure noise (OpenDP)"),
     ):
         left.plot(widths, [statistics.median(r[key] for r in runs[w]) for w in widths], "o-",
