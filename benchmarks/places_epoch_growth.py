@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any
 
-from places_scale import ingest_period, load_places_spec, places_engine
+from places_scale import ingest_period, load_places_spec, places_engine, warm_up
 from results_dir import add_write_flag, output_dir
 
 
@@ -51,12 +51,7 @@ def one_traced(args: argparse.Namespace) -> list[dict[str, float]]:
 
     from streamdp.synth import release_instant
 
-    warm_spec = load_places_spec(200, horizon=args.horizon, every=args.every)
-    warm, warm_leaves = places_engine(warm_spec)
-    ingest_period(warm, warm_leaves, 0)
-    warm.advance_clock(release_instant(warm_spec, 1))
-    del warm_spec, warm, warm_leaves
-    gc.collect()
+    warm_up(horizon=args.horizon, every=args.every)
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     spec = load_places_spec(args.width, horizon=args.horizon, every=args.every)

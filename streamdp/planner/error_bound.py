@@ -53,15 +53,21 @@ def error_bound(scales: npt.NDArray[np.float64], noise: Noise, level: float = 0.
     h = std / _GRID_POINTS_PER_STD
     if noise == "discrete-laplace":
         h = max(1.0, float(round(h))) if h > 1.0 else 1.0
+    k = _symmetric_quantile([_node_pmf(float(scale), h, noise) for scale in b], level)
+    return k * h
+
+
+def _symmetric_quantile(laws: list[npt.NDArray[np.float64]], level: float) -> int:
+    """The smallest ``k`` with ``P(|X| <= k) >= level`` for ``X`` the sum of independent
+    variables with the symmetric, odd-length, centred lattice laws ``laws`` (grid units)."""
     dist = np.ones(1)
-    for scale in b:
-        dist = np.clip(fftconvolve(dist, _node_pmf(float(scale), h, noise)), 0.0, None)
+    for law in laws:
+        dist = np.clip(fftconvolve(dist, law), 0.0, None)
     dist /= dist.sum()
     centre = dist.shape[0] // 2
-    # mass of |X| <= k h for k = 0, 1, ...
+    # mass of |X| <= k for k = 0, 1, ...
     cum = np.cumsum(dist[centre:] + dist[centre::-1]) - dist[centre]
-    k = int(np.searchsorted(cum, level))
-    return k * h
+    return int(np.searchsorted(cum, level))
 
 
 #: The most integers one node's discrete Gaussian is laid out on (+-12 sigma: the mass beyond
@@ -112,11 +118,9 @@ def gaussian_error_bound(
     std = math.sqrt(variance)
     on_integers = bool(np.all(np.abs(w) == 1.0)) and std <= _GRID_POINTS_PER_STD
     h = 1.0 if on_integers else std / _GRID_POINTS_PER_STD
-    dist = np.ones(1)
-    for weight, sigma in zip(w.tolist(), s.tolist(), strict=True):
-        dist = np.clip(fftconvolve(dist, _gaussian_node_pmf(weight, sigma, h)), 0.0, None)
-    dist /= dist.sum()
-    centre = dist.shape[0] // 2  # every node's law is symmetric, so is the sum's
-    cum = np.cumsum(dist[centre:] + dist[centre::-1]) - dist[centre]
-    k = int(np.searchsorted(cum, level))
+    laws = [
+        _gaussian_node_pmf(weight, sigma, h)
+        for weight, sigma in zip(w.tolist(), s.tolist(), strict=True)
+    ]
+    k = _symmetric_quantile(laws, level)
     return k * h if on_integers else k * h + w.shape[0] * h / 2
