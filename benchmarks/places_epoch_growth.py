@@ -1,10 +1,11 @@
 """How a places stream's memory and revision cost grow with the periods it has closed.
 
 ``places_scale.py`` measures one width over four closes. A stream runs for many periods: it
-keeps every noisy node it has drawn (the current epoch's, which its consistent revisions
-project, and those of the epochs before it), and each revision projects every node of the
-current epoch again. This program closes ``--epochs`` epochs of ``--horizon`` periods at one
-width (revisions every ``--every`` periods) and reports, after chosen closes,
+keeps every noisy node of the current epoch, which its consistent revisions project, and drops
+a past epoch's once a revision has published its last period (keeping the consistent total
+carried past it), and each revision projects every node of the current epoch again. This
+program closes ``--epochs`` epochs of ``--horizon`` periods at one width (revisions every
+``--every`` periods) and reports, after chosen closes,
 
 - ``state bytes per counter``: everything the engine holds between closes, its release records
   dropped (tracemalloc, so allocation sizes: the same on any day and machine);
@@ -55,7 +56,7 @@ def one_traced(args: argparse.Namespace) -> list[dict[str, float]]:
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     spec = load_places_spec(args.width, horizon=args.horizon, every=args.every)
-    engine, leaves = places_engine(spec)
+    engine, leaves = places_engine(spec, stores_nodes=False)
     gc.collect()
     built = tracemalloc.get_traced_memory()[0]
     rows = []
@@ -91,7 +92,7 @@ def one_timed(args: argparse.Namespace) -> list[float]:
     from streamdp.synth import release_instant
 
     spec = load_places_spec(args.width, horizon=args.horizon, every=args.every)
-    engine, leaves = places_engine(spec)
+    engine, leaves = places_engine(spec, stores_nodes=False)
     seconds = []
     for close in range(1, _closes(args) + 1):
         ingest_period(engine, leaves, close - 1)
@@ -168,9 +169,12 @@ def _table(args: argparse.Namespace, traced: list[dict[str, float]], timed: list
         "",
         (
             "State: everything the engine allocated after the places were read, between "
-            "closes (open-period counts, every stored noisy node of every epoch so far, the "
-            "last revision's arrays). A revision projects every node of the current epoch, so "
-            "its work and its temporary memory grow with the periods the epoch has closed."
+            "closes (open-period counts, the noisy nodes of the current epoch and of any past "
+            "epoch a revision has not yet published whole, the last revision's arrays). A past "
+            "epoch's nodes are dropped at the first close after the revision that publishes "
+            "its last period (here the epoch's first close: the revision at its predecessor's "
+            "last period). A revision projects every node of the current epoch, so its work "
+            "and its temporary memory grow with the periods the epoch has closed."
         ),
     ]
     return "\n".join(lines) + "\n"

@@ -90,13 +90,15 @@ def load_places_spec(width: int, *, horizon: int = 8, every: int = 0) -> Any:
     return load_spec(folder / "spec.toml")
 
 
-def places_engine(spec: Any) -> tuple[Any, list[str]]:
-    """An engine on ``spec`` (seeded noise) and the first 1,000 leaves of its tree."""
+def places_engine(spec: Any, *, stores_nodes: bool = True) -> tuple[Any, list[str]]:
+    """An engine on ``spec`` (seeded noise) and the first 1,000 leaves of its tree; with
+    ``stores_nodes=False`` it drops a past epoch's nodes as soon as no revision reads them (as
+    a replay does; the daemon, at the checkpoint that stores them)."""
     from streamdp.engine import Engine
     from streamdp.noise import InsecureSeededSampler
 
     places = spec.streams["by-place"].counters.places
-    engine = Engine(spec, sampler=InsecureSeededSampler(1))
+    engine = Engine(spec, sampler=InsecureSeededSampler(1), stores_nodes=stores_nodes)
     return engine, [places.ids[i] for i in places.tree.leaves[:EVENTS_PER_PERIOD].tolist()]
 
 

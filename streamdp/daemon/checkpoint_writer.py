@@ -13,7 +13,7 @@ beyond the change set it hands out.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,13 @@ from streamdp.daemon.checkpoint import (
 )
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 from streamdp.daemon.routing import OutputTopics
-from streamdp.daemon.state_chunks import hot_head, hot_pieces, node_head, node_parts
+from streamdp.daemon.state_chunks import (
+    hot_head,
+    hot_pieces,
+    node_head,
+    node_part_count,
+    node_parts,
+)
 from streamdp.engine import DeadLetterRecord, Engine
 from streamdp.engine.changes import ChangeSet
 
@@ -87,6 +93,12 @@ def write_checkpoint(
         for c, rows in enumerate(chunks):
             key = noise_key(source, stream, epoch, c)
             outcome.writes.append(StateWrite(slot.home, key, rows))
+        # earlier epochs' noise: no longer read once the hot state names this epoch
+        for (s, e), n in slot.stored_noise.items():
+            if s == stream and e < epoch:
+                outcome.cleanup += [
+                    StateWrite(slot.home, noise_key(source, s, e, c), None) for c in range(n)
+                ]
         slot.stored_noise = {
             (s, e): n for (s, e), n in slot.stored_noise.items() if s != stream or e > epoch
         }
@@ -139,6 +151,25 @@ def write_checkpoint(
         hot[DAEMON_STATE_KEY]["unit_chunks"] = unit_counts
     # the hot state goes last: on recovery it only refers to nodes already written
     _write_hot(source, slot, hot, outcome)
+    # nodes of epochs the engine retired: the hot state just written no longer refers to them
+    for stream, epoch, n in changes.retired_nodes:
+        width = slot.engine.streams[stream].width
+        outcome.cleanup += node_deletes(source, slot.home, stream, epoch, range(1, n + 1), width)
+
+
+def node_deletes(  # noqa: PLR0917 - one call per stored epoch
+    source: str, home: int, stream: str, epoch: int, nodes: Iterable[int], width: int
+) -> list[StateWrite]:
+    """Deletions of the stored nodes ``nodes`` of ``stream``'s ``epoch`` (each node's key and,
+    for a wide node, its parts)."""
+    parts = node_part_count(width)
+    out: list[StateWrite] = []
+    for t in nodes:
+        out.append(StateWrite(home, node_key(source, stream, epoch, t), None))
+        out += [
+            StateWrite(home, node_part_key(source, stream, epoch, t, p), None) for p in range(parts)
+        ]
+    return out
 
 
 def _write_hot(source: str, slot: SourceSlot, hot: dict[str, Any], outcome: BatchOutcome) -> None:

@@ -30,7 +30,7 @@ from streamdp.daemon.checkpoint import (
     seen_key,
     unit_key,
 )
-from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot
+from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot, node_deletes
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
 from streamdp.daemon.state_chunks import join_hot, join_node, parse_hot_head
 from streamdp.engine import Engine
@@ -120,6 +120,12 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
         if parsed is None:
             continue
         stream, epoch, t = parsed
+        epochs_held = counted.get(stream)
+        if epochs_held and epoch < min(epochs_held) and stream in engine.streams:
+            # an epoch the stored state retired (a crash lost the deletions that followed it)
+            width = engine.streams[stream].width
+            outcome.cleanup += node_deletes(source, slot.home, stream, epoch, [t], width)
+            continue
         if t > counted.get(stream, {}).get(epoch, 0):
             value = node(stream, epoch, t)
             if value is not None:
@@ -131,7 +137,7 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
     # before): an outbox record published on reload may have used it, so the epoch uses it
     # instead of drawing. Chunks a crash cut short never preceded a stored outbox record
     # (writes are made durable in order), so no release used them: that epoch's noise is
-    # drawn afresh and its chunks written again. Past epochs' chunks are not read.
+    # drawn afresh and its chunks written again. Past epochs' chunks are not read: deleted.
     held = {(name, epoch) for name, (epoch, _) in engine.epoch_noise().items()}
     current = engine.current_epochs()
     found: dict[tuple[str, int], int] = {}
@@ -140,7 +146,9 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
         if parsed_noise is None:
             continue
         stream, epoch, chunk = parsed_noise
-        if epoch >= current.get(stream, epoch + 1) and (stream, epoch) not in held:
+        if epoch < current.get(stream, epoch):
+            outcome.cleanup.append(StateWrite(slot.home, key, None))  # a past epoch's: unread
+        elif epoch >= current.get(stream, epoch + 1) and (stream, epoch) not in held:
             found[(stream, epoch)] = max(found.get((stream, epoch), 0), chunk + 1)
     for (stream, epoch), n in sorted(found.items()):
         rows = _noise_rows(table, source, stream, epoch, n)

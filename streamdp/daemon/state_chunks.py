@@ -150,6 +150,11 @@ def node_parts(values: list[int]) -> list[list[int]] | None:
     return [values[i : i + size] for i in range(0, len(values), size)]
 
 
+def node_part_count(width: int) -> int:
+    """How many parts :func:`node_parts` cuts a node of ``width`` values into (0: whole)."""
+    return 0 if width <= NODE_PART_VALUES else -(-width // NODE_PART_VALUES)
+
+
 def node_head(parts: int, width: int) -> dict[str, int]:
     """What a node's key holds when its values are stored in parts."""
     return {"parts": parts, "width": width}

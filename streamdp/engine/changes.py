@@ -15,7 +15,7 @@ O(what changed), never O(history). A restored engine counts what it restored as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Protocol
@@ -67,6 +67,9 @@ class ChangeSet:
     epochs not yet ended); ``new_units`` the unit digests each one admitted since the previous
     take (only those that admitted some); ``ended_unit_periods``: periods whose log was handed
     out and whose epoch has ended (their log may be dropped).
+    ``retired_nodes``: ``(stream, epoch, nodes)`` of the past epochs whose nodes the engine
+    dropped (no revision reads them): their stored copies may be deleted once ``hot_state``,
+    which no longer refers to them, is stored.
     ``ledger_spends``: budget spends recorded (they are also in ``hot_state``'s ledger runs).
     ``hot_state``: :meth:`Engine.snapshot` without seen ids, epoch noise or nodes.
     ``outputs``: every output record in the order it was made (what the outbox holds);
@@ -84,6 +87,7 @@ class ChangeSet:
     unit_periods: tuple[PeriodKey, ...] = ()
     new_units: Mapping[PeriodKey, Sequence[bytes]] = field(default_factory=dict)
     ended_unit_periods: tuple[PeriodKey, ...] = ()
+    retired_nodes: tuple[tuple[str, int, int], ...] = ()
     # records each stream dropped beyond its privacy unit's bounds since the previous take
     # (an input count: protected metrics only)
     unit_drops: Mapping[str, int] = field(default_factory=dict)
@@ -102,6 +106,8 @@ class TrackedStream(Protocol):
     def closed(self) -> int: ...
 
     def take_new_nodes(self) -> list[tuple[int, int, list[int]]]: ...
+
+    def retire_stored(self) -> list[tuple[int, int]]: ...
 
     def epoch_noise(self) -> tuple[int, npt.NDArray[np.int64]] | None: ...
 
@@ -186,10 +192,12 @@ class ChangeTracker:
     def take(
         self,
         streams: Mapping[str, TrackedStream],
-        hot_state: dict[str, Any],
+        snapshot: Callable[[], dict[str, Any]],
         unit_drops: Mapping[str, int] | None = None,
     ) -> ChangeSet:
-        """The change set since the previous take; marks everything in it taken.
+        """The change set since the previous take; marks everything in it taken. The nodes
+        are handed out first, then the streams retire the past epochs no revision reads, and
+        ``snapshot()`` makes the hot state last (it refers only to the nodes still held).
         ``unit_drops``: the records dropped beyond privacy-unit bounds since then."""
         nodes: dict[NodeKey, list[int]] = {}
         for name, runtime in streams.items():
@@ -199,6 +207,14 @@ class ChangeTracker:
                     self._adopted_nodes.discard(node)  # stored before the crash, same value
                     continue
                 nodes[node] = values
+        # an epoch retired here may hold nodes handed out just above: they are still written
+        # (before the outbox records that used them), and deleted after the hot state
+        retired = tuple(
+            (name, epoch, n)
+            for name, runtime in streams.items()
+            for epoch, n in runtime.retire_stored()
+        )
+        hot_state = snapshot()
         noise: list[EpochNoise] = []
         for name in sorted(streams):
             drawn = streams[name].epoch_noise()
@@ -239,6 +255,7 @@ class ChangeTracker:
             unit_periods=unit_periods,
             new_units=new_units,
             ended_unit_periods=ended,
+            retired_nodes=retired,
             unit_drops=dict(unit_drops or {}),
             ledger_spends=tuple(self._ledger),
             outputs=tuple(self._outputs),

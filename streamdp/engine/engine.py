@@ -71,6 +71,10 @@ class Engine(RecordIntake, EnginePersistence):
     path. The results are the same either way; only the speed differs.
     ``unit_key``: the secret key privacy-unit identifiers are hashed under (at least 16
     bytes; required when a stream declares a privacy unit, and the same on every restore).
+    ``stores_nodes``: the caller stores every noisy node :meth:`take_changes` hands out (the
+    daemon), so a past epoch's nodes are dropped only once handed out and no revision reads
+    them; off (a file replay, which stores none), they are dropped as soon as no revision
+    reads them. Either way releases and revisions are the same.
     """
 
     def __init__(
@@ -84,6 +88,7 @@ class Engine(RecordIntake, EnginePersistence):
         record_outputs: bool = False,
         native_scan: bool = True,
         unit_key: bytes | None = None,
+        stores_nodes: bool = True,
     ) -> None:
         self.spec = spec
         self._fingerprint = spec.fingerprint()  # a hash of the whole spec: once, not per snapshot
@@ -98,7 +103,7 @@ class Engine(RecordIntake, EnginePersistence):
             units={name: _unit(s) for name, s in spec.sources.items()},
         )
         self.streams: dict[str, StreamRuntime] = {
-            name: StreamRuntime(s, sampler, self._spend, unit_key)
+            name: StreamRuntime(s, sampler, self._spend, unit_key, stored_by_caller=stores_nodes)
             for name, s in spec.streams.items()
         }
         self._by_source: dict[str, list[StreamRuntime]] = {name: [] for name in spec.sources}
@@ -279,11 +284,14 @@ class Engine(RecordIntake, EnginePersistence):
         the periods closed, and (with ``record_outputs``) the outputs and ledger spends made
         (see :class:`~streamdp.engine.changes.ChangeSet`). O(what changed), whatever the
         history. A caller must store the change set before it publishes anything in it."""
-        hot = self.snapshot(with_seen=False, with_noise=False, with_nodes=False)
         dropped = self.stats.dropped_over_unit_bound
         drops = {s: n - self._drops_taken.get(s, 0) for s, n in dropped.items()}
         self._drops_taken = dict(dropped)
-        return self._changes.take(self.streams, hot, {s: n for s, n in drops.items() if n})
+        return self._changes.take(
+            self.streams,
+            lambda: self.snapshot(with_seen=False, with_noise=False, with_nodes=False),
+            {s: n for s, n in drops.items() if n},
+        )
 
     def drop_recorded_outputs(self) -> None:
         """Forget the outputs and spends recorded since the last :meth:`take_changes` (a

@@ -64,11 +64,13 @@ class ReplaySummary:
 
     def render(self, *, show_counts: bool = False) -> str:
         """A short human-readable report. Record counts (lines, accepted, rejected by reason)
-        are derived from the raw input and shown only with ``show_counts``."""
-        lines: list[str] = [f"replayed in {self.seconds:.2f} s"]
+        and the run time (it grows with the records read) are derived from the raw input and
+        shown only with ``show_counts``."""
+        lines: list[str] = []
         if show_counts:
             rejected = sum(self.rejected_by_reason.values())
             lines += [
+                f"replayed in {self.seconds:.2f} s",
                 f"lines read: {self.lines}",
                 f"events accepted: {self.accepted}",
                 f"records rejected: {rejected}",
@@ -79,7 +81,10 @@ class ReplaySummary:
                 for name, n in sorted(self.dropped_over_unit_bound.items())
             ]
         else:
-            lines.append("record counts hidden (derived from raw input; --show-counts prints them)")
+            lines.append(
+                "record counts and run time hidden (derived from raw input; --show-counts "
+                "prints them)"
+            )
         lines.append("periods released:")
         lines += [
             f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
@@ -171,6 +176,7 @@ def replay(
         ledger_backend=JsonLinesLedgerBackend(ledger_path),
         batch=True,
         unit_key=unit_key if unit_key is not None else secrets.token_bytes(32),
+        stores_nodes=False,  # past epochs' nodes are dropped once no revision reads them
     )
     engine.start_batch(as_of)
     bar = _Progress(source.stat().st_size, progress if progress is not None else sys.stderr)

@@ -40,6 +40,7 @@ from streamdp.engine.stream_nodes import NoisyNodes
 from streamdp.engine.stream_releases import release_records
 from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
 from streamdp.engine.stream_state import StreamState, decode_stream_state, encode_stream_state
+from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
 # (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
@@ -72,6 +73,8 @@ class StreamRuntime:
         sampler: NoiseSampler,
         spend: SpendHook,
         unit_key: bytes | None = None,
+        *,
+        stored_by_caller: bool = True,
     ) -> None:
         self.spec = spec
         self._fields: CounterFields | None = None
@@ -118,7 +121,11 @@ class StreamRuntime:
             width=self.width,
             nodes_per_epoch=self.strategy.node_count,
             noise_ahead=self._noise_ahead,
+            stored_by_caller=stored_by_caller,
         )
+        # nothing stores the nodes (a file replay): past epochs retire as periods close;
+        # otherwise when the caller takes them (:meth:`retire_stored`)
+        self._retire_on_close = not stored_by_caller
         self.periods = OpenPeriods(spec, self.clock, unit_key)
         self._lateness = spec.allowed_lateness_seconds
         self._stop = spec.on_epoch_end == "stop"
@@ -295,6 +302,8 @@ class StreamRuntime:
             period == self.horizon and (at_end or (self._decoded and every))
         ):
             out.extend(self.revise())
+        if self._retire_on_close:
+            self.revisions.retire(self.nodes)
         self.next_deadline = self._deadline()
         return out
 
@@ -314,6 +323,12 @@ class StreamRuntime:
         each node once (with :meth:`state` ``with_nodes=False`` for the rest of the state)."""
         return self.nodes.take_new()
 
+    def retire_stored(self) -> list[tuple[int, int]]:
+        """Drop the past epochs' nodes that were handed out and that no revision can read any
+        more; ``(epoch, nodes)`` of each (see :meth:`StreamRevisions.retire`). The caller
+        deletes their stored copies once a state without them is stored."""
+        return self.revisions.retire(self.nodes)
+
     def state(
         self, *, with_seen: bool = True, with_noise: bool = True, with_nodes: bool = True
     ) -> dict[str, Any]:
@@ -329,6 +344,7 @@ class StreamRuntime:
             seen=self.periods.seen,
             counter=self.nodes.counter,
             past_nodes=self.nodes.past,
+            retired_carry=self.revisions.retired_carry,
         )
         out = encode_stream_state(
             state,
@@ -357,9 +373,15 @@ class StreamRuntime:
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn); raises :class:`StateError`."""
         restored = decode_stream_state(state, self.spec, self.sampler, self._projection)
+        oldest = restored.counter.epoch - len(restored.past_nodes)
+        if oldest > 0 and restored.retired_carry is None and not self._decoded:
+            raise StateError(
+                f"stream {self.spec.name!r}: epochs before {oldest} were retired but the state "
+                "keeps no carry for them"
+            )
         self.nodes.restore(restored.counter, restored.past_nodes)
         self.periods.restore(restored.closed, restored.open, restored.seen)
         self.periods.restore_units(state.get("units"))
-        self.revisions.restore(restored.revision, restored.revised_through)
+        self.revisions.restore(restored.revision, restored.revised_through, restored.retired_carry)
         self._close_target = restored.close_target
         self.next_deadline = self._deadline()

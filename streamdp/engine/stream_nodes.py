@@ -1,6 +1,11 @@
 """One stream's noisy nodes across its epochs: the current epoch's counter, the nodes of the
-epochs before it (revisions read them), which nodes were already handed to storage, and nodes or
-epoch noise found stored after a crash (used instead of drawing again).
+epochs before it that a revision may still read, which nodes were already handed to storage, and
+nodes or epoch noise found stored after a crash (used instead of drawing again).
+
+A past epoch's nodes are dropped (retired) once no revision can read them and they were handed
+out for storage (:meth:`NoisyNodes.retire_before`; which epochs: :meth:`StreamRevisions.retire
+<streamdp.engine.stream_revisions.StreamRevisions.retire>`), so a stream's memory stops
+growing with its epochs.
 
 Every mechanism runs through one :class:`~streamdp.continual.bank.CounterBank`: a Fenwick
 counter (``fda``, ``binary``, ``naive``: one node drawn per period close) or a factored counter
@@ -38,6 +43,7 @@ class NoisyNodes:
         width: int,
         nodes_per_epoch: int,
         noise_ahead: bool,
+        stored_by_caller: bool = True,
     ) -> None:
         self.counter = counter
         self.horizon = horizon
@@ -45,6 +51,9 @@ class NoisyNodes:
         self._nodes_per_epoch = nodes_per_epoch
         # the epoch's noise is drawn at its first close (k-ary): stored per epoch, not per node
         self._noise_ahead = noise_ahead
+        # True: a caller stores every node :meth:`take_new` hands out, so a past epoch is
+        # retired only once handed out; False: nothing stores nodes (a file replay)
+        self._stored_by_caller = stored_by_caller
         self.past: list[npt.NDArray[np.int64]] = []
         # node counts of the past epochs as runs [first epoch, nodes per epoch, epochs], kept
         # as epochs roll so the hot state never walks the nodes
@@ -137,6 +146,47 @@ class NoisyNodes:
         ]
         self._taken = (current, self.counter.node_count)
         return out
+
+    @property
+    def oldest_epoch(self) -> int:
+        """The first epoch whose nodes are held (the epochs before it were retired)."""
+        return self.counter.epoch - len(self.past)
+
+    def retirable_through(self, epoch: int) -> int:
+        """The latest epoch at most ``epoch`` (and at most the current one) such that every
+        held epoch before it may be dropped: with a caller that stores nodes, each was handed
+        out by :meth:`take_new` (its nodes are stored before anything it released is
+        published; dropping one before would lose a node that releases used)."""
+        through = self.oldest_epoch
+        limit = min(epoch, self.counter.epoch)
+        taken_epoch, taken_nodes = self._taken
+        while through < limit:
+            held = self.past[through - self.oldest_epoch]
+            handed_out = through < taken_epoch or (
+                through == taken_epoch and taken_nodes >= held.shape[0]
+            )
+            if self._stored_by_caller and not handed_out:
+                break
+            through += 1
+        return through
+
+    def retire_before(self, epoch: int) -> list[tuple[int, int]]:
+        """Drop the nodes of the held past epochs before ``epoch`` (at most
+        :meth:`retirable_through`); returns ``(epoch, nodes)`` of each dropped."""
+        oldest = self.oldest_epoch
+        dropped = [
+            (e, int(self.past[e - oldest].shape[0]))
+            for e in range(oldest, self.retirable_through(epoch))
+        ]
+        if dropped:
+            del self.past[: len(dropped)]
+            first = self.oldest_epoch
+            runs = self._past_counts
+            while runs and runs[0][0] + runs[0][2] <= first:
+                runs.pop(0)
+            if runs and runs[0][0] < first:
+                runs[0] = [first, runs[0][1], runs[0][0] + runs[0][2] - first]
+        return dropped
 
     def counts(self) -> list[list[int]]:
         """Nodes per epoch as runs ``[first epoch, nodes per epoch, epochs]`` (consecutive

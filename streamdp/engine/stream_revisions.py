@@ -5,7 +5,8 @@ A Fenwick stream (``fda``, ``binary``, ``naive``) revises by projecting its stor
 (:func:`~streamdp.engine.revision.consistent_epochs`); a k-ary stream (``kary_digits``,
 ``kary_gls``) re-publishes its releases, recomputed from the counter, which were projected when
 published (or are projected here when its exact counts may leave the constraint span). Each
-period is published by one revision only: its consistent values never change once computed.
+period is published by one revision only: its consistent values never change once computed,
+and an epoch's nodes are dropped once no revision can read them (:meth:`StreamRevisions.retire`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
 from streamdp.engine.stream_releases import scaled_stds
+from streamdp.errors import StateError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -116,13 +118,44 @@ class StreamRevisions:
         self.revised_through = 0
         # (epoch, consistent total carried into it): the revisions' running carry, cached
         self._carry_cache: tuple[int, FloatArray] | None = None
+        # the carry into the oldest epoch whose nodes are held, once earlier ones were retired
+        # (None: none retired); stored with the state, so a restore carries the same bits
+        self.retired_carry: tuple[int, FloatArray] | None = None
         self.last: RevisionStats | None = None
 
-    def restore(self, number: int, revised_through: int) -> None:
-        """Continue from a restored state (the carry cache is rebuilt on demand)."""
+    def restore(
+        self,
+        number: int,
+        revised_through: int,
+        retired_carry: tuple[int, FloatArray] | None = None,
+    ) -> None:
+        """Continue from a restored state (the carry cache is rebuilt on demand, from
+        ``retired_carry`` when earlier epochs were retired)."""
         self.number = number
         self.revised_through = revised_through
+        self.retired_carry = retired_carry
         self._carry_cache = None
+
+    def retire(self, nodes: NoisyNodes) -> list[tuple[int, int]]:
+        """Drop the nodes of the past epochs no revision can read any more; returns
+        ``(epoch, nodes)`` of each dropped (see :meth:`NoisyNodes.retire_before`).
+
+        A decoded stream's revisions read only the current epoch, so every past epoch goes. A
+        Fenwick stream's revisions read an epoch's nodes until a revision has published its
+        last period; the consistent total carried past the dropped epochs is kept (and
+        stored), so later revisions compute the same bits as if the nodes were still held.
+        A stream that never revises on a schedule keeps its nodes for an on-demand revision.
+        """
+        current = nodes.counter.epoch
+        wanted = current if self._noise_ahead else self.revised_through // self.horizon
+        through = nodes.retirable_through(wanted)
+        oldest = nodes.oldest_epoch
+        if through <= oldest:
+            return []
+        if not self._noise_ahead:
+            carry = self._carry_into(through, oldest, nodes.past)
+            self.retired_carry = (through, carry.copy())
+        return nodes.retire_before(through)
 
     def revise(self, nodes: NoisyNodes, closed: int) -> list[ConsistentRecord]:
         """A new numbered consistent revision over every period released so far (``closed``
@@ -257,6 +290,8 @@ class StreamRevisions:
             out.append((epoch, 0, counts, totals))
             if totals.shape[0]:
                 carry = totals[-1].copy()
+        if nodes.counter.periods_closed == self.horizon:  # the current epoch is complete
+            self._carry_cache = (current + 1, carry)
         return out
 
     def _consistent_epoch(
@@ -271,11 +306,15 @@ class StreamRevisions:
         final totals of the past epochs before it), cached: advancing it costs the epochs
         rolled since the last revision (recomputed from the oldest epoch after a restore)."""
         cached = self._carry_cache
-        done, carry = (
-            cached
-            if cached is not None and oldest <= cached[0] <= epoch
-            else (oldest, np.zeros(self.width, dtype=np.float64))
-        )
+        if cached is None or not oldest <= cached[0] <= epoch:
+            retired = self.retired_carry
+            if retired is not None and retired[0] != oldest:
+                raise StateError(
+                    f"stream {self.spec.name!r}: the carry kept for epoch {retired[0]} does "
+                    f"not match the oldest epoch held ({oldest})"
+                )
+            cached = retired or (oldest, np.zeros(self.width, dtype=np.float64))
+        done, carry = cached
         for earlier in range(done, epoch):
             _, totals = self._consistent_epoch(past[earlier - oldest], carry)
             if totals.shape[0]:

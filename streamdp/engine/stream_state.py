@@ -41,6 +41,8 @@ class StreamState:
     seen: dict[int, set[str]]
     counter: CounterBank
     past_nodes: list[npt.NDArray[np.int64]]
+    # (first epoch held, consistent total carried into it) once earlier epochs were retired
+    retired_carry: tuple[int, npt.NDArray[np.float64]] | None = None
 
 
 def encode_stream_state(
@@ -73,6 +75,10 @@ def encode_stream_state(
         "open": [[j, list(row)] for j, row in sorted(state.open.items())],
         "counter": state.counter.state(with_noise=with_noise, with_nodes=with_nodes),
     }
+    if state.retired_carry is not None:
+        # float64 values as JSON numbers (shortest repr: read back bit for bit)
+        epoch, carry = state.retired_carry
+        out["retired_carry"] = [epoch, carry.tolist()]
     if with_nodes:
         out["past_nodes"] = [nodes.tolist() for nodes in state.past_nodes]
     else:
@@ -106,6 +112,7 @@ def decode_stream_state(
         close_target = int(data.get("close_target", 0))
         revised_through = int(data.get("revised_through", 0))
         revision = int(data["revision"])
+        retired_carry = _retired_carry(data.get("retired_carry"), width)
     except StateError:
         raise
     except (KeyError, TypeError, ValueError) as error:
@@ -118,6 +125,11 @@ def decode_stream_state(
         raise StateError(f"stream {spec.name!r}: counter state does not match the spec")
     if counter.epoch * spec.horizon + counter.periods_closed != closed:
         raise StateError(f"stream {spec.name!r}: closed-period count is inconsistent")
+    if retired_carry is not None and retired_carry[0] != counter.epoch - len(past):
+        raise StateError(
+            f"stream {spec.name!r}: the kept carry is for epoch {retired_carry[0]}, not the "
+            f"oldest epoch held ({counter.epoch - len(past)})"
+        )
     return StreamState(
         stream=spec.name,
         closed=closed,
@@ -128,4 +140,16 @@ def decode_stream_state(
         seen=seen,
         counter=counter,
         past_nodes=past,
+        retired_carry=retired_carry,
     )
+
+
+def _retired_carry(value: Any, width: int) -> tuple[int, npt.NDArray[np.float64]] | None:
+    """``[epoch, [width floats]]`` as written by :func:`encode_stream_state` (None: absent)."""
+    if value is None:
+        return None
+    epoch, values = value
+    carry = np.asarray([float(v) for v in values], dtype=np.float64)
+    if int(epoch) < 1 or carry.shape != (width,) or not np.all(np.isfinite(carry)):
+        raise ValueError("retired_carry")
+    return int(epoch), carry
