@@ -38,8 +38,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--show-counts",
         action="store_true",
-        help="print the numbers of lines read, events accepted and records rejected (derived "
-        "from the raw input: keep them off public surfaces)",
+        help="print the run time and the numbers of lines read, events accepted and records "
+        "rejected (derived from the raw input: the time grows with the records read; keep "
+        "them off public surfaces)",
     )
     parser.add_argument(
         "--insecure-seed",

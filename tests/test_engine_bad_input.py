@@ -186,7 +186,9 @@ def test_no_raw_count_in_outputs_summary_logs_or_messages(tmp_path, caplog, caps
     captured = capsys.readouterr()
     texts += [captured.out, captured.err]
     assert "events accepted" not in captured.out  # raw record counts only when asked
-    assert "record counts hidden" in captured.out
+    assert "replayed in" not in captured.out  # the run time grows with the records read
+    assert "record counts and run time hidden" in captured.out
+    assert "replayed in" in summary.render(show_counts=True)
     # error path: replaying into the same directory is refused, message without counts
     code = main(
         [
