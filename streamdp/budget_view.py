@@ -60,7 +60,8 @@ class SourceBudget:
     source: str
     epsilon_cap: Epsilon
     epsilon_spent: Epsilon
-    # user level: the sum over every epoch (see BudgetLedger.sequential_spent)
+    # the sum over every epoch: one event in each, or one privacy unit over them (see
+    # BudgetLedger.sequential_spent)
     sequential_spent: Epsilon = 0.0
     # "rho" for a zCDP source: then every amount above is rho (issue 27)
     unit: str = "epsilon"

@@ -78,9 +78,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_source_epsilon_sequential_spent",
         "gauge",
         ("source",),
-        "Epsilon summed over every epoch of every stream of this source: what one person "
-        "contributing events in every epoch could lose (user level; grows as epochs roll; the "
-        "event-level spend is streamdp_source_epsilon_spent).",
+        "Epsilon summed over every epoch of every stream of this source: the loss of one "
+        "event in every epoch, or, for streams with a privacy unit, of one unit over the "
+        "epochs (grows as epochs roll; the per-epoch spend is streamdp_source_epsilon_spent).",
     ),
     MetricSpec(
         "streamdp_source_epsilon_headroom",
@@ -137,8 +137,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_source_rho_sequential_spent",
         "gauge",
         ("source",),
-        "Rho summed over every epoch of every stream of this zCDP source (user level; the "
-        "event-level spend is streamdp_source_rho_spent).",
+        "Rho summed over every epoch of every stream of this zCDP source: one event in every "
+        "epoch, or one privacy unit over the epochs (the per-epoch spend is "
+        "streamdp_source_rho_spent).",
     ),
     MetricSpec(
         "streamdp_source_rho_headroom",

@@ -129,7 +129,8 @@ class WorkerRuntime:
                 entry["revision"] = runtime.revision
                 unit = engine.ledger.units.get(stream_spec.source, "epsilon")
                 entry[f"{unit}_spent_on_source"] = str(engine.ledger.spent(stream_spec.source))
-                # user level: summed over epochs (event level composes epochs in parallel)
+                # summed over epochs: one event in every epoch, or one privacy unit over
+                # the epochs (a person with k events in an epoch is not covered by it)
                 sequential = engine.ledger.sequential_spent(stream_spec.source)
                 entry[f"{unit}_sequential_spent_on_source"] = str(sequential)
                 if stream_spec.rho is not None and sequential > 0:  # as (epsilon, delta) too

@@ -198,7 +198,7 @@ class Board:
     # ------------------------------------------------------------------ output
     def budget_line(self) -> str:
         """The budget per source in one line: event-level spend per epoch against the cap, and
-        the sequential (user-level) spend summed across epochs."""
+        the spend summed across epochs (one event in every epoch)."""
         parts = [
             f"{name} {self.spent.get(name, 0.0):g} / {cap:g}"
             for name, cap in sorted(self.caps.items())
@@ -206,7 +206,7 @@ class Board:
         across = [f"{name} {self.sequential[name]:g}" for name in sorted(self.sequential)]
         line = "epsilon per epoch (event-level), spent / cap: " + ", ".join(parts)
         if across:
-            line += "; across epochs (sequential, user-level): " + ", ".join(across)
+            line += "; summed across epochs (one event in each): " + ", ".join(across)
         return line
 
     def dead_letter_line(self) -> str:

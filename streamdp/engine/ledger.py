@@ -5,8 +5,10 @@ eps-DP for one event over its horizon. Under event-level DP the epochs of a stre
 events, so they compose in parallel: a stream's spend on its source is the largest epsilon of its
 epochs. Streams reading the same source compose sequentially: their spends add. The per-source
 *event-level* spend is therefore ``sum over streams of max over epochs``; it may never exceed
-the source's cap. (User-level protection, where one person contributes events in many epochs,
-would need the sequential sum over epochs too: :meth:`BudgetLedger.sequential_spent` reports it.)
+the source's cap. :meth:`BudgetLedger.sequential_spent` reports the sum over epochs: the loss
+of one event in every epoch, and, for streams with a privacy unit (whose sensitivity covers
+a unit's records in an epoch), of one unit over the epochs it appears in. It is not a person's
+loss on an event-level stream: a person with k events in one epoch moves it k times as far.
 
 The ledger is a plain object with a pluggable backend. ``replay`` uses
 :class:`JsonLinesLedgerBackend` (append + fsync): ``record_epoch`` returns only after the entry
@@ -184,7 +186,8 @@ class BudgetLedger:
         return sum(self._largest.get(source, {}).values(), Decimal(0))
 
     def sequential_spent(self, source: str) -> Decimal:
-        """Sum of every epoch's amount on ``source`` (what user-level DP would charge)."""
+        """Sum of every epoch's amount on ``source``: the loss of one event in every epoch, or
+        of one privacy unit over the epochs (see the module docstring)."""
         return sum((e.amount for e in self._entries if e.source == source), Decimal(0))
 
     def record_epoch(self, source: str, stream: str, epoch: int, amount: Decimal) -> bool:
