@@ -51,6 +51,7 @@ from streamdp.errors import ConfigError
 from streamdp.faust_internals import (
     acknowledged_commits,
     batching_consumer,
+    committed_offset,
     honest_commits,
     note_skipped_offsets,
     tuned_fetching,
@@ -151,6 +152,11 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             unit_key=unit_key,
             reading_at=public_clock.at,
             allowance=settings.delivery_allowance_seconds * public_clock.rate,
+            # what the group committed, as Faust read it when the partition was assigned: a
+            # stored state behind it is refused (lost, truncated or an older copy)
+            committed_offset=lambda topic, partition: committed_offset(
+                app.consumer, faust.types.TP(topic, partition)
+            ),
         )
 
     driver = BatchDriver(

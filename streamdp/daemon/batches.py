@@ -291,6 +291,15 @@ class BatchDriver:
             homes = {
                 tp.partition for tp in app.consumer.assignment() if tp.topic in self._source_topics
             }
+            # a source whose home partition left the assignment without the revocation hook
+            # having run yet closes nothing here: its next owner does (no second draw)
+            orphaned = {slot.home for slot in service.slots.values()} - homes
+            if orphaned:
+                dropped = service.drop(orphaned)
+                log.warning("home partitions left the assignment: released sources %s", dropped)
+                runtime.metrics.forget_releases(
+                    n for n, s in service.spec.streams.items() if s.source in dropped
+                )
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)

@@ -69,6 +69,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.daemon.state_chunks import RESTORE_ADVICE
 from streamdp.errors import StateError
 
 NodeKey = tuple[str, int, int]  # (stream, epoch, t) with t the 1-based node index
@@ -117,8 +118,14 @@ def _parse_entry(source: str, kind: str, key: str) -> tuple[str, int, int] | Non
     prefix = f"{source}{SEPARATOR}{kind}{SEPARATOR}"
     if not key.startswith(prefix):
         return None
-    stream, a, b = key[len(prefix) :].rsplit(SEPARATOR, 2)
-    return stream, int(a), int(b)
+    try:
+        stream, a, b = key[len(prefix) :].rsplit(SEPARATOR, 2)
+        return stream, int(a), int(b)
+    except ValueError:
+        raise StateError(
+            f"the state table holds a {kind} key of source {source!r} that streamdp never "
+            f"writes; refusing to restore: {RESTORE_ADVICE}"
+        ) from None
 
 
 def parse_node_key(source: str, key: str) -> NodeKey | None:
@@ -247,7 +254,7 @@ def join_snapshot(
                     raise StateError(
                         f"stored node noise of stream {name!r} epoch {epoch} is missing or "
                         "incomplete; refusing to restore (noise that releases used is never "
-                        "drawn again): restore the state topic from a backup"
+                        f"drawn again): {RESTORE_ADVICE}"
                     )
                 counter["node_noise"] = rows
             counts = [
@@ -281,6 +288,6 @@ def _need(
     if values is None:
         raise StateError(
             f"stored noisy node {t} of stream {stream!r} epoch {epoch} is missing; refusing to "
-            "restore (a node is never drawn twice): restore the state topic from a backup"
+            f"restore (a node is never drawn twice): {RESTORE_ADVICE}"
         )
     return list(values)

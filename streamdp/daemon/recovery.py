@@ -32,7 +32,7 @@ from streamdp.daemon.checkpoint import (
 )
 from streamdp.daemon.checkpoint_writer import DAEMON_STATE_KEY, SourceSlot, node_deletes
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
-from streamdp.daemon.state_chunks import join_hot, join_node, parse_hot_head
+from streamdp.daemon.state_chunks import RESTORE_ADVICE, join_hot, join_node, parse_hot_head
 from streamdp.engine import Engine
 from streamdp.errors import StateError
 
@@ -94,11 +94,18 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
         engine.restore(snapshot)  # what it restores counts as stored (never taken)
         engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise)
         counted = counted_nodes(hot)
-        # re-publish whatever a crash left in the outbox (same key, value and timestamp)
+        # re-publish whatever a crash left in the outbox (same key, value and timestamp) of
+        # the checkpoints the hot state includes; the records of one whose hot state was never
+        # stored (a crash between its writes) were never published, and the state they came
+        # from is not durable (its ledger spends neither): they are dropped, and made again,
+        # identical, when the input is read again and the periods close again
         prefix = outbox_prefix(source)
         for key in sorted(k for k in keys if k.startswith(prefix)):
             pending = table.get(key)
             if pending is None:
+                continue
+            if _outbox_seq(key, prefix) >= slot.next_outbox:
+                outcome.cleanup.append(StateWrite(slot.home, key, None))
                 continue
             stamp = pending.get("timestamp")
             outcome.publications.append(
@@ -156,6 +163,17 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
         if rows is not None and engine.adopt_stored_noise(stream, epoch, rows):
             slot.stored_noise[(stream, epoch)] = n
     return slot
+
+
+def _outbox_seq(key: str, prefix: str) -> int:
+    """The sequence number of outbox key ``key``; :class:`StateError` if it has none."""
+    try:
+        return int(key[len(prefix) :])
+    except ValueError:
+        raise StateError(
+            f"the state table holds an outbox key that streamdp never writes; refusing to "
+            f"restore: {RESTORE_ADVICE}"
+        ) from None
 
 
 def _noise_rows(

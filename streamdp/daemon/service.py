@@ -53,13 +53,14 @@ from streamdp.daemon.routing import (
     source_spec,
 )
 from streamdp.daemon.skipped_offsets import SkippedOffsets
+from streamdp.daemon.state_chunks import RESTORE_ADVICE
 from streamdp.engine import DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.changes import OutputRecord
 from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.results import ACCEPTED, SKIPPED
 from streamdp.engine.spec import SourceSpec
-from streamdp.errors import InputGapError
+from streamdp.errors import InputGapError, StateError
 from streamdp.noise.sampler import NoiseSampler
 
 #: Most periods one stream closes per tick (after downtime the backlog is worked off in steps
@@ -86,8 +87,13 @@ class ReleaseService:
         unit_key: bytes | None = None,
         reading_at: Callable[[float], float] | None = None,
         allowance: float = 0.0,
+        committed_offset: Callable[[str, int], int] | None = None,
     ) -> None:
         self.spec = spec
+        # the input group's committed offset of (topic, partition), the next offset to read
+        # (0: none), as the consumer learned it when the partition was assigned: a source's
+        # stored state must have applied every record below it (see _check_resume)
+        self.committed_offset = committed_offset
         # the public clock's reading at a wall-clock instant: with it, a record is judged at
         # its Kafka timestamp's reading, or at its receipt less ``allowance`` (public-clock
         # seconds from a close instant to the release) when that is later (see process_runs)
@@ -141,8 +147,31 @@ class ReleaseService:
         if self.skipped_offsets is not None:
             engine.known_holes = self.skipped_offsets.covers
         slot = load_slot(self.state, source, engine, home, hot, outcome)
+        self._check_resume(source, slot)
         self.slots[source] = slot
         return slot
+
+    def _check_resume(self, source: str, slot: SourceSlot) -> None:
+        """Refuse a source whose stored state is behind the input group's commits: the group
+        commits a record only after a checkpoint applied it, so a state that has not applied
+        every committed record was lost, truncated or restored from an older copy. Starting
+        from it would close periods already published again, with new noise (two draws of one
+        node: their average halves its variance), and never count the records skipped. The
+        message names no offset (offsets count records: input volume)."""
+        if self.committed_offset is None:
+            return
+        topic = self.spec.sources[source].topic
+        committed = self.committed_offset(topic, slot.home)
+        applied = slot.engine.applied_offset(topic, slot.home)
+        if committed > (0 if applied is None else applied + 1):
+            stored = "holds none" if applied is None else "is behind them"
+            raise StateError(
+                f"source {source!r}: the input group has committed records of "
+                f"{topic}[{slot.home}] but the stored state {stored}: the state topic was "
+                "lost, truncated or restored from an older copy, and starting from it would "
+                "release published periods again with new noise. "
+                f"{RESTORE_ADVICE[0].upper()}{RESTORE_ADVICE[1:]}"
+            )
 
     def drop(self, partitions: Iterable[int]) -> list[str]:
         """Forget the sources whose home partition was revoked (their state stays in the table
@@ -228,9 +257,12 @@ class ReleaseService:
         slot = self.slots.get(name)
         start = 0
         while slot is None and start < len(run):
-            # no state of the source here yet: a correctly keyed record creates it
+            # no state of the source here yet: a correctly keyed record creates it, and any
+            # record on its known home partition (the worker's assignment would start it
+            # anyway; so every record the group commits there was applied by its state)
             record = run[start]
-            slot = self._load(name, partition, outcome, create=any_key or record.key == key)
+            create = any_key or home is not None or record.key == key
+            slot = self._load(name, partition, outcome, create=create)
             if slot is None:
                 self._emit_unrouted(misplaced(record, owner), outcome)
                 start += 1

@@ -40,6 +40,15 @@ import orjson
 
 from streamdp.errors import StateError
 
+#: What to do when the stored state is damaged (every refusal to restore ends with it). An older
+#: copy of the state topic is no cure: it would release periods already published again, with
+#: new noise; the worker refuses one (its applied offsets are behind the group's commits).
+RESTORE_ADVICE = (
+    "restore the state topic only from a copy taken while every worker was stopped, after "
+    "their last commit (an older copy is refused: it would release published periods again "
+    "with new noise), or start afresh under a new --app-id"
+)
+
 #: The longest hot state kept in one record, bytes of its JSON.
 HOT_INLINE_BYTES = 250_000
 #: The most bytes of a longer hot state's JSON text one piece holds (cut between characters).
@@ -124,8 +133,7 @@ def join_hot(source: str, head: tuple[int, int], piece: Callable[[int], Any]) ->
         if not isinstance(text, str):
             raise StateError(
                 f"piece {i} of {count} of the stored hot state of source {source!r} "
-                f"(generation {generation}) is missing; refusing to restore: restore the state "
-                "topic from a backup"
+                f"(generation {generation}) is missing; refusing to restore: {RESTORE_ADVICE}"
             )
         texts.append(text)
     try:
@@ -182,7 +190,7 @@ def join_node(name: str, value: Any, part: Callable[[int], Any]) -> list[int] | 
         if stored is None:
             raise StateError(
                 f"part {i} of {count} of stored {name} is missing; refusing to restore (a node "
-                "is never drawn twice): restore the state topic from a backup"
+                f"is never drawn twice): {RESTORE_ADVICE}"
             )
         values.extend(stored)
     if len(values) != width:

@@ -147,6 +147,10 @@ class RecordIntake:
             self._changes.dead_letter(letter)
         return True
 
+    def applied_offset(self, topic: str, partition: int) -> int | None:
+        """The last offset of ``(topic, partition)`` applied (None: none yet)."""
+        return self._offsets.get((topic, partition))
+
     def _redelivered(self, topic: str | None, partition: int | None, offset: int | None) -> bool:
         """True when a record at this known position was already applied (skip it); records
         without a position (a file, a test) are never re-deliveries."""

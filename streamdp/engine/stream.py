@@ -39,7 +39,12 @@ from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
 from streamdp.engine.stream_releases import release_records
 from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
-from streamdp.engine.stream_state import StreamState, decode_stream_state, encode_stream_state
+from streamdp.engine.stream_state import (
+    StreamState,
+    check_counter_parameters,
+    decode_stream_state,
+    encode_stream_state,
+)
 from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
@@ -372,6 +377,9 @@ class StreamRuntime:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn); raises :class:`StateError`."""
+        counter = state.get("counter")
+        fresh = self._fresh_counter().state(with_noise=False, with_nodes=False)
+        check_counter_parameters(self.spec.name, counter, fresh)
         restored = decode_stream_state(state, self.spec, self.sampler, self._projection)
         oldest = restored.counter.epoch - len(restored.past_nodes)
         if oldest > 0 and restored.retired_carry is None and not self._decoded:

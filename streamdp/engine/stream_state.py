@@ -153,3 +153,43 @@ def _retired_carry(value: Any, width: int) -> tuple[int, npt.NDArray[np.float64]
     if int(epoch) < 1 or carry.shape != (width,) or not np.all(np.isfinite(carry)):
         raise ValueError("retired_carry")
     return int(epoch), carry
+
+
+#: Counter state that changes as periods close (everything else is fixed by the spec).
+_COUNTER_PROGRESS = frozenset(
+    {
+        "block_start", "carry", "carry_rounding", "carry_variance", "decode", "encode", "epoch",
+        "exact_total", "node_noise", "noise_drawn", "noisy_nodes", "pending", "periods_closed",
+        "sampler", "total", "version",
+    }
+)  # fmt: skip
+
+
+def check_counter_parameters(stream: str, stored: Any, expected: Any, path: str = "") -> None:
+    """Refuse a stored counter whose privacy parameters (epsilon, rho, sensitivity, mechanism,
+    budgets, noise label, ...) differ from those the spec gives a fresh counter (``expected``:
+    its state): restoring would release with the stored ones while every record, the ledger
+    and the planner state the spec's. Progress (carries, pending sums, noise) is not compared;
+    the sampler's security is checked on restore. :class:`StateError` naming the field."""
+    if isinstance(expected, dict):
+        if not isinstance(stored, dict):
+            raise StateError(
+                f"stream {stream!r}: stored counter field {path or 'state'!r} is malformed"
+            )
+        for key, value in expected.items():
+            if key not in _COUNTER_PROGRESS:
+                check_counter_parameters(
+                    stream, stored.get(key), value, f"{path}.{key}".lstrip(".")
+                )
+        return
+    if isinstance(expected, list) and expected and isinstance(expected[0], dict):
+        if not isinstance(stored, list) or len(stored) != len(expected):
+            raise StateError(f"stream {stream!r}: stored counter field {path!r} is malformed")
+        for i, (got, want) in enumerate(zip(stored, expected, strict=True)):
+            check_counter_parameters(stream, got, want, f"{path}[{i}]")
+        return
+    if stored != expected:
+        raise StateError(
+            f"stream {stream!r}: the stored counter's {path} differs from the spec's; refusing "
+            "to restore (its releases would not have the privacy parameters the spec states)"
+        )
