@@ -18,7 +18,14 @@ from streamdp.progress import progress_stream
 
 def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, metavar="SPEC", help="stream spec (TOML)")
-    parser.add_argument("--input", required=True, metavar="EVENTS", help="events, JSON lines")
+    parser.add_argument(
+        "--input",
+        required=True,
+        metavar="EVENTS",
+        help="events, JSON Lines: one JSON object per line (UTF-8; a leading byte-order mark is "
+        "skipped); an empty file, or one whose first line is not a JSON object, is refused "
+        "before anything is spent",
+    )
     parser.add_argument(
         "--output-dir",
         required=True,

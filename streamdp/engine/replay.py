@@ -30,6 +30,7 @@ from typing import IO, Any
 from streamdp.engine.engine import Engine
 from streamdp.engine.ledger import JsonLinesLedgerBackend
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
+from streamdp.engine.replay_input import events_start
 from streamdp.engine.sinks import FILE_OF_KIND, JsonLinesDirectorySink, RecordSink, write_all
 from streamdp.engine.spec import EngineSpec
 from streamdp.errors import ConfigError
@@ -161,6 +162,7 @@ def replay(
     source = Path(input_path)
     if not source.is_file():
         raise ConfigError(f"--input {str(source)!r} is not a readable file")
+    start = events_start(source)  # refuses a file that is not JSON Lines: nothing spent yet
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     ledger_path = out / LEDGER_FILE
@@ -184,6 +186,7 @@ def replay(
     outputs = JsonLinesDirectorySink(out) if sink is None else sink
     try:
         with source.open("rb") as lines:
+            lines.seek(start)
             summary = _drive(engine, lines, outputs, bar)
         write_all(outputs, engine.advance_clock(as_of))
         # a final revision, so that every released period has a consistent value too
