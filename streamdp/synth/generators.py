@@ -99,8 +99,10 @@ def generate(
     Bad records are mixed in with probability ``bad_fraction`` per good event, cycling through
     every rejection kind the scenario supports. Their expected reasons hold when the lines are
     replayed as one batch released at :func:`release_instant` (or read by a worker whose clock
-    stands at it with every period still open): a file has no arrival times, so no line is
-    ``late``; ``too_far_in_future`` is judged against that instant.
+    stands at it or earlier with every period still open): a file has no arrival times, so no
+    line is ``late``; a ``too_far_in_future`` record is dated just past every stream's future
+    limit at that instant (:func:`beyond_future_limit`; it is not made when a stream has no
+    limit), so a later ``--as-of`` can count it.
     """
     spec = spec if spec is not None else example_spec(scenario)
     rng = np.random.default_rng(seed)
@@ -112,6 +114,9 @@ def generate(
     bad_kinds = COMMON_BAD + (
         ORDER_BAD if source.kind == "order" else PERSON_BAD if has_attributes else ()
     )
+    future = beyond_future_limit(spec, periods)
+    if future is None:
+        bad_kinds = tuple(k for k in bad_kinds if k != "too_far_in_future")
     bad_index = 0
     number = 0
     for j in range(periods):
@@ -130,12 +135,12 @@ def generate(
             if bad_fraction > 0 and rng.uniform() < bad_fraction:
                 kind = bad_kinds[bad_index % len(bad_kinds)]
                 bad_index += 1
-                expect = kind
-                if kind == "too_far_in_future" and any(
-                    s.on_epoch_end == "stop" for s in spec.streams.values()
-                ):
-                    expect = "after_horizon"  # beyond a stopping stream's horizon first
-                yield Line(_bad(kind, event, clock, j, grid_stream, number), expect, j)
+                if kind == "too_far_in_future" and future is not None:
+                    bad = dict(event, event_id=f"bad-{number}-{kind}")
+                    bad["event_time"] = format_instant(future)
+                    yield Line(json.dumps(bad), _future_reason(spec, future), j)
+                    continue
+                yield Line(_bad(kind, event, clock, j, grid_stream, number), kind, j)
 
 
 def generated_end(spec: EngineSpec, periods: int) -> float:
@@ -149,6 +154,33 @@ def release_instant(spec: EngineSpec, periods: int) -> float:
     plus the largest allowed lateness of the spec's streams."""
     lateness = max(s.allowed_lateness_seconds for s in spec.streams.values())
     return generated_end(spec, periods) + lateness
+
+
+def beyond_future_limit(spec: EngineSpec, periods: int) -> float | None:
+    """An instant every stream of ``spec`` refuses as too far ahead (or past its horizon) at
+    :func:`release_instant` (and at any earlier arrival instant): one second into the period
+    after the one holding that instant plus the stream's ``max_future_periods``, the latest
+    over the streams. None when a stream has no future limit (``max_future_periods = 0``)."""
+    if any(s.max_future_periods == 0 for s in spec.streams.values()):
+        return None
+    now = release_instant(spec, periods)
+    starts = []
+    for stream in spec.streams.values():
+        clock = PeriodClock(stream.period)
+        starts.append(clock.bounds(clock.index_of(now) + stream.max_future_periods + 1)[0])
+    return max(starts) + 1.0
+
+
+def _future_reason(spec: EngineSpec, ts: float) -> str:
+    """The reason a record dated ``ts`` beyond every stream's future limit is refused with:
+    ``after_horizon`` when a stopping stream's horizon is past (checked first), else
+    ``too_far_in_future``."""
+    for stream in spec.streams.values():
+        if stream.on_epoch_end == "stop" and PeriodClock(stream.period).index_of(ts) >= (
+            stream.horizon
+        ):
+            return "after_horizon"
+    return "too_far_in_future"
 
 
 def _maker(
@@ -253,8 +285,6 @@ def _bad(  # noqa: PLR0917
         return json.dumps(good)
     elif kind == "before_start":
         bad["event_time"] = format_instant(clock.bounds(0)[0] - 86400.0 * 40)
-    elif kind == "too_far_in_future":
-        bad["event_time"] = format_instant(clock.bounds(j + 200)[0] + 1.0)
     elif kind == "control_on_input":
         control = {"type": "control", "action": "close", "stream": stream.name, "through": hi}
         return json.dumps(control)
