@@ -100,6 +100,14 @@ def run(args: argparse.Namespace) -> int:
         progress=progress_stream(args.progress),
         unit_key=None if args.unit_key_file is None else load_unit_key(args.unit_key_file),
     )
+    for name, epochs in summary.many_epochs().items():
+        sys.stderr.write(
+            f"streamdp replay: WARNING: --as-of {format_instant(as_of)} releases {epochs} "
+            f"epochs of stream {name!r}: {summary.stream_unit(name)} "
+            f"{summary.summed_spend[name]} summed over them (the loss of one event in every "
+            "epoch, or of one privacy unit over the epochs); if that is not meant, give an "
+            "earlier --as-of and a new --output-dir\n"
+        )
     sys.stdout.write(f"as of {format_instant(as_of)}\n")
     sys.stdout.write(summary.render(show_counts=args.show_counts) + "\n")
     return 0

@@ -92,3 +92,27 @@ def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
     assert read_jsonl(tmp_path / "marked" / "releases.jsonl") == read_jsonl(
         tmp_path / "plain" / "releases.jsonl"
     )
+
+
+@pytest.mark.parametrize(
+    ("as_of", "epochs"), [("2024-02-01T00:00:00Z", 1), ("2032-01-01T00:00:00Z", 8)]
+)
+def test_the_summary_counts_epochs_and_warns_when_as_of_releases_several(
+    as_of: str, epochs: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """restaurant.toml rolls into a new epoch every 366 days, so an --as-of eight years on
+    releases eight epochs, each spending epsilon 1.0 (the count depends on the spec and the
+    instant only: public)."""
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(line.text for line in generate("restaurant", 3, 5)) + "\n")
+    argv = ["replay", "--config", "streamdp/examples/restaurant.toml", "--input", str(events)]
+    assert main([*argv, "--output-dir", str(tmp_path / "out"), "--as-of", as_of]) == 0
+    captured = capsys.readouterr()
+    assert f"in {epochs} epoch(s); epsilon summed over the epochs: {epochs}.0" in captured.out
+    warned = [line for line in captured.err.splitlines() if "epochs of stream" in line]
+    if epochs == 1:
+        assert warned == []
+    else:
+        assert len(warned) == 1
+        assert f"--as-of {as_of} releases {epochs} epochs of stream 'restaurant-items'" in warned[0]
+        assert f"epsilon {epochs}.0 summed over them" in warned[0]

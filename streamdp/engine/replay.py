@@ -57,8 +57,14 @@ class ReplaySummary:
     epsilon_caps: dict[str, Decimal] = field(default_factory=dict)
     # source -> "epsilon" or "rho" (a zCDP source's spend and cap are rho)
     units: dict[str, str] = field(default_factory=dict)
+    # stream -> the source it reads
+    sources: dict[str, str] = field(default_factory=dict)
     # stream -> per what its guarantee holds ("event", "patient_id per epoch")
     protects: dict[str, str] = field(default_factory=dict)
+    # stream -> the epochs it released (spent its budget on) and its spend summed over them,
+    # in its source's unit: both follow from the spec and --as-of alone (public)
+    epochs_released: dict[str, int] = field(default_factory=dict)
+    summed_spend: dict[str, Decimal] = field(default_factory=dict)
     # stream -> records dropped as beyond their privacy unit's bounds (an input count)
     dropped_over_unit_bound: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
@@ -88,7 +94,9 @@ class ReplaySummary:
             )
         lines.append("periods released:")
         lines += [
-            f"  {name}: {n} (revisions: {self.revisions.get(name, 0)})"
+            f"  {name}: {n} (revisions: {self.revisions.get(name, 0)}) in "
+            f"{self.epochs_released.get(name, 0)} epoch(s); {self.stream_unit(name)} summed "
+            f"over the epochs: {self.summed_spend.get(name, Decimal(0))}"
             for name, n in self.periods_released.items()
         ]
         units = {name: p for name, p in self.protects.items() if p != "event"}
@@ -106,6 +114,14 @@ class ReplaySummary:
             for name, spent in self.epsilon_spent.items()
         ]
         return "\n".join(lines)
+
+    def stream_unit(self, stream: str) -> str:
+        """``"epsilon"`` or ``"rho"``: the unit of ``stream``'s source."""
+        return self.units.get(self.sources.get(stream, ""), "epsilon")
+
+    def many_epochs(self) -> dict[str, int]:
+        """The streams that released more than one epoch, with their number of epochs."""
+        return {name: n for name, n in self.epochs_released.items() if n > 1}
 
 
 class _Progress:
@@ -205,6 +221,12 @@ def replay(
     summary.epsilon_caps = {n: s.cap for n, s in spec.sources.items()}
     summary.units = dict(engine.ledger.units)
     summary.protects = {name: s.protects for name, s in spec.streams.items()}
+    summary.sources = {name: s.source for name, s in spec.streams.items()}
+    summary.epochs_released = dict.fromkeys(spec.streams, 0)
+    summary.summed_spend = dict.fromkeys(spec.streams, Decimal(0))
+    for entry in engine.ledger.entries:
+        summary.epochs_released[entry.stream] += 1
+        summary.summed_spend[entry.stream] += entry.amount
     summary.dropped_over_unit_bound = dict(engine.stats.dropped_over_unit_bound)
     return summary
 
