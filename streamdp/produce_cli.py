@@ -22,6 +22,7 @@ from typing import Any
 from streamdp.engine import load_spec
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.synth import SCENARIOS
+from streamdp.synth.generators import EXAMPLE_FILES
 from streamdp.synth.live import LiveEvent, live_events, live_spec_text, stamped
 
 #: Seconds between progress lines.
@@ -39,7 +40,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--write-spec",
         metavar="FILE",
         help="write the scenario's example spec with fixed periods of --period-seconds "
-        "starting now, then exit (for a worker on the wall clock)",
+        "starting now, then exit without sending (for a worker on the wall clock; not with "
+        "--bootstrap or --config)",
     )
     parser.add_argument(
         "--period-seconds",
@@ -107,6 +109,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _write_spec(args: argparse.Namespace) -> int:
+    sending = [
+        flag
+        for flag, value in (("--bootstrap", args.bootstrap), ("--config", args.config))
+        if value is not None
+    ]
+    if sending:
+        raise ConfigError(
+            f"--write-spec writes a spec and exits without sending anything: drop "
+            f"{' and '.join(sending)} (then send with `streamdp produce --config FILE "
+            "--bootstrap HOST:PORT`)"
+        )
     if args.period_seconds < 1:
         raise ConfigError(f"--period-seconds must be >= 1, got {args.period_seconds}")
     target = Path(args.write_spec)
@@ -114,7 +127,7 @@ def _write_spec(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--write-spec {args.write_spec!r}: directory {str(target.parent)!r} does not exist"
         )
-    example = resources.files("streamdp").joinpath("examples", f"{args.scenario}.toml")
+    example = resources.files("streamdp").joinpath("examples", EXAMPLE_FILES[args.scenario])
     text = live_spec_text(
         example.read_text("utf-8"),
         args.period_seconds,

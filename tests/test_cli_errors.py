@@ -63,6 +63,11 @@ from streamdp.cli import main
              "--output-dir", "out"],
             "the instant it printed ('every generated period is released by:",
         ),
+        (
+            ["produce", "--scenario", "hiv", "--write-spec", "live.toml", "--bootstrap",
+             "127.0.0.1:9092"],
+            "--write-spec writes a spec and exits without sending anything: drop --bootstrap",
+        ),
     ],
 )  # fmt: skip
 def test_bad_arguments_give_one_line_and_status_2(

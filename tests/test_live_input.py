@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from daemon_harness import Worker, collect
 
+from streamdp.cli import main
 from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import required_topics
@@ -44,6 +46,25 @@ def test_a_live_spec_has_short_periods_from_now_and_the_examples_streams(scenari
         assert stream.allowed_lateness_seconds == 6.0
         assert stream.counters == example.streams[name].counters
         assert stream.epsilon == example.streams[name].epsilon
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_write_spec_writes_every_scenario_in_the_words_of_its_periods(
+    scenario: str, tmp_path: Path
+) -> None:
+    """Every scenario's example is found (two have files named with an underscore), and the
+    written spec's titles, descriptions and comments no longer speak of days or months."""
+    target = tmp_path / "live.toml"
+    argv = ["produce", "--scenario", scenario, "--write-spec", str(target)]
+    assert main([*argv, "--period-seconds", "90"]) == 0
+    spec = load_spec(target)
+    assert spec.streams.keys() == example_spec(scenario).streams.keys()
+    words = [line for line in target.read_text("utf-8").splitlines() if line.startswith("#")]
+    for stream in spec.streams.values():
+        words += [stream.about.title or "", stream.about.description or ""]
+    calendar = re.compile(r"\b(day|days|daily|month|months|monthly|year|years|yearly)\b", re.I)
+    assert [w for w in words if calendar.search(w)] == []
+    assert any("per period of 90 s" in w for w in words)
 
 
 def test_live_events_are_valid_new_and_stamped_with_the_moment_they_are_sent() -> None:

@@ -26,6 +26,19 @@ __all__ = ["LiveEvent", "live_events", "live_lateness_seconds", "live_spec_text"
 _PERIOD_LINE = re.compile(r"^period = \{[^}\n]*\}$", re.M)
 _LATENESS_LINE = re.compile(r'^allowed_lateness = "[^"\n]*"$', re.M)
 _PLACES_LINE = re.compile(r'^places = "([^"\n]+)"$', re.M)
+_COMMENT_LINE = re.compile(r"^#[^\n]*\n", re.M)
+_WORDING_LINE = re.compile(r'^(?:title|description) = "[^"\n]*"$', re.M)
+#: The examples' calendar wording in titles and descriptions, and what it becomes for fixed
+#: periods ({period}: "period of 60 s"); an epoch of the examples' day and month streams is a
+#: year, hence "a year" -> "an epoch".
+_PERIOD_WORDS = (
+    (
+        re.compile(r"\b(?:on|in) at most (\d+) (?:days|months) a year\b"),
+        r"in at most \1 periods an epoch",
+    ),
+    (re.compile(r"\bper (?:calendar )?(?:day|month)\b"), "per {period}"),
+    (re.compile(r"\b(once|twice) a (?:day|month)\b"), r"\1 a period"),
+)
 
 
 def live_lateness_seconds(period_seconds: int) -> int:
@@ -55,8 +68,11 @@ def live_spec_text(
     header = (
         f"# Written by `streamdp produce --write-spec`: periods of {period_seconds} s from "
         f"{start}, for a worker on the wall clock.\n"
+        "# (From an example spec; its comments, which describe its calendar periods, are left "
+        "out.)\n"
     )
-    text = _PERIOD_LINE.sub(period, example_text)
+    text = _PERIOD_LINE.sub(period, _COMMENT_LINE.sub("", example_text))
+    text = _WORDING_LINE.sub(lambda m: fixed_period_wording(m.group(0), period_seconds), text)
     if examples_dir is not None:
         text = _PLACES_LINE.sub(
             lambda m: (
@@ -67,6 +83,14 @@ def live_spec_text(
             text,
         )
     return header + _LATENESS_LINE.sub(lateness, text)
+
+
+def fixed_period_wording(text: str, period_seconds: int) -> str:
+    """``text`` (an example's title or description) with its day and month wording ("per
+    day", "once a month", "on at most 12 days a year") said of periods of ``period_seconds``."""
+    for pattern, replacement in _PERIOD_WORDS:
+        text = pattern.sub(replacement.format(period=f"period of {period_seconds} s"), text)
+    return text
 
 
 @dataclass(frozen=True)
