@@ -27,6 +27,7 @@ import sys
 from types import FrameType
 
 from streamdp.errors import ConfigError
+from streamdp.noise.insecure import check_insecure_seed
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -70,6 +71,7 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--duration must be > 0 seconds, got {args.duration}")
     if args.partitions < 1:
         raise ConfigError(f"--partitions must be >= 1, got {args.partitions}")
+    check_insecure_seed(args.insecure_seed)
     if args.web_port is not None and not 0 < args.web_port < 65536:
         raise ConfigError(f"--web-port must be a TCP port (1-65535), got {args.web_port}")
 

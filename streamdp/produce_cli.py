@@ -19,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from streamdp.bootstrap_address import check_bootstrap
 from streamdp.engine import load_spec
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.synth import SCENARIOS
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             "--config and --bootstrap are required to send events (or --write-spec FILE to "
             "write a spec for a worker on the wall clock)"
         )
+    check_bootstrap(args.bootstrap)
     if not (math.isfinite(args.per_second) and args.per_second > 0):
         raise ConfigError(f"--per-second must be a number > 0, got {args.per_second}")
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):

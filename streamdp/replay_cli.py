@@ -13,6 +13,7 @@ from streamdp.engine.replay import replay
 from streamdp.engine.spec_loading import load_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, NoiseSampler, production_sampler
+from streamdp.noise.insecure import check_insecure_seed
 from streamdp.progress import progress_stream
 
 
@@ -80,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             "offset, or 'now'); for a file from `streamdp synth`, the instant it printed "
             "('every generated period is released by: ... --as-of INSTANT')"
         )
+    check_insecure_seed(args.insecure_seed)
     spec = load_spec(args.config)
     sampler: NoiseSampler
     if args.insecure_seed is not None:

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from pathlib import Path
+from typing import IO
 
 from streamdp.engine.periods import format_instant
 from streamdp.errors import ConfigError
 from streamdp.progress import ProgressLine
 from streamdp.synth import SCENARIOS, example_spec, generate, release_instant
+
+#: The largest --rate: a period's events are drawn in memory at once (10 million take about
+#: 80 MB), so a larger rate is refused rather than failing in numpy.
+MAX_RATE = 10_000_000
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -28,9 +34,15 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--periods", type=int, required=True, metavar="N", help="periods to generate"
     )
     parser.add_argument(
-        "--rate", type=float, required=True, metavar="R", help="mean events per period"
+        "--rate",
+        type=float,
+        required=True,
+        metavar="R",
+        help=f"mean events per period (at most {MAX_RATE:,})",
     )
-    parser.add_argument("--output", required=True, metavar="FILE", help="events, JSON lines")
+    parser.add_argument(
+        "--output", required=True, metavar="FILE", help="events, JSON lines (- for stdout)"
+    )
     parser.add_argument(
         "--data-seed",
         type=int,
@@ -54,36 +66,80 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_args(args)
+    if args.output == "-":
+        try:
+            good, bad = _write(args, sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): stop quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
+    else:
+        target = Path(args.output)
+        try:
+            out = target.open("w", encoding="utf-8")
+        except OSError as error:
+            raise ConfigError(
+                f"--output {args.output!r} cannot be written: {error.strerror}"
+            ) from None
+        try:
+            with out:
+                good, bad = _write(args, out)
+        except BaseException:
+            target.unlink(missing_ok=True)  # no partial or empty file is left behind
+            raise
+    where = "stdout" if args.output == "-" else args.output
+    sys.stderr.write(f"wrote {good} good and {bad} bad records to {where}\n")
+    as_of = format_instant(release_instant(example_spec(args.scenario), args.periods))
+    sys.stderr.write(f"every generated period is released by: replay ... --as-of {as_of}\n")
+    return 0
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` for the first argument out of range, before any file is
+    opened (a refused command leaves no output file)."""
     if args.periods < 1:
         raise ConfigError(f"--periods must be >= 1, got {args.periods}")
-    if not math.isfinite(args.rate) or args.rate < 0:
-        raise ConfigError(f"--rate must be a number >= 0, got {args.rate}")
+    if not math.isfinite(args.rate) or not 0 <= args.rate <= MAX_RATE:
+        raise ConfigError(
+            f"--rate must be a number of events per period from 0 to {MAX_RATE:,}, got "
+            f"{args.rate:g}; for more events, generate more periods"
+        )
+    if args.data_seed < 0:
+        raise ConfigError(f"--data-seed must be an integer >= 0, got {args.data_seed}")
     if not 0.0 <= args.bad_fraction <= 1.0:
         raise ConfigError(f"--bad-fraction must be between 0 and 1, got {args.bad_fraction}")
-    good = bad = 0
+    if args.output == "-":
+        return
     target = Path(args.output)
+    if target.is_dir():
+        raise ConfigError(
+            f"--output {args.output!r} is a directory; give a file name (e.g. "
+            f"{str(target / 'events.jsonl')!r}), or - for stdout"
+        )
     if not target.parent.is_dir():
         raise ConfigError(
             f"--output {args.output!r}: directory {str(target.parent)!r} does not exist"
         )
+
+
+def _write(args: argparse.Namespace, out: IO[str]) -> tuple[int, int]:
+    """Write the generated lines to ``out``; the numbers of good and bad records."""
+    good = bad = 0
     progress = ProgressLine("streamdp synth", args.periods, "periods", forced=args.progress)
-    with target.open("w", encoding="utf-8") as out:
-        for line in generate(
-            args.scenario,
-            args.periods,
-            args.rate,
-            seed=args.data_seed,
-            bad_fraction=args.bad_fraction,
-        ):
-            out.write(line.text + "\n")
-            if line.expect is None:
-                good += 1
-            else:
-                bad += 1
-            if (good + bad) % 1024 == 0:
-                progress.update(line.period, f"{good + bad:,} records")
+    for line in generate(
+        args.scenario,
+        args.periods,
+        args.rate,
+        seed=args.data_seed,
+        bad_fraction=args.bad_fraction,
+    ):
+        out.write(line.text + "\n")
+        if line.expect is None:
+            good += 1
+        else:
+            bad += 1
+        if (good + bad) % 1024 == 0:
+            progress.update(line.period, f"{good + bad:,} records")
     progress.finish(args.periods, f"{good + bad:,} records")
-    sys.stderr.write(f"wrote {good} good and {bad} bad records to {args.output}\n")
-    as_of = format_instant(release_instant(example_spec(args.scenario), args.periods))
-    sys.stderr.write(f"every generated period is released by: replay ... --as-of {as_of}\n")
-    return 0
+    return good, bad

@@ -21,16 +21,15 @@ import asyncio
 import base64
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from streamdp.bootstrap_address import check_bootstrap
 from streamdp.errors import BrokerError, ConfigError
 
 ENV_BOOTSTRAP = "STREAMDP_BOOTSTRAP"
-_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _HEX_PREVIEW = 24
 
 
@@ -215,9 +214,7 @@ def _bootstrap(args: argparse.Namespace) -> str:
     value = args.bootstrap or os.environ.get(ENV_BOOTSTRAP, "")
     if not value:
         raise ConfigError(f"no broker given: pass --bootstrap HOST:PORT or set {ENV_BOOTSTRAP}")
-    if not _BOOTSTRAP.match(value):
-        raise ConfigError(f"--bootstrap must be HOST:PORT[,HOST:PORT...], got {value!r}")
-    return value
+    return check_bootstrap(value, "--bootstrap" if args.bootstrap else ENV_BOOTSTRAP)
 
 
 async def _tail(

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 
+from streamdp import synth_cli
 from streamdp.cli import main
+from streamdp.errors import ConfigError
+from streamdp.synth import Line, generate
 
 
 @pytest.mark.parametrize(
@@ -78,3 +85,96 @@ def test_bad_arguments_give_one_line_and_status_2(
     assert message in err
     assert "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+REPLAY = ["replay", "--config", "streamdp/examples/hiv.toml", "--as-of", "2024-06-01T00:00:00Z"]
+SYNTH = ["synth", "--scenario", "hiv", "--periods", "2", "--rate", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["plan", "--config", "{latin1}"], "'{latin1}': it is not UTF-8 text"),
+        ([*REPLAY, "--config", "{latin1}", "--input", "{events}", "--output-dir", "{tmp}/o"],
+         "'{latin1}': it is not UTF-8 text"),
+        (["worker", "--config", "{latin1}", "--bootstrap", "127.0.0.1:9092"],
+         "'{latin1}': it is not UTF-8 text"),
+        (["broker", "--config", "{latin1}"], "'{latin1}': it is not UTF-8 text"),
+        ([*REPLAY, "--input", "{events}", "--output-dir", "README.md"],
+         "--output-dir 'README.md' exists and is not a directory"),
+        ([*REPLAY, "--input", "{events}", "--output-dir", "/proc/streamdp-x"],
+         "--output-dir '/proc/streamdp-x' cannot be created"),
+        ([*REPLAY, "--input", "{empty}", "--output-dir", "{tmp}/o"],
+         "--input '{empty}' holds no records (it is empty); expected JSON Lines"),
+        ([*REPLAY, "--input", "{csv}", "--output-dir", "{tmp}/o"],
+         "--input '{csv}' is not JSON Lines: its first non-blank line is not a JSON object"),
+        ([*SYNTH, "--output", "{tmp}"], "--output '{tmp}' is a directory; give a file name"),
+        ([*SYNTH, "--output", "{tmp}/s.jsonl", "--rate", "1e12"],
+         "--rate must be a number of events per period from 0 to 10,000,000, got 1e+12"),
+        ([*SYNTH, "--output", "{tmp}/s.jsonl", "--data-seed", "-1"],
+         "--data-seed must be an integer >= 0, got -1"),
+        ([*REPLAY, "--input", "{events}", "--output-dir", "{tmp}/o", "--insecure-seed", "-1"],
+         "--insecure-seed must be an integer >= 0, got -1"),
+        (["worker", "--config", "streamdp/examples/hiv.toml", "--bootstrap", "127.0.0.1:9092",
+          "--insecure-seed", "-1"],
+         "--insecure-seed must be an integer >= 0, got -1"),
+        (["demo", "--insecure-seed", "-1"], "--insecure-seed must be an integer >= 0, got -1"),
+        (["tail", "--topic", "streamdp.releases", "--bootstrap", "127.0.0.1:99999"],
+         "--bootstrap '127.0.0.1:99999': port 99999 is not a TCP port; give a port from 1 to"),
+        (["produce", "--scenario", "hiv", "--config", "streamdp/examples/hiv.toml",
+          "--bootstrap", "127.0.0.1:99999"],
+         "--bootstrap '127.0.0.1:99999': port 99999 is not a TCP port"),
+        (["feed", "--bootstrap", "127.0.0.1:99999"],
+         "--bootstrap '127.0.0.1:99999': port 99999 is not a TCP port"),
+    ],
+)  # fmt: skip
+def test_bad_files_and_values_give_one_line_and_status_2(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Audit item 5: each of these printed a traceback (or, for the demo, failed only after
+    starting its broker). A refused command leaves no output behind."""
+    files = {
+        "latin1": tmp_path / "spec.toml",
+        "events": tmp_path / "events.jsonl",
+        "empty": tmp_path / "empty.jsonl",
+        "csv": tmp_path / "events.csv",
+    }
+    files["latin1"].write_bytes(b'# d\xe9j\xe0 vu\n[sources.a]\nkind = "person"\n')
+    files["events"].write_text('{"event_id": "a"}\n')
+    files["empty"].write_bytes(b"")
+    files["csv"].write_text("event_id,event_time\na,2024-01-02T00:00:00Z\n")
+    names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path)}
+    before = set(tmp_path.iterdir())
+    assert main([arg.format(**names) for arg in argv]) == 2
+    err = capsys.readouterr().err
+    assert message.format(**names) in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert set(tmp_path.iterdir()) == before
+
+
+def test_synth_removes_its_output_when_it_fails_midway(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def failing(*args: object, **kwargs: object) -> Iterator[Line]:
+        yield Line('{"event_id": "a"}', None)
+        raise ConfigError("generation failed")
+
+    monkeypatch.setattr(synth_cli, "generate", failing)
+    target = tmp_path / "events.jsonl"
+    assert main([*SYNTH, "--output", str(target)]) == 2
+    assert "generation failed" in capsys.readouterr().err
+    assert not target.exists()
+
+
+def test_synth_output_dash_writes_the_events_to_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*SYNTH, "--output", "-"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines == [line.text for line in generate("hiv", 2, 1.0)]
+    assert all(json.loads(line)["event_id"] for line in lines)
+    assert "records to stdout" in captured.err
+    assert list(tmp_path.iterdir()) == []  # no file named "-"

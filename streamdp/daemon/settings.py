@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from streamdp.bootstrap_address import check_bootstrap
 from streamdp.daemon.checkpoint import MAX_NOISE_CHUNK_BYTES
 from streamdp.daemon.checkpoint_writer import MAX_SEEN_CHUNK_BYTES
 from streamdp.daemon.routing import OutputTopics
@@ -18,6 +19,7 @@ from streamdp.daemon.state_chunks import HOT_INLINE_BYTES, MAX_HOT_PIECE_BYTES, 
 from streamdp.engine.clock import parse_clock
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
+from streamdp.noise.insecure import check_insecure_seed
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -112,14 +114,10 @@ class DaemonSettings:
         """Raise :class:`ConfigError` naming the setting that is wrong."""
         if not self.config.is_file():
             raise ConfigError(f"--config {str(self.config)!r} is not a readable file")
-        host, _, port = self.bootstrap.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError(
-                f"--bootstrap / STREAMDP_BOOTSTRAP must be HOST:PORT[,HOST:PORT], got "
-                f"{self.bootstrap!r}"
-            )
+        check_bootstrap(self.bootstrap, "--bootstrap / STREAMDP_BOOTSTRAP")
         if self.partitions < 1:
             raise ConfigError(f"--partitions must be >= 1, got {self.partitions}")
+        check_insecure_seed(self.insecure_seed)
         if not 0 < self.web_port < 65536:
             raise ConfigError(f"--web-port must be a TCP port, got {self.web_port}")
         if self.security_protocol not in SECURITY_PROTOCOLS:

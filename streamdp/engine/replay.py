@@ -180,7 +180,17 @@ def replay(
         raise ConfigError(f"--input {str(source)!r} is not a readable file")
     start = events_start(source)  # refuses a file that is not JSON Lines: nothing spent yet
     out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ConfigError(
+            f"--output-dir {str(out)!r} exists and is not a directory; give a new directory"
+        ) from None
+    except OSError as error:
+        raise ConfigError(
+            f"--output-dir {str(out)!r} cannot be created: {error.strerror}; give a directory "
+            "you can write to"
+        ) from None
     ledger_path = out / LEDGER_FILE
     if ledger_path.exists() and ledger_path.stat().st_size > 0:
         raise ConfigError(

@@ -35,6 +35,11 @@ def load_spec(path: str | Path) -> EngineSpec:
         text = p.read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read configuration {str(p)!r}: {error.strerror}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(
+            f"cannot read configuration {str(p)!r}: it is not UTF-8 text (byte {error.start + 1} "
+            "is not UTF-8); give a TOML spec saved as UTF-8"
+        ) from None
     return parse_spec(text, origin=str(p))
 
 

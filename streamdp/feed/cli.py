@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from streamdp.bootstrap_address import check_bootstrap
 from streamdp.errors import ConfigError
 from streamdp.feed.console import IgnoredReporter
 from streamdp.feed.model import FeedView
@@ -22,7 +23,6 @@ from streamdp.feed.sources import KafkaTopics, ReplayDirectory
 
 DEFAULT_PORT = 8750
 DEFAULT_NAMESPACE = "streamdp"
-_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: How long ``--output-dir`` with ``--bootstrap`` waits to read the topics up to their ends.
 CATCH_UP_SECONDS = 60.0
@@ -88,8 +88,8 @@ def _check(args: argparse.Namespace) -> None:
         args.port = DEFAULT_PORT
     if not 0 <= args.port <= 65535:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
-    if args.bootstrap is not None and not _BOOTSTRAP.match(args.bootstrap):
-        raise ConfigError(f"--bootstrap must be HOST:PORT[,HOST:PORT...], got {args.bootstrap!r}")
+    if args.bootstrap is not None:
+        check_bootstrap(args.bootstrap)
     if not _NAMESPACE.match(args.topic_namespace):
         raise ConfigError(
             f"--topic-namespace must be a topic name prefix such as 'streamdp', "

@@ -13,8 +13,17 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.errors import ConfigError
 from streamdp.noise.gaussian import check_sigma
 from streamdp.noise.sampler import check_scale, check_size
+
+
+def check_insecure_seed(seed: int | None) -> int | None:
+    """``seed`` (``--insecure-seed``) if it is None or an integer >= 0, the seeds numpy's
+    generator takes; else :class:`ConfigError`. Commands check it before starting anything."""
+    if seed is not None and seed < 0:
+        raise ConfigError(f"--insecure-seed must be an integer >= 0, got {seed}")
+    return seed
 
 
 class InsecureSeededSampler:
