@@ -3,7 +3,7 @@
 The daemon's throughput (events/s per worker) is quoted against this number measured in the same
 run: ``measure_bare_consumer(bootstrap, topic, n_events)`` is importable for that.
 
-    python benchmarks/bare_consumer.py [--events 50000] [--repeats 5] [--partitions 1 4]
+    ./run bench bare_consumer [--events 50000] [--repeats 5] [--partitions 1 4]
 
 Produces ``--events`` JSON records of ~200 bytes to a fresh topic per partition count, then reads
 them all ``--repeats`` times with a new consumer (no consumer group, from the beginning) and prints

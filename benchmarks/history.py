@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{wall / wall0:.3f}  {cpu:>10,.0f} events/CPU-s {cpu / cpu0:.3f}"
             )
         sys.stdout.flush()
-    command = "python benchmarks/history.py " + " ".join(argv or sys.argv[1:])
+    command = ".venv/bin/python benchmarks/history.py " + " ".join(argv or sys.argv[1:])
     table = [
         (
             "| stream | periods closed before | events/s (median) | ratio | "

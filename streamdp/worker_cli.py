@@ -79,8 +79,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-input-gaps",
         action="store_true",
-        help="accept holes in input offsets (transactional producers); by default a hole makes "
-        "the worker exit and restart from its last checkpoint",
+        help="accept every hole in input offsets (only for records removed before the worker "
+        "read them, e.g. by retention during a long outage); by default such a hole makes the "
+        "worker exit and restart from its last checkpoint. A transaction's markers are always "
+        "accepted: transactional producers do not need it",
     )
     parser.add_argument(
         "--input-path",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 
 from streamdp import synth_cli
 from streamdp.cli import main
+from streamdp.engine.spec_loading import parse_spec
+from streamdp.engine.stream_table import MAX_HORIZON
 from streamdp.errors import ConfigError
 from streamdp.synth import Line, generate
 
@@ -126,6 +129,10 @@ SYNTH = ["synth", "--scenario", "hiv", "--periods", "2", "--rate", "1"]
          "--bootstrap '127.0.0.1:99999': port 99999 is not a TCP port"),
         (["feed", "--bootstrap", "127.0.0.1:99999"],
          "--bootstrap '127.0.0.1:99999': port 99999 is not a TCP port"),
+        (["plan", "--config", "{huge}"],
+         "stream 's': field 'sensitivity': the contribution bound 2000000000000"),
+        (["plan", "--horizon", "10000001", "--epsilon", "1", "--sensitivity", "1"],
+         "horizon 10000001 exceeds 10,000,000, the most a stream spec accepts"),
     ],
 )  # fmt: skip
 def test_bad_files_and_values_give_one_line_and_status_2(
@@ -138,7 +145,14 @@ def test_bad_files_and_values_give_one_line_and_status_2(
         "events": tmp_path / "events.jsonl",
         "empty": tmp_path / "empty.jsonl",
         "csv": tmp_path / "events.csv",
+        "huge": tmp_path / "huge.toml",
     }
+    files["huge"].write_text(
+        '[sources.a]\nkind = "person"\nepsilon_cap = 1.0\n[streams.s]\nsource = "a"\n'
+        "epsilon = 1.0\nsensitivity = 2000000000000\nhorizon = 12\n"
+        'period = { unit = "month", timezone = "UTC", start = "2024-01-01" }\n'
+        'counters = { kind = "flag", field = "f", name = "c" }\n'
+    )
     files["latin1"].write_bytes(b'# d\xe9j\xe0 vu\n[sources.a]\nkind = "person"\n')
     files["events"].write_text('{"event_id": "a"}\n')
     files["empty"].write_bytes(b"")
@@ -178,3 +192,31 @@ def test_synth_output_dash_writes_the_events_to_stdout(
     assert all(json.loads(line)["event_id"] for line in lines)
     assert "records to stdout" in captured.err
     assert list(tmp_path.iterdir()) == []  # no file named "-"
+
+
+def test_plan_and_a_spec_refuse_the_same_horizons(capsys: pytest.CaptureFixture[str]) -> None:
+    too_long = str(MAX_HORIZON + 1)
+    assert main(["plan", "--horizon", too_long, "--epsilon", "1", "--sensitivity", "1"]) == 2
+    assert f"horizon {too_long} exceeds" in capsys.readouterr().err
+    spec = (
+        '[sources.a]\nkind = "person"\nepsilon_cap = 1.0\n[streams.s]\nsource = "a"\n'
+        f"epsilon = 1.0\nsensitivity = 1\nhorizon = {too_long}\n"
+        'period = { unit = "month", timezone = "UTC", start = "2024-01-01" }\n'
+        'counters = { kind = "flag", field = "f", name = "c" }\n'
+    )
+    with pytest.raises(ConfigError, match="'horizon'"):
+        parse_spec(spec)
+
+
+def test_run_bench_without_a_name_lists_the_benchmarks() -> None:
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [str(root / "run"), "bench"], cwd=root, capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: ./run bench NAME [ARGS]")
+    listed = {line.strip() for line in done.stderr.splitlines()[2:]}
+    assert "engine_throughput" in listed
+    assert "results_dir" not in listed  # a helper module, not a program
+    assert "line" not in done.stderr  # no bash "line 74: 1: ..." diagnostics

@@ -80,7 +80,8 @@ class DaemonSettings:
     max_request_size: int = 1_000_000
     # a jump in input offsets means records were skipped below the worker (a Faust 0.15 issue
     # around rebalances): the worker exits and restarts from its checkpoint, unless holes are
-    # legitimate on the input topics (transaction markers)
+    # legitimate on the input topics (records removed by retention before they were read; a
+    # transaction's markers are accepted without it, see streamdp.daemon.skipped_offsets)
     allow_input_gaps: bool = False
     # input records available on an assigned partition but none delivered for this long (the
     # same Faust issue can drop a whole fetch): exit and restart from the checkpoint; 0 = off

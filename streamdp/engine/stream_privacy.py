@@ -119,6 +119,7 @@ def check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
 ) -> None:
     """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
     (2^-40 .. 2^40 counts; see streamdp.continual.privacy.MAX_NOISE_SCALE)."""
+    from streamdp.continual.privacy import MAX_SENSITIVITY
     from streamdp.continual.strategy import check_noise_scales
 
     digits = len(epsilon.normalize().as_tuple().digits)
@@ -128,7 +129,14 @@ def check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
             f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
             f"noise maths: round it down (e.g. to {_round_down(epsilon, EPSILON_DIGITS)})",
         )
+    if sensitivity > MAX_SENSITIVITY:  # a privacy unit's: Delta times its events per epoch
+        raise ctx.fail(
+            "sensitivity",
+            f"the contribution bound {sensitivity} (for a privacy unit, sensitivity times "
+            f"max_events_per_period times max_periods_per_epoch) must be at most 2^40 = "
+            f"{MAX_SENSITIVITY}; lower it",
+        )
     try:
         check_noise_scales(mechanism, objective, horizon, epsilon, sensitivity, branching)
-    except ConfigError as error:
+    except ConfigError as error:  # the scale depends on both: the message names both
         raise ctx.fail("epsilon", str(error)) from None

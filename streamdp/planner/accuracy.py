@@ -33,11 +33,13 @@ from streamdp.continual.variance import (
     scale_variances,
     variance_profile,
 )
+from streamdp.engine.stream_table import MAX_HORIZON as SPEC_MAX_HORIZON
 from streamdp.error_band import half_width95
 from streamdp.errors import ConfigError
 from streamdp.planner.error_bound import EXACT_MAX_NODES, error_bound
 
-MAX_HORIZON = 100_000_000
+#: The longest horizon a spec accepts (streamdp.engine.stream_table): no plan beyond it.
+MAX_HORIZON = SPEC_MAX_HORIZON
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,8 @@ def _check_horizon(horizon: int) -> int:
         raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
     if horizon > MAX_HORIZON:
         raise ConfigError(
-            f"horizon {horizon} exceeds {MAX_HORIZON}; use epochs (a new tree every N periods)"
+            f"horizon {horizon} exceeds {MAX_HORIZON:,}, the most a stream spec accepts; plan a "
+            "shorter horizon: a stream rolls into a new epoch every N periods"
         )
     return horizon
 
