@@ -134,10 +134,12 @@ def describe_record(value: Any) -> str | None:
     if kind == "dead_letter":
         origin = f"{_word(value.get('topic'))}@{_word(value.get('offset'))}"
         stream = value.get("stream")
+        event_id = value.get("event_id")  # None: the record had none (malformed, say)
         return (
             f"dead letter {_word(value.get('reason'))} from {origin}"
             + (f" stream {_word(stream)}" if stream else "")
-            + f" event {_word(value.get('event_id'))}: {_word(value.get('message', ''))} "
+            + (f" event {_word(event_id)}" if event_id is not None else " (no event id)")
+            + f": {_word(value.get('message', ''))} "
             f"(raw {_word(value.get('raw_length'))} bytes; --format json shows it)"
         )
     try:

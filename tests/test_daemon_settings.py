@@ -40,6 +40,9 @@ def spec(tmp_path: Path) -> Path:
         ({"security_protocol": "TLS"}, "STREAMDP_SECURITY_PROTOCOL"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN"}, "STREAMDP_SASL_PASSWORD"),
         ({"security_protocol": "SASL_SSL", "sasl_mechanism": "MD5"}, "STREAMDP_SASL_MECHANISM"),
+        ({"security_protocol": "SASL_SSL"}, "with SASL_SSL, but it is not set$"),
+        ({"bootstrap": "127.0.0.1:99999"}, "port 99999 is not a TCP port"),
+        ({"insecure_seed": -1}, "--insecure-seed must be an integer >= 0, got -1"),
     ],
 )
 def test_bad_settings_name_what_to_fix(spec: Path, change: dict[str, object], message: str) -> None:

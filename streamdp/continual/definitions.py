@@ -26,6 +26,7 @@ from typing import ClassVar, Literal
 
 from streamdp.continual.exact_float import float_at_least, float_at_most
 from streamdp.errors import ConfigError
+from streamdp.shown_value import shown
 
 Definition = Literal["pure", "zcdp"]
 DEFINITIONS: tuple[Definition, ...] = ("pure", "zcdp")
@@ -40,18 +41,18 @@ def _positive(value: Fraction | Decimal | int | float | str, name: str) -> Fract
     try:
         exact = Fraction(str(value)) if isinstance(value, float) else Fraction(value)
     except (ValueError, ZeroDivisionError):
-        raise ConfigError(f"{name} must be a positive number, got {value!r}") from None
+        raise ConfigError(f"{name} must be a positive number, got {shown(value)}") from None
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite positive number, got {value!r}")
+        raise ConfigError(f"{name} must be a finite positive number, got {shown(value)}")
     if exact <= 0:
-        raise ConfigError(f"{name} must be > 0, got {value!r}")
+        raise ConfigError(f"{name} must be > 0, got {shown(value)}")
     return exact
 
 
 def _delta(delta: Fraction | float | str) -> Fraction:
     exact = _positive(delta, "delta")
     if exact >= 1:
-        raise ConfigError(f"delta must be in (0, 1), got {delta!r}")
+        raise ConfigError(f"delta must be in (0, 1), got {shown(delta)}")
     return exact
 
 

@@ -13,6 +13,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from streamdp.errors import ConfigError
+from streamdp.shown_value import shown
 
 #: Largest noise scale (counts) a node may get. The discrete Laplace tail is
 #: ``P(|Z| >= k) = 2 q^k / (1 + q) <= 2 exp(-k / b)``; at ``b = 2^40`` a node's noise reaches
@@ -37,10 +38,10 @@ def exact_epsilon(epsilon: Epsilon) -> Fraction:
     loss guaranteed against it is never above the epsilon the operator wrote."""
     if isinstance(epsilon, float):
         if not math.isfinite(epsilon):
-            raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+            raise ConfigError(f"epsilon must be a finite number > 0, got {shown(epsilon)}")
         return min(Fraction(epsilon), Fraction(repr(epsilon)))
     if isinstance(epsilon, Decimal) and not epsilon.is_finite():
-        raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        raise ConfigError(f"epsilon must be a finite number > 0, got {shown(epsilon)}")
     return Fraction(epsilon)
 
 
@@ -48,15 +49,15 @@ def check_privacy(epsilon: Epsilon, sensitivity: float) -> tuple[float, float]:
     """Validate ``epsilon > 0`` and ``sensitivity > 0`` (finite); return them as floats."""
     eps, delta = float(epsilon), float(sensitivity)
     if not math.isfinite(eps) or eps <= 0.0:
-        raise ConfigError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+        raise ConfigError(f"epsilon must be a finite number > 0, got {shown(epsilon)}")
     if not math.isfinite(delta) or delta <= 0.0:
         raise ConfigError(
             f"sensitivity (Delta, the L1 contribution bound of one event) must be a finite "
-            f"number > 0, got {sensitivity!r}"
+            f"number > 0, got {shown(sensitivity)}"
         )
     if delta > MAX_SENSITIVITY or Fraction(delta) != Fraction(sensitivity):
         raise ConfigError(
             f"sensitivity (Delta) must be at most 2^40 = {MAX_SENSITIVITY} and exact in float "
-            f"arithmetic, got {sensitivity!r}"
+            f"arithmetic, got {shown(sensitivity)}"
         )
     return eps, delta

@@ -130,7 +130,12 @@ class DaemonSettings:
             if self.sasl_mechanism not in SASL_MECHANISMS:
                 raise ConfigError(
                     f"STREAMDP_SASL_MECHANISM must be one of {', '.join(SASL_MECHANISMS)} with "
-                    f"{self.security_protocol}, got {self.sasl_mechanism!r}"
+                    f"{self.security_protocol}, "
+                    + (
+                        "but it is not set"
+                        if self.sasl_mechanism is None
+                        else f"got {self.sasl_mechanism!r}"
+                    )
                 )
             if not self.sasl_username or not self.sasl_password:
                 raise ConfigError(

@@ -16,6 +16,7 @@ from typing import Any, cast
 
 from streamdp.engine.renamed_keys import RENAMED_KEYS
 from streamdp.errors import ConfigError
+from streamdp.shown_value import shown
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,63}$")
 NAME_RULE = "1-64 characters from letters, digits and _ . + - (starting with a letter or digit)"
@@ -57,17 +58,17 @@ class ConfigReader:
 
     def name(self, value: Any, field_name: str) -> str:
         if not isinstance(value, str) or not NAME_PATTERN.match(value):
-            raise self.fail(field_name, f"must be a name of {NAME_RULE}, got {value!r}")
+            raise self.fail(field_name, f"must be a name of {NAME_RULE}, got {shown(value)}")
         return value
 
     def choice(self, value: Any, field_name: str, allowed: tuple[str, ...]) -> str:
         if value not in allowed:
-            raise self.fail(field_name, f"must be one of {', '.join(allowed)}; got {value!r}")
+            raise self.fail(field_name, f"must be one of {', '.join(allowed)}; got {shown(value)}")
         return cast(str, value)
 
     def integer(self, value: Any, field_name: str, lo: int, hi: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(field_name, f"must be an integer, got {value!r}")
+            raise self.fail(field_name, f"must be an integer, got {shown(value)}")
         if value < lo or (hi is not None and value > hi):
             bound = f"between {lo} and {hi}" if hi is not None else f">= {lo}"
             raise self.fail(field_name, f"must be {bound}, got {value}")
@@ -75,7 +76,7 @@ class ConfigReader:
 
     def boolean(self, value: Any, field_name: str) -> bool:
         if not isinstance(value, bool):
-            raise self.fail(field_name, f"must be true or false, got {value!r}")
+            raise self.fail(field_name, f"must be true or false, got {shown(value)}")
         return value
 
     def epsilon(self, value: Any, field_name: str) -> Decimal:
@@ -87,7 +88,7 @@ class ConfigReader:
             number = None
         if number is None or not number.is_finite() or number <= 0:
             raise self.fail(
-                field_name, f"must be a positive decimal number such as 0.5, got {value!r}"
+                field_name, f"must be a positive decimal number such as 0.5, got {shown(value)}"
             )
         return number
 
@@ -103,7 +104,7 @@ class ConfigReader:
             raise self.fail(
                 field_name,
                 "must be a duration: seconds as a number, or text like '90s', '15m', '2h', "
-                f"'1d'{' (greater than zero)' if positive else ''}; got {value!r}",
+                f"'1d'{' (greater than zero)' if positive else ''}; got {shown(value)}",
             )
         return seconds
 

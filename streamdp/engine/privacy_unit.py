@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from streamdp.errors import ConfigError, StateError
+from streamdp.shown_value import shown
 
 #: Bytes of a unit's keyed digest kept (128 bits: collisions among 10^9 units have
 #: probability below 10^-20; a collision only makes two units share one bound, never loosens it).
@@ -47,7 +48,9 @@ class PrivacyUnit:
         for name in ("max_events_per_period", "max_periods_per_epoch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"privacy_unit.{name} must be an integer >= 1, got {value!r}")
+                raise ConfigError(
+                    f"privacy_unit.{name} must be an integer >= 1, got {shown(value)}"
+                )
 
     @property
     def multiplier(self) -> int:

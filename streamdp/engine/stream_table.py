@@ -37,6 +37,7 @@ from streamdp.engine.stream_privacy import (
     zcdp_epsilon_bound,
 )
 from streamdp.errors import ConfigError
+from streamdp.shown_value import shown
 
 MAX_HORIZON = 10_000_000
 #: Mechanisms whose releases are decoded from noise known ahead (k-ary) or from a matrix
@@ -255,7 +256,7 @@ def _about(ctx: ConfigReader, table: Mapping[str, Any]) -> StreamAbout:
         value = table.get(key)
         if value is not None:
             if not isinstance(value, str) or not value.strip():
-                raise ctx.fail(key, f"must be non-empty text, got {value!r}")
+                raise ctx.fail(key, f"must be non-empty text, got {shown(value)}")
             value = value.strip()
             allowed_breaks = "\n" if key == "description" else ""
             if any(not (c.isprintable() or c in allowed_breaks) for c in value):
