@@ -27,7 +27,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "live demo: embedded broker, one worker, synthetic producers, releases as they land",
     ),
     "replay": ("streamdp.replay_cli", "run the release engine over a JSON-lines file"),
-    "synth": ("streamdp.synth_cli", "write synthetic events shaped like the seeds' data"),
+    "synth": (
+        "streamdp.synth_cli",
+        (
+            "write made-up test events (restaurant orders, hospital admissions, census records) "
+            "as JSON lines"
+        ),
+    ),
     "produce": (
         "streamdp.produce_cli",
         "send synthetic events live to a broker (or write a spec whose periods start now)",

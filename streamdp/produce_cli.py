@@ -35,7 +35,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--scenario",
         required=True,
         choices=SCENARIOS,
-        help="which seed's data to imitate (as in `streamdp synth`)",
+        help="which made-up data to send (the scenarios of `streamdp synth`)",
     )
     parser.add_argument(
         "--write-spec",

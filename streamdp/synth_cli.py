@@ -1,4 +1,5 @@
-"""``streamdp synth``: write synthetic events shaped like the seeds' data (JSON lines)."""
+"""``streamdp synth``: write made-up test events (restaurant orders, hospital admissions, census
+records; never real data) as JSON lines, one scenario per example spec."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         required=True,
         choices=SCENARIOS,
         help=(
-            "which seed's data to imitate; each matches its spec in streamdp/examples "
+            "which made-up data to write; each matches its spec in streamdp/examples "
             "(restaurant orders, hospital admissions, census persons, HIV admissions; "
             "hospital-patients: admissions of returning patients with a patient_id)"
         ),
