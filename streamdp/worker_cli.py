@@ -12,9 +12,10 @@ import dataclasses
 from pathlib import Path
 
 from streamdp.daemon.routing import OutputTopics
-from streamdp.daemon.settings import DaemonSettings, env_settings
+from streamdp.daemon.settings import LOG_LEVELS, DaemonSettings, env_settings
 from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, arm_stop_deadline
 from streamdp.daemon.topic_check import check_topics, say
+from streamdp.daemon.web_port import check_web_port
 from streamdp.errors import EXIT_CONFIG, ConfigError
 
 
@@ -30,7 +31,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="partitions of the input, control and state topics (all equal; default 12)",
     )
     parser.add_argument("--web-host", help="address of /metrics and /status (default 127.0.0.1)")
-    parser.add_argument("--web-port", type=int, help="port of /metrics and /status (default 6066)")
+    parser.add_argument(
+        "--web-port",
+        type=int,
+        help="port of /metrics and /status (default 6066); a fixed port, not 0 (Prometheus "
+        "scrapes a configured address); the worker exits with status 78 if it is taken",
+    )
     parser.add_argument("--data-dir", type=Path, help="Faust data directory")
     parser.add_argument("--standby-replicas", type=int, help="Faust table standby replicas")
     parser.add_argument(
@@ -125,7 +131,10 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="longest fetch long-poll, seconds (default 0.1; Faust's own is 1.5)",
     )
-    parser.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    parser.add_argument(
+        "--log-level",
+        help=f"{', '.join(LOG_LEVELS)} (default info); or STREAMDP_LOG_LEVEL",
+    )
     parser.add_argument(
         "--unit-key-file",
         type=Path,
@@ -194,7 +203,11 @@ def run(args: argparse.Namespace) -> int:
         )
     app, runtime = create_app(settings)
     try:
+        # before the broker (which may be waited for) and again after it, just before Faust
+        # binds the port: a taken port is one line and status 78, not Faust's traceback
+        check_web_port(settings.web_host, settings.web_port)
         check_topics(settings, required_topics(runtime.spec, settings))
+        check_web_port(settings.web_host, settings.web_port)
     except ConfigError as error:
         say(f"fatal configuration problem, exit status {EXIT_CONFIG}: {error}")
         return EXIT_CONFIG

@@ -3,12 +3,14 @@ secrets come from the environment only."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
 
 from streamdp.daemon.routing import OutputTopics
 from streamdp.daemon.settings import DaemonSettings, env_settings
+from streamdp.daemon.web_port import check_web_port
 from streamdp.errors import ConfigError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "streamdp" / "examples" / "restaurant.toml"
@@ -27,6 +29,8 @@ def spec(tmp_path: Path) -> Path:
         ({"bootstrap": "kafka"}, "HOST:PORT"),
         ({"partitions": 0}, "--partitions"),
         ({"web_port": 70000}, "--web-port"),
+        ({"web_port": 0}, "Prometheus scrapes /metrics at a configured address"),
+        ({"log_level": "chatty"}, "--log-level / STREAMDP_LOG_LEVEL must be one of debug,"),
         ({"max_batch": 0}, "--max-batch"),
         ({"batch_seconds": 0.0}, "--batch-seconds"),
         ({"fetch_wait_seconds": 0.0}, "--fetch-wait"),
@@ -48,6 +52,42 @@ def spec(tmp_path: Path) -> Path:
 def test_bad_settings_name_what_to_fix(spec: Path, change: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         DaemonSettings(config=spec, **change).validate()  # type: ignore[arg-type]
+
+
+def test_log_levels_are_taken_in_any_case(spec: Path) -> None:
+    for level in ("debug", "INFO", "Warning", "error", "critical"):
+        assert DaemonSettings(config=spec, log_level=level).validate().log_level == level
+
+
+def test_a_taken_web_port_is_named_with_what_to_do() -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        with pytest.raises(ConfigError, match=f"--web-port {port} is already in use on 127.0.0.1"):
+            check_web_port("127.0.0.1", port)
+    check_web_port("127.0.0.1", port)  # free again once its listener closed
+
+
+def test_a_port_left_in_time_wait_by_a_stopped_worker_is_free() -> None:
+    """The server side of a connection it closed first stays in TIME_WAIT for a minute; Faust's
+    server binds with SO_REUSEADDR and starts there, so the check must pass too."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio's servers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server closes first: its end goes to TIME_WAIT
+        client.recv(1)
+        client.close()
+    check_web_port("127.0.0.1", port)
+
+
+def test_an_address_that_is_not_this_machines_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"cannot listen on --web-host '192\.0\.2\.1' --web-port"):
+        check_web_port("192.0.2.1", 6066)  # TEST-NET-1: never a local address
 
 
 def test_missing_spec_file_is_named(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ honoured within seconds in every state (issues 16 and 17; docs/operating.md, "Ex
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -312,3 +313,51 @@ def test_sigterm_with_the_broker_unreachable_is_honoured_at_once(tmp_path: Path)
         took = time.monotonic() - started
     assert code in (0, -signal.SIGTERM)
     assert took < 5, f"stopped after {took:.1f} s"
+
+
+# ---------------------------------------------------------------- start-up refusals (no broker)
+
+
+def _start_refused(*extra: str) -> tuple[int, str]:
+    """Run a worker pointed at a closed broker port; return its status and output (it must
+    exit on its own, before waiting for the broker)."""
+    closed = free_loopback_port()  # nobody listens there
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "streamdp", "worker", "--config", str(SPEC),
+            "--bootstrap", f"127.0.0.1:{closed}", "--app-id", "refused",
+            *extra,
+        ],
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_an_invalid_log_level_exits_2_with_one_line_before_connecting(tmp_path: Path) -> None:
+    code, output = _start_refused(
+        "--data-dir", str(tmp_path / "d"), "--web-port", str(free_loopback_port()),
+        "--log-level", "chatty",
+    )  # fmt: skip
+    assert code == 2, output
+    assert output.splitlines() == [
+        (
+            "streamdp worker: error: --log-level / STREAMDP_LOG_LEVEL must be one of debug, "
+            "info, warning, error, critical, got 'chatty'"
+        )
+    ]
+
+
+def test_a_taken_web_port_exits_78_with_one_line_before_connecting(tmp_path: Path) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen(1)
+        port = other.getsockname()[1]
+        code, output = _start_refused("--data-dir", str(tmp_path / "d"), "--web-port", str(port))
+    assert code == EXIT_CONFIG, output
+    assert output.splitlines() == [
+        (
+            f"fatal configuration problem, exit status 78: --web-port {port} is already in use "
+            "on 127.0.0.1 (another worker or program listens there); stop it or give this "
+            "worker another --web-port / STREAMDP_WEB_PORT"
+        )
+    ]

@@ -24,6 +24,8 @@ from streamdp.noise.insecure import check_insecure_seed
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 PRODUCER_ACKS = ("all", "1", "0")
+#: ``--log-level`` values (in any case): Python's level names, which Faust's worker takes
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: Bytes a Kafka record batch adds around one record's key and value (header 61, record ~20).
 RECORD_OVERHEAD_BYTES = 1024
 #: The largest single record each kind of write can make, bytes of key + value; every one must
@@ -119,8 +121,19 @@ class DaemonSettings:
         if self.partitions < 1:
             raise ConfigError(f"--partitions must be >= 1, got {self.partitions}")
         check_insecure_seed(self.insecure_seed)
+        if self.web_port == 0:
+            raise ConfigError(
+                "--web-port must be a fixed TCP port (1-65535), got 0: a worker does not pick a "
+                "free port, because Prometheus scrapes /metrics at a configured address; pass that "
+                "port"
+            )
         if not 0 < self.web_port < 65536:
-            raise ConfigError(f"--web-port must be a TCP port, got {self.web_port}")
+            raise ConfigError(f"--web-port must be a TCP port (1-65535), got {self.web_port}")
+        if self.log_level.lower() not in LOG_LEVELS:
+            raise ConfigError(
+                f"--log-level / STREAMDP_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got "
+                f"{self.log_level!r}"
+            )
         if self.security_protocol not in SECURITY_PROTOCOLS:
             raise ConfigError(
                 f"STREAMDP_SECURITY_PROTOCOL {self.security_protocol!r} is not one of "
