@@ -179,13 +179,26 @@ def _header(  # noqa: PLR0917 - one line each
         noise,
         f"worker metrics: http://127.0.0.1:{port}/metrics   status: http://127.0.0.1:{port}/status",
         f"input: {rates}, {pace}; Ctrl-C stops",
-        (
-            "periods close on the worker's public clock (simulated at the same pace, 12 "
-            "simulated hours after a day ends), never on event times"
-        ),
+        _schedule_line(spec, args.pace),
         "planner, typical 95% error of a running total (2.12 sd + 1, mean sd over the horizon): "
         + ", ".join(plans),
     ]
+
+
+def _schedule_line(spec: Any, pace: float) -> str:
+    """When the demo's periods are released: the worker's clock passes a period's end plus its
+    allowed lateness (simulated time), then the worker waits its delivery allowance (wall
+    seconds, which the simulated clock turns into days)."""
+    from streamdp.daemon.settings import DEFAULT_DELIVERY_ALLOWANCE
+
+    hours = max(s.allowed_lateness_seconds for s in spec.streams.values()) / 3600
+    days = DEFAULT_DELIVERY_ALLOWANCE / pace if pace > 0 else 0.0
+    return (
+        f"periods close on the worker's public clock (simulated at the same pace), never on "
+        f"event times: a period is released {hours:g} simulated hours after it ends plus the "
+        f"worker's {DEFAULT_DELIVERY_ALLOWANCE:g} s delivery allowance ({days:.1f} simulated "
+        f"days at this pace)"
+    )
 
 
 if __name__ == "__main__":
