@@ -24,7 +24,7 @@ from rich.console import Console
 from streamdp.budget_view import BudgetView, SourceBudget
 from streamdp.daemon.routing import source_spec
 from streamdp.demo.board import Board
-from streamdp.demo.board_view import render_board
+from streamdp.demo.board_view import board_header, render_board
 from streamdp.demo.feed import DAY_SECONDS, FeedStats, Record, paced_records, run_feed
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import PeriodClock, parse_instant
@@ -66,7 +66,10 @@ def _interleave(records: list[dict[str, Any]], seed: int) -> list[dict[str, Any]
     return out
 
 
-LINE = re.compile(r"^release (\S+) epoch (\d+) period (\d+) \(([\d-]+)\) running total ±95%: (.*)$")
+LINE = re.compile(
+    r"^release (\S+) epoch (\d+) period (\d+) \(([\d-]+)\) period count / running total ±95%: "
+    r"(.*)$"
+)
 
 
 def test_plain_lines_print_every_period_once_with_the_records_values(spec: EngineSpec) -> None:
@@ -89,10 +92,12 @@ def test_plain_lines_print_every_period_once_with_the_records_values(spec: Engin
             continue
         epoch, period = int(match[2]), int(match[3])
         seen.append((epoch, period))
-        values = re.findall(r"(\w+) (-?[\d,]+)±([\d,]+)", match[5])
+        values = re.findall(r"(\w+) (-?[\d,]+)±([\d,]+) / (-?[\d,]+)±([\d,]+)", match[5])
         assert [v[0] for v in values] == ["cola", "burger", "wings", "fries", "nuggets"]
-        for counter, total, half in values:
+        for counter, count, count_half, total, half in values:
             record = by_key[(epoch, period, counter)]
+            assert int(count.replace(",", "")) == record["noisy_count"]
+            assert int(count_half.replace(",", "")) == round(2.12 * record["count_std"] + 1)
             assert int(total.replace(",", "")) == record["noisy_total"]
             assert int(half.replace(",", "")) == round(2.12 * record["total_std"] + 1)
             assert record["period_start"].startswith(match[4])
@@ -121,10 +126,16 @@ def _both_sources(spec: EngineSpec, days: int) -> tuple[Board, list[dict[str, An
     return board, records
 
 
-HEADER = [
-    "streamdp demo · secure noise (OpenDP) · 61s, day 41 · worker ready · clock 2024-02-10 12:00",
-    "feed http://127.0.0.1:40123/ · metrics http://127.0.0.1:6066/metrics · Ctrl-C stops",
-]
+# the longest header the demo draws: insecure noise, a starting worker, five-digit values
+HEADER = board_header(
+    insecure=True,
+    ready=False,
+    elapsed=12345.0,
+    day=1234,
+    clock="2024-02-10 12:00",
+    port=65535,
+    feed_port=65535,
+)
 
 
 def _render(board: Board, width: int, height: int) -> list[str]:
@@ -141,10 +152,10 @@ def test_board_fits_the_terminal_without_wrapping(
     lines = _render(board, width, height)
     assert len(lines) <= height
     assert max(cell_len(line) for line in lines) <= width
-    # the header stays (cut, not wrapped onto a second line), then the column titles
-    assert lines[0] == HEADER[0][: width - 1] + "…"
-    assert lines[1].startswith(HEADER[1][: width - 1].rstrip("…")[:40])
-    assert "newest period" in lines[2]
+    # the header stays (at 80 columns whole, narrower cut, never wrapped onto a second line),
+    # then the column titles
+    for line, text in zip(lines, HEADER, strict=False):
+        assert line == (text if len(text) <= width else text[: width - 1] + "…")
     assert lines[3].startswith("counter")
     # every stream keeps its title line; counters are what gets dropped
     titles = [line for line in lines if line.split(" ")[0] in board.streams]
@@ -156,10 +167,25 @@ def test_board_fits_the_terminal_without_wrapping(
         # every shown counter of the demo fits at 80x24, and the budget says both spends
         assert "nuggets" in text
         assert "age=18-44" in text
-        assert "hiv_positive" in text
-        assert "1 / 1" in text
-        assert "2 (sequential)" in text
-        assert "hospital-admissions " in text
+        assert "across epochs" in text
+        # nothing that names or counts something is cut: the header (above), the counters,
+        # the column titles and the budget rows; only stream titles and the dead-letter
+        # reasons (most important first) may end in an ellipsis
+        assert "hiv_positive_admissions " in text
+        assert re.split(r"\s{2,}", lines[3]) == [
+            "counter",
+            "newest count",
+            "newest total",
+            "matched total",
+            "consistent",
+        ]
+        for source in ("hospital-admissions", "restaurant-orders"):
+            row = next(line for line in lines if line.startswith(source + " "))
+            assert row.split() == [source, "1", "/", "1", "2"]
+        cut = [line for line in lines if line.endswith("…")]
+        assert all(
+            line.split(" ")[0] in board.streams or line.startswith("dead letters (") for line in cut
+        ), cut
 
 
 def test_board_at_80x24_matches_the_unwrapped_rendering(spec: EngineSpec) -> None:
@@ -222,7 +248,13 @@ def test_dead_letters_are_counted_by_reason(spec: EngineSpec) -> None:
     assert len(letters) >= 5
     assert board.dead_letters == letters
     line = board.dead_letter_line()
-    assert line.startswith(f"dead letters ({sum(letters.values())}): ")
+    assert line.startswith(
+        f"dead letters ({sum(letters.values())}; a record two streams refuse counts twice): "
+    )
+    assert (
+        Board(spec).dead_letter_line()
+        == "dead letters (0; a record two streams refuse counts twice)"
+    )
     for reason, n in letters.items():
         assert f"{reason} {n}" in line
 

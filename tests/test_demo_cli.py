@@ -21,8 +21,8 @@ from streamdp.broker import free_loopback_port
 pytestmark = pytest.mark.timeout(120)
 
 RELEASE = re.compile(
-    r"^release restaurant-items epoch (\d+) period (\d+) \(\d{4}-\d\d-\d\d\) running total ±95%: "
-    r"cola (-?[\d,]+)±([\d,]+)"
+    r"^release restaurant-items epoch (\d+) period (\d+) \(\d{4}-\d\d-\d\d\) period count / "
+    r"running total ±95%: cola (-?[\d,]+)±([\d,]+) / (-?[\d,]+)±([\d,]+)"
 )
 
 
@@ -68,12 +68,12 @@ def test_timed_demo_prints_releases_and_a_revision_then_stops_everything() -> No
     assert len(releases) >= 5, out[-3000:]
     periods = [(int(m[1]), int(m[2])) for m in releases]
     assert periods == sorted(set(periods)), "each period is printed once, in order"
-    totals = [int(m[3].replace(",", "")) for m in releases]
+    totals = [int(m[5].replace(",", "")) for m in releases]
     assert max(totals) > 1000, "about 240 colas a day add up to thousands"
 
     revisions = [line for line in lines if line.startswith("consistent restaurant-items revision")]
     assert revisions, out[-3000:]
-    dead = re.findall(r"dead letters \((\d+)\)", out)
+    dead = re.findall(r"dead letters \((\d+); a record two streams refuse counts twice\)", out)
     assert dead
     assert int(dead[-1]) > 0, "the bad records reached the dead-letter topic"
     assert "stopped: worker exited with code 0" in out, out[-3000:]

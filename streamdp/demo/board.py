@@ -22,6 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from streamdp.engine.spec import EngineSpec
 from streamdp.error_band import half_width95
 
+#: Why dead letters outnumber the bad records sent (said wherever the demo counts them).
+DEAD_LETTER_NOTE = "a record two streams refuse counts twice"
 #: Counters shown per stream (the census stream has 43; the rest are on /metrics).
 SHOWN_COUNTERS = 5
 _STALE_AFTER = 3  # an incomplete period is printed as is once this many newer ones arrived
@@ -210,16 +212,20 @@ class Board:
         return line
 
     def dead_letter_line(self) -> str:
-        """``dead letters (N): reason n, ...`` (most frequent first)."""
+        """``dead letters (N; a record two streams refuse counts twice): reason n, ...`` (most
+        frequent first). Each stream of a source refuses a record on its own and leaves its own
+        dead letter, so there are more dead letters than bad records sent."""
         total = sum(self.dead_letters.values())
+        head = f"dead letters ({total}; {DEAD_LETTER_NOTE})"
         if not total:
-            return "dead letters (0)"
+            return head
         parts = [f"{reason} {n}" for reason, n in self.dead_letters.most_common()]
-        return f"dead letters ({total}): " + ", ".join(parts)
+        return f"{head}: " + ", ".join(parts)
 
     def updates(self) -> list[str]:
         """Plain log lines for what is new since the last call: each period of each stream once
-        its shown counters have all arrived (in period order), and each new consistent revision."""
+        its shown counters have all arrived (in period order), with each counter's noisy period
+        count and running total, and each new consistent revision."""
         lines: list[str] = []
         for view in self.streams.values():
             order = sorted(view.periods)
@@ -233,13 +239,15 @@ class Board:
                     break
                 view.printed.add(at)
                 values = "  ".join(
-                    f"{c} {cells[c].total:,.0f}±{half_width95(cells[c].total_std):,.0f}"
+                    f"{c} {cells[c].count:,.0f}±{half_width95(cells[c].count_std):,.0f} / "
+                    f"{cells[c].total:,.0f}±{half_width95(cells[c].total_std):,.0f}"
                     for c in view.counters
                     if c in cells
                 )
                 lines.append(
                     f"release {view.name} epoch {at[0]} period {at[1]} "
-                    f"({view.starts.get(at, '')[:10]}) running total ±95%: {values}"
+                    f"({view.starts.get(at, '')[:10]}) period count / running total ±95%: "
+                    f"{values}"
                 )
             if view.revision is not None and view.revision != view.printed_revision:
                 if not view.consistent:

@@ -2,7 +2,8 @@
 
 Every line is cut (never wrapped) at the terminal's width, and counter rows are dropped before
 anything else when the height is short, so an 80x24 terminal shows the whole board with its
-header. The state drawn is a :class:`streamdp.demo.board.Board`; values are shown with the 95%
+header; the header lines (:func:`board_header`) and the tables fit 80 columns uncut. The
+state drawn is a :class:`streamdp.demo.board.Board`; values are shown with the 95%
 half-width of :mod:`streamdp.error_band`.
 """
 
@@ -19,50 +20,65 @@ from streamdp.error_band import half_width95
 
 #: The one-line legend under the terminal board.
 LEGEND = "Negative counts are noise: unbiased, so do not clip them to 0. ±95%: 2.12 sd + 1"
-#: Widths of the terminal board's columns (counter, then four numbers); with one space each
-#: side between columns the table is 77 characters wide.
-_COLUMN_WIDTHS = (17, 13, 15, 15, 11)
+#: Widths of the terminal board's columns (counter, then four numbers); with two spaces
+#: between columns the table is 79 characters wide. The counter column holds the demo's
+#: longest name (hiv_positive_admissions); the numbers hold "-1,234 ±157" and "12,345 ±1,234".
+_COLUMN_WIDTHS = (23, 12, 13, 13, 10)
+#: Their titles: the newest period's count and running total, then the running total released
+#: for the matched period (the newest one with consistent values) and its consistent value.
+_COLUMN_TITLES = ("counter", "newest count", "newest total", "matched total", "consistent")
+
+
+def board_header(
+    *,
+    insecure: bool,
+    ready: bool,
+    elapsed: float,
+    day: int,
+    clock: str,
+    port: int,
+    feed_port: int | None,
+) -> list[str]:
+    """The board's three header lines, each under 80 columns for any value the demo shows
+    (so an 80-column terminal cuts none): what the noise is and whether the worker is ready;
+    the simulated day, the worker's public clock, the seconds run and how to stop; the
+    addresses of the feed page and of the worker's metrics."""
+    noise = "INSECURE seeded noise, NOT private" if insecure else "secure noise (OpenDP)"
+    worker = "worker ready" if ready else "worker starting"
+    feed = f"feed http://127.0.0.1:{feed_port}/ · " if feed_port else ""
+    return [
+        f"streamdp demo · {noise} · {worker}",
+        f"simulated day {day} · public clock {clock} · {elapsed:.0f} s · Ctrl-C stops",
+        f"{feed}metrics http://127.0.0.1:{port}/metrics",
+    ]
 
 
 def render_board(board: Board, header: Sequence[str] = (), height: int = 24) -> RenderableType:
-    """The terminal board: ``header`` lines, then per stream its newest period (count and
-    running total) and, side by side, the running total released and the consistent one
-    of the same period (:attr:`StreamView.matched`); then the budget per source, dead
+    """The terminal board: ``header`` lines (:func:`board_header`), then per stream its newest
+    period (count and running total) and, side by side, the running total released and the
+    consistent one of the same period (:attr:`StreamView.matched`); then the budget per source, dead
     letters and a one-line legend. Fits ``height`` rows by showing fewer counters; every
     line is cut with an ellipsis at the console's width, never wrapped."""
-    fixed = len(header) + 2 + len(board.streams) + 1 + len(board.caps) + 2
+    fixed = len(header) + 1 + len(board.streams) + 1 + len(board.caps) + 2
     rows = _share(max(0, height - fixed), [len(v.counters) for v in board.streams.values()])
     parts: list[RenderableType] = [_line(text) for text in header]
-    counter_width, *number_widths = _COLUMN_WIDTHS
-    newest_width = number_widths[0] + number_widths[1] + 2
-    matched_width = number_widths[2] + number_widths[3] + 2
-    parts.append(
-        _line(
-            " " * (counter_width + 1)
-            + " newest period ".center(newest_width, "─")
-            + "  "
-            + " matched period ".center(matched_width, "─")
-        )
-    )
-    parts.append(
-        _table(
-            ("counter", "count ±95%", "total ±95%", "total ±95%", "consistent"),
-            [],
-            show_header=True,
-        )
-    )
+    parts.append(_table(_COLUMN_TITLES, [], show_header=True))
     for view, shown in zip(board.streams.values(), rows, strict=True):
         parts.append(_line(_stream_title(view, shown), style="bold"))
         parts.append(_table((), [_row(view, c) for c in view.counters[:shown]]))
     budget = Table(box=None, pad_edge=False, padding=(0, 1), header_style="bold")
-    for title in ("source", "epsilon spent / cap per epoch (event-level)", "across epochs"):
-        budget.add_column(title, no_wrap=True, overflow="ellipsis")
+    # the source names are never cut (the demo's are 19 characters): the spend's title is
+    budget.add_column("source", no_wrap=True, min_width=max(map(len, board.caps), default=6))
+    budget.add_column(
+        "epsilon spent / cap per epoch (event-level)", no_wrap=True, overflow="ellipsis"
+    )
+    budget.add_column("across epochs", no_wrap=True, overflow="ellipsis")
     for name, cap in sorted(board.caps.items()):
         across = board.sequential.get(name)
         budget.add_row(
             name,
             f"{board.spent.get(name, 0.0):g} / {cap:g}",
-            "-" if across is None else f"{across:g} (sequential)",
+            "-" if across is None else f"{across:g}",
         )
     parts += [budget, _line(board.dead_letter_line()), _line(LEGEND, style="dim")]
     return Group(*parts)

@@ -66,12 +66,15 @@ class Live:
 
     def summary(self) -> str:
         """One line: events sent, releases and revisions read, dead letters."""
+        from streamdp.demo.board import DEAD_LETTER_NOTE
+
         sent = sum(s.sent for s in self.stats.values())
         bad = sum(s.bad for s in self.stats.values())
         releases = sum(v.releases for v in self.board.streams.values()) if self.board else 0
         letters = sum(self.board.dead_letters.values()) if self.board else 0
         return (
-            f"{sent:,} events sent ({bad} bad), {releases:,} releases read, {letters} dead letters"
+            f"{sent:,} events sent ({bad} bad), {releases:,} releases read, {letters} dead letters "
+            f"({DEAD_LETTER_NOTE})"
         )
 
     async def main(self, worker_exit: Callable[[], int | None]) -> str | None:
@@ -245,7 +248,7 @@ class Live:
 
     def _redraw(self) -> None:
         """Draw the board in the terminal, sized to it (the full header was printed once above;
-        the board keeps a two-line summary of it)."""
+        the board keeps a three-line summary of it)."""
         if self.live is None:
             return
         from streamdp.demo.board_view import render_board
@@ -254,19 +257,19 @@ class Live:
         self.live.update(render_board(self.board, self.compact_header(), height), refresh=True)
 
     def compact_header(self) -> list[str]:
-        """The board's two header lines: noise, progress and the worker's clock; addresses."""
+        """The board's header lines (:func:`streamdp.demo.board_view.board_header`)."""
+        from streamdp.demo.board_view import board_header
+
         board = self.board
-        insecure = self.args.insecure_seed is not None or board.noise_secure is False
-        noise = "INSECURE seeded noise, NOT private" if insecure else "secure noise (OpenDP)"
-        day = max((s.simulated_day for s in self.stats.values()), default=0)
-        elapsed = time.monotonic() - self.started
-        ready = "ready" if board.ready else "starting"
-        feed = f"feed http://127.0.0.1:{self.feed_port}/ · " if self.feed_port else ""
-        progress = f"{elapsed:.0f}s, day {day + 1} · worker {ready} · clock {self.clock_text()}"
-        return [
-            f"streamdp demo · {noise} · {progress}",
-            f"{feed}metrics http://127.0.0.1:{self.port}/metrics · Ctrl-C stops",
-        ]
+        return board_header(
+            insecure=self.args.insecure_seed is not None or board.noise_secure is False,
+            ready=board.ready,
+            elapsed=time.monotonic() - self.started,
+            day=max((s.simulated_day for s in self.stats.values()), default=0) + 1,
+            clock=self.clock_text(),
+            port=self.port,
+            feed_port=self.feed_port,
+        )
 
     def _log_lines(self, now: float, *, force_status: bool) -> None:
         lines = self.board.updates()
