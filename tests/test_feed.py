@@ -34,7 +34,7 @@ import pytest
 from streamdp.error_band import half_width95
 from streamdp.feed.model import FeedView
 from streamdp.feed.records import parse_release
-from streamdp.feed.sources import ReplayDirectory
+from streamdp.feed.sources import KafkaTopics, ReplayDirectory
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "schemas" / "examples"
@@ -110,6 +110,7 @@ class Served:
             errors = self.stop()
             pytest.fail(f"streamdp feed did not start: {line!r}\n{errors}")
         self.url = found.group(1)
+        self.announced = line.rstrip("\n")
 
     def get(self, name: str) -> str:
         with urllib.request.urlopen(self.url + name, timeout=10) as response:
@@ -139,6 +140,16 @@ def served(replay_dir: Path) -> Iterator[Served]:
     feed = Served("--from", str(replay_dir))
     yield feed
     feed.stop()
+
+
+def test_the_console_line_gives_the_page_address_then_what_it_reads(
+    served: Served, replay_dir: Path
+) -> None:
+    assert served.announced == (
+        f"streamdp feed: page at {served.url}, reading replay output {replay_dir}"
+    )
+    topics = KafkaTopics("127.0.0.1:58475", "ns")
+    assert topics.describe() == "Kafka topics ns.releases, ns.consistent on broker 127.0.0.1:58475"
 
 
 def _latest_consistent(records: list[dict[str, Any]]) -> dict[tuple[str, int, int], Any]:

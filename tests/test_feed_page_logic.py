@@ -27,18 +27,34 @@ from streamdp.feed.page import render_page
 from tests.test_feed import EXAMPLES, _browse, _chromium
 
 
-def evaluate(tmp_path: Path, expression: str, document: dict[str, Any] | None = None) -> Any:
+def evaluate(
+    tmp_path: Path,
+    expression: str,
+    document: dict[str, Any] | None = None,
+    width: int = 1200,
+    *,
+    after_layout: bool = False,
+) -> Any:
     """The JSON value of ``expression`` (JavaScript) evaluated in the rendered page, after
-    its own script ran."""
+    its own script ran, in a window ``width`` pixels wide; with ``after_layout``, once the page
+    was laid out and its resize observers ran (a second later, in the browser's virtual
+    time)."""
     page = render_page(document or FeedView().document("test"))
-    probe = (
-        "<script>document.body.dataset.out = JSON.stringify((() => {"
+    run = (
+        "() => { document.body.dataset.out = JSON.stringify((() => {"
         f"return {expression};"
-        "})());</script>"
+        "})()); }"
+    )
+    probe = (
+        f"<script>setTimeout({run}, 1000);</script>"
+        if after_layout
+        else f"<script>({run})();</script>"
     )
     path = tmp_path / "probe.html"
     path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
-    dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", path.as_uri())
+    dom = _browse(
+        _chromium(), tmp_path / "profile", f"--window-size={width},900", "--dump-dom", path.as_uri()
+    )
     found = re.search(r'data-out="([^"]*)"', dom)
     assert found is not None, dom[-3000:]
     return json.loads(html.unescape(found.group(1)))
@@ -190,3 +206,81 @@ def test_counts_in_words_are_singular_for_one(tmp_path: Path) -> None:
     assert "covering 1 period (constraint" in text
     assert "1 records" not in text
     assert "1 periods" not in text
+
+
+@pytest.mark.tool
+def test_a_value_rounding_to_zero_is_never_shown_negative(tmp_path: Path) -> None:
+    """The audit's census zCDP table showed "-0 ± 9": a real-valued release of -0.3."""
+    calls = [(-0.3, 0), (-0.04, 1), (-0.0, 0), (-0.5, 0), (-0.6, 0), (-0.05, 1), (0.2, 0),
+             (-1234.4, 0), (-0.0004, 3)]  # fmt: skip
+    shown = evaluate(tmp_path, "[" + ", ".join(f"num({v!r}, {d})" for v, d in calls) + "]")
+    assert shown == ["0", "0", "0", "-1", "-1", "-0.1", "0", "-1,234", "0"]
+
+
+@pytest.mark.tool
+@pytest.mark.parametrize("width", [1200, 420])
+def test_error_bars_and_dots_stay_inside_the_plot(tmp_path: Path, width: int) -> None:
+    """The first period's bar was drawn on the y axis, its dot half over the tick labels;
+    every mark of the series is now inside the plot and clipped to it."""
+    points = [{"y": v, "lo": v - 9, "hi": v + 9, "label": f"p{i}", "epoch": 0}
+              for i, v in enumerate([20, -3, 15, 40, 1, 33])]  # fmt: skip
+    found = evaluate(
+        tmp_path,
+        f"(() => {{ const f = chart('t', {json.dumps(points)}, {{line: false, kind: 'counts'}});"
+        "document.body.append(f);"
+        "const zero = f.querySelector('line.zero'), plot = f.querySelector('g.plot');"
+        "const rect = f.querySelector(`clipPath#${plot.getAttribute('clip-path').slice(5, -1)}"
+        " rect`);"
+        "const at = (e, k) => Number(e.getAttribute(k));"
+        "return {left: at(zero, 'x1'), right: at(zero, 'x2'),"
+        " clip: [at(rect, 'x'), at(rect, 'width')],"
+        " bars: [...plot.querySelectorAll('line.errbar')].map(b => [at(b, 'x1'), at(b, 'x2')]),"
+        " dots: [...plot.querySelectorAll('circle')].map(c => [at(c, 'cx'), at(c, 'r')]),"
+        " outside: f.querySelectorAll('svg > line.errbar, svg > circle').length};"
+        "})()",
+        width=width,
+    )
+    left, right = found["left"], found["right"]
+    assert found["clip"] == pytest.approx([left, right - left])
+    assert found["outside"] == 0
+    assert len(found["bars"]) == len(found["dots"]) == len(points)
+    for (x1, x2), (cx, r) in zip(found["bars"], found["dots"], strict=True):
+        assert x1 == x2 == cx
+        assert left < cx - r, (left, cx, r)
+        assert cx + r < right, (cx, r, right)
+
+
+def _table_view(counter: str) -> FeedView:
+    """One release of a counter named ``counter``."""
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    view = FeedView()
+    view.add({**example, "counter": counter}, "release")
+    return view
+
+
+@pytest.mark.tool
+@pytest.mark.parametrize(
+    ("width", "counter", "scrolls"),
+    [(1200, "a_counter_with_a_long_name", False), (420, "a_counter_with_a_long_name", True)],
+)
+def test_a_table_wider_than_the_page_says_it_scrolls(
+    tmp_path: Path, width: int, counter: str, scrolls: bool
+) -> None:
+    """At a phone's width the latest-period table (five columns) is cut at the right edge:
+    its box says so above it (and shades that edge); on a wide screen it says nothing."""
+    found = evaluate(
+        tmp_path,
+        "[...document.querySelectorAll('#streams .table-wrap')].map(w => ["
+        "w.classList.contains('scrolls'), w.scrollWidth > w.clientWidth,"
+        "getComputedStyle(w, '::before').content])",
+        _table_view(counter).document("test"),
+        width=width,
+        after_layout=True,
+    )
+    assert found, "no table drawn"
+    for marked, wider, note in found:
+        assert (marked, wider) == (scrolls, scrolls), found
+        if scrolls:
+            assert note == '"Scroll the table sideways for more columns \u2192"'
+        else:
+            assert note == "none"

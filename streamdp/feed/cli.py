@@ -152,7 +152,7 @@ async def _serve(
         ) from error
 
     def announce() -> None:
-        print(f"streamdp feed: serving {where} at http://{LOOPBACK}:{bound}/", flush=True)  # noqa: T201
+        print(f"streamdp feed: page at http://{LOOPBACK}:{bound}/, reading {where}", flush=True)  # noqa: T201
 
     stop = asyncio.Event()
     try:

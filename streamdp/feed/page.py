@@ -26,10 +26,24 @@ h2 { border-top: 2px solid #c9d3de; padding-top: .6em; margin-top: 1.6em; }
 .explain { background: #f2f5f8; padding: .5em 1em; border-radius: 4px; }
 .explain dt { font-weight: 600; }
 .table-wrap { overflow-x: auto; max-width: 100%; }
+/* a table wider than its box (page script: tableWrap): a note over it and, while columns are
+   hidden on the right, a shadow at that edge (the white cover scrolls with the table and hides
+   the shadow once its last column is in view) */
+.table-wrap.scrolls {
+  background: linear-gradient(to left, rgba(255, 255, 255, 0), #fff 1.2em) right / 2.4em 100%
+                no-repeat local,
+              linear-gradient(to left, rgba(29, 39, 51, .3), rgba(29, 39, 51, 0)) right / 1em
+                100% no-repeat scroll;
+}
+.table-wrap.scrolls::before { content: "Scroll the table sideways for more columns \\2192";
+  display: block; position: sticky; left: 0; font-size: .85em; color: #5d6b7a; }
 table { border-collapse: collapse; margin: .6em 0; }
 th, td { padding: .2em .7em; text-align: right; border-bottom: 1px solid #dde3ea;
          white-space: nowrap; }
-@media (max-width: 600px) { th, td { padding: .2em .35em; } }
+/* narrow: column titles wrap, so most tables fit a phone; a wider one scrolls (above) */
+@media (max-width: 600px) {
+  th, td { padding: .2em .35em; } th { white-space: normal; overflow-wrap: normal; }
+}
 select { max-width: 100%; }
 @media print { #status, select { display: none; } .chart { break-inside: avoid; } }
 th:first-child, td:first-child { text-align: left; }

@@ -42,6 +42,9 @@ function tickDigits(step) {
   return text.includes(".") ? text.split(".")[1].length : 0;
 }
 
+// charts drawn so far: each one's clip path gets an id of its own
+let chartCount = 0;
+
 // One chart, titled by a caption that wraps at any width: x = position in the series,
 // y = values; opts.line draws a line with a shaded band, else points with error bars;
 // opts.kind names it (class chart-<kind> on its svg).
@@ -64,7 +67,11 @@ function chart(title, points, opts) {
   }
   if (lo === hi) hi = lo + 1;
   const n = points.length;
-  const x = i => L + (n === 1 ? (W - L - R) / 2 : i * (W - L - R) / (n - 1));
+  // the series keeps PAD px clear of the y axis and of the right edge, so the first and the
+  // last period's dot and bar are drawn whole inside the plot, not on the axis or past it
+  const PAD = 8;
+  const x = i => L + PAD + (n === 1 ? (W - L - R) / 2 - PAD
+                                    : i * (W - L - R - 2 * PAD) / (n - 1));
   const y = v => T + (hi - v) * (H - T - B) / (hi - lo);
   const axis = ticks(lo, hi);
   for (const t of axis.values) {
@@ -96,10 +103,17 @@ function chart(title, points, opts) {
       }
     }
   });
+  // everything of the series is clipped to the plot (a dot's radius of room above and below
+  // it, where the extreme values sit): nothing runs onto the axis labels or past the frame
+  const clip = `plot-clip-${++chartCount}`;
+  svg.append(el("svg:clipPath", {id: clip},
+                el("svg:rect", {x: L, y: T - 4, width: W - R - L, height: H - B - T + 8})));
+  const plot = el("svg:g", {"clip-path": `url(#${clip})`, class: "plot"});
+  svg.append(plot);
   if (opts.line) {
     const upper = points.map((p, i) => `${x(i)},${y(p.hi)}`);
     const lower = points.map((p, i) => `${x(i)},${y(p.lo)}`).reverse();
-    svg.append(el("svg:path", {d: "M" + upper.concat(lower).join(" L") + " Z", class: "band"}));
+    plot.append(el("svg:path", {d: "M" + upper.concat(lower).join(" L") + " Z", class: "band"}));
     const thickest = Math.max(...points.map(p => y(p.lo) - y(p.hi)));
     if (thickest < 3) {
       // at this scale the band is thinner than the line: say how wide it is instead
@@ -109,16 +123,16 @@ function chart(title, points, opts) {
                         + "at this scale."));
     }
     const line = points.map((p, i) => `${x(i)},${y(p.y)}`);
-    svg.append(el("svg:path", {d: "M" + line.join(" L"), class: "series-line"}));
+    plot.append(el("svg:path", {d: "M" + line.join(" L"), class: "series-line"}));
     const withC = points.map((p, i) => [p, i]).filter(([p]) => p.c !== null && p.c !== undefined);
     if (withC.length) {
       const fair = withC.map(([p, i]) => `${x(i)},${y(p.c)}`);
-      svg.append(el("svg:path", {d: "M" + fair.join(" L"), class: "consistent-line"}));
+      plot.append(el("svg:path", {d: "M" + fair.join(" L"), class: "consistent-line"}));
     }
   } else {
     points.forEach((p, i) => {
-      svg.append(el("svg:line", {x1: x(i), x2: x(i), y1: y(p.lo), y2: y(p.hi), class: "errbar"}));
-      svg.append(el("svg:circle", {cx: x(i), cy: y(p.y), r: n > 120 ? 1.6 : 3, class: "point"},
+      plot.append(el("svg:line", {x1: x(i), x2: x(i), y1: y(p.lo), y2: y(p.hi), class: "errbar"}));
+      plot.append(el("svg:circle", {cx: x(i), cy: y(p.y), r: n > 120 ? 1.6 : 3, class: "point"},
                     el("svg:title", {}, `${p.label}: ${num(p.y, 0)} \u00b1 ${up(p.hi - p.y, 0)}`)));
     });
   }

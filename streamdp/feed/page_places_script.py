@@ -165,13 +165,13 @@ function placesBody(stream, sec, unit) {
     : sd === null || sd === undefined ? num(value, 1)
     : `${num(value, 1)} \u00b1 ${up(band(sd), 0)}`;
   const revisedHead = !revised ? "consistent total"
-    : sameDay ? "consistent total \u00b1 95%"
-    : `consistent total \u00b1 95% (${when(revised)})`;
+    : sameDay ? `consistent total ${PM95}`
+    : `consistent total ${PM95} (${when(revised)})`;
   // the stream's non-negative integer estimates, when it publishes them (biased: labelled)
   const integers = revised && revised.nonnegative_total;
   const table = el("table", {class: "latest places-table"},
-    el("tr", {}, el("th", {}, "place"), el("th", {}, "noisy count \u00b1 95%"),
-       el("th", {}, "running total \u00b1 95%"), el("th", {}, revisedHead),
+    el("tr", {}, el("th", {}, "place"), el("th", {}, `noisy count ${PM95}`),
+       el("th", {}, `running total ${PM95}`), el("th", {}, revisedHead),
        ...(integers ? [el("th", {}, "non-negative integer total*")] : [])));
   const row = (i, chosen) => {
     const k = i * width + state.cell;
@@ -188,7 +188,7 @@ function placesBody(stream, sec, unit) {
   };
   table.append(row(state.place, true));
   for (const i of children[state.place]) table.append(row(i, false));
-  sec.append(el("div", {class: "table-wrap"}, table));
+  sec.append(tableWrap(table));
   if (integers) {
     sec.append(el("p", {class: "facts"}, "* Non-negative integer estimates of the consistent "
       + "running totals (post-processing, every place the sum of the places below it): easier "

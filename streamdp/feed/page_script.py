@@ -36,9 +36,30 @@ function el(tag, attrs, ...children) {
   for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
   return node;
 }
+// "± 95%" in a column title: a title may wrap on a phone, never between "±" and "95%"
+const PM95 = "\u00b1\u00a095%";
 function num(v, digits) {
   if (v === null || v === undefined) return "\u2013";
-  return Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
+  const text = Number(v).toLocaleString("en-US", {maximumFractionDigits: digits});
+  // a negative value that rounds to zero is written 0, never "-0" (-0.3 at 0 digits)
+  return /^-0(\.0*)?$/.test(text) ? text.slice(1) : text;
+}
+// A table in a box that scrolls sideways when the table is wider than the page (a phone):
+// the box is then marked "scrolls", which shows a note above the table and a shadow at the
+// edge that hides columns (see the page's style). Checked whenever the box or the table
+// changes size (the window's width, a <details> opened, the table's font loaded).
+const wrapSizes = new ResizeObserver(entries => {
+  for (const entry of entries) {
+    if (!entry.target.isConnected) { wrapSizes.unobserve(entry.target); continue; }
+    const wrap = entry.target.closest(".table-wrap");
+    wrap.classList.toggle("scrolls", wrap.scrollWidth > wrap.clientWidth + 1);
+  }
+});
+function tableWrap(table) {
+  const wrap = el("div", {class: "table-wrap"}, table);
+  wrapSizes.observe(wrap);
+  wrapSizes.observe(table);
+  return wrap;
 }
 // v with at most `digits` decimals, rounded UP when it has more (a privacy loss or a 95%
 // half-width is never shown smaller than it is)
@@ -199,8 +220,8 @@ function streamSection(stream) {
   const latestTable = (counters, named) => {
     const table = el("table", {class: "latest"},
       el("tr", {}, el("th", {}, named ? "category" : "counter"),
-         el("th", {}, "noisy count \u00b1 95%"), el("th", {}, "running total \u00b1 95%"),
-         el("th", {}, "consistent count \u00b1 95%"), el("th", {}, "consistent total \u00b1 95%")));
+         el("th", {}, `noisy count ${PM95}`), el("th", {}, `running total ${PM95}`),
+         el("th", {}, `consistent count ${PM95}`), el("th", {}, `consistent total ${PM95}`)));
     for (const c of counters) {
       const p = valueAt(stream, c, latestIndex);
       if (!p) continue;
@@ -215,7 +236,7 @@ function streamSection(stream) {
         el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
                              : "not yet revised")));
     }
-    return el("div", {class: "table-wrap"}, table);
+    return tableWrap(table);
   };
   const groups = attributeGroups(stream.counters);
   if (!groups) {
@@ -243,8 +264,8 @@ function streamSection(stream) {
     box.append(el("summary", {}, `Latest consistent values: ${when(rev)} `
                   + `(epoch ${rev.epoch}, period ${rev.period}), revision ${rev.revision}`));
     const revised = el("table", {},
-      el("tr", {}, el("th", {}, "counter"), el("th", {}, "consistent count \u00b1 95%"),
-         el("th", {}, "consistent total \u00b1 95%"), el("th", {}, "released total \u00b1 95%")));
+      el("tr", {}, el("th", {}, "counter"), el("th", {}, `consistent count ${PM95}`),
+         el("th", {}, `consistent total ${PM95}`), el("th", {}, `released total ${PM95}`)));
     const declared = stream.counters.map(q => q.counter);
     const order = declared.filter(n => n in rev.counts)
       .concat(Object.keys(rev.counts).filter(n => !declared.includes(n)).sort());
@@ -257,7 +278,7 @@ function streamSection(stream) {
         el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${up(p.total_half_width95, 0)}`
                        : "\u2013")));
     }
-    box.append(el("div", {class: "table-wrap"}, revised));
+    box.append(tableWrap(revised));
     sec.append(box);
   }
   sec.append(el("p", {class: "facts"}, rev

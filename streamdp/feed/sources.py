@@ -147,7 +147,7 @@ class KafkaTopics:
     def describe(self) -> str:
         """Where the feed reads (the operator's console: it names the broker)."""
         names = ", ".join(topic for topic, _ in self.topics())
-        return f"Kafka topics {names} at {self.bootstrap}"
+        return f"Kafka topics {names} on broker {self.bootstrap}"
 
     def public_name(self) -> str:
         """What the page says it reads: the topics, never the broker's address."""
