@@ -41,6 +41,7 @@ from streamdp.daemon.checkpoint_writer import (
 )
 from streamdp.daemon.outcome import BatchOutcome, Publication
 from streamdp.daemon.recovery import load_slot
+from streamdp.daemon.resume_check import check_resume
 from streamdp.daemon.routing import (
     InputLike,
     OutputTopics,
@@ -53,14 +54,13 @@ from streamdp.daemon.routing import (
     source_spec,
 )
 from streamdp.daemon.skipped_offsets import SkippedOffsets
-from streamdp.daemon.state_chunks import RESTORE_ADVICE
 from streamdp.engine import DeadLetterRecord, Engine, EngineSpec
 from streamdp.engine.changes import OutputRecord
 from streamdp.engine.events import RejectedError, decode
 from streamdp.engine.ledger import MemoryLedgerBackend
 from streamdp.engine.results import ACCEPTED, SKIPPED
 from streamdp.engine.spec import SourceSpec
-from streamdp.errors import InputGapError, StateError
+from streamdp.errors import InputGapError
 from streamdp.noise.sampler import NoiseSampler
 
 #: Most periods one stream closes per tick (after downtime the backlog is worked off in steps
@@ -152,26 +152,18 @@ class ReleaseService:
         return slot
 
     def _check_resume(self, source: str, slot: SourceSlot) -> None:
-        """Refuse a source whose stored state is behind the input group's commits: the group
-        commits a record only after a checkpoint applied it, so a state that has not applied
-        every committed record was lost, truncated or restored from an older copy. Starting
-        from it would close periods already published again, with new noise (two draws of one
-        node: their average halves its variance), and never count the records skipped. The
-        message names no offset (offsets count records: input volume)."""
+        """Refuse a source whose stored state is behind the input group's commits (see
+        :mod:`streamdp.daemon.resume_check`); without ``committed_offset``, nothing to check."""
         if self.committed_offset is None:
             return
         topic = self.spec.sources[source].topic
-        committed = self.committed_offset(topic, slot.home)
-        applied = slot.engine.applied_offset(topic, slot.home)
-        if committed > (0 if applied is None else applied + 1):
-            stored = "holds none" if applied is None else "is behind them"
-            raise StateError(
-                f"source {source!r}: the input group has committed records of "
-                f"{topic}[{slot.home}] but the stored state {stored}: the state topic was "
-                "lost, truncated or restored from an older copy, and starting from it would "
-                "release published periods again with new noise. "
-                f"{RESTORE_ADVICE[0].upper()}{RESTORE_ADVICE[1:]}"
-            )
+        check_resume(
+            source,
+            topic,
+            slot.home,
+            committed=self.committed_offset(topic, slot.home),
+            applied=slot.engine.applied_offset(topic, slot.home),
+        )
 
     def drop(self, partitions: Iterable[int]) -> list[str]:
         """Forget the sources whose home partition was revoked (their state stays in the table
