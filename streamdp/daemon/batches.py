@@ -199,16 +199,24 @@ class BatchDriver:
         async with runtime.lock:
             # the batch in flight is durable before the partitions' next owner reads them
             await self.settle()
-            if self._queue is not None:
-                self._queue.drop({(tp.topic, tp.partition) for tp in revoked})
-            dropped = service.drop({tp.partition for tp in revoked})
-            self._progress.revoked((tp.topic, tp.partition) for tp in revoked)
+            dropped = self._release(service, {(tp.topic, tp.partition) for tp in revoked})
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
-            # their new owner exports their releases; a frozen copy here would win max by stream
-            runtime.metrics.forget_releases(
+
+    def _release(self, service: ReleaseService, partitions: set[tuple[str, int]]) -> list[str]:
+        """Let ``(topic, partition)``s go (call under ``runtime.lock``): their queued records
+        (never acknowledged: the next owner reads them), the sources homed there, their lag
+        and their release gauges (the new owner exports them; a frozen copy here would win
+        ``max by stream``). Returns the sources dropped."""
+        if self._queue is not None:
+            self._queue.drop(partitions)
+        dropped = service.drop({partition for _, partition in partitions})
+        self._progress.revoked(partitions)
+        if dropped:
+            self._runtime.metrics.forget_releases(
                 name for name, stream in service.spec.streams.items() if stream.source in dropped
             )
+        return dropped
 
     async def follow_public_clock(self, clock: PublicClock) -> None:
         """The tick task's body: ticks at the instants :mod:`streamdp.daemon.tick_schedule`
@@ -295,11 +303,9 @@ class BatchDriver:
             # having run yet closes nothing here: its next owner does (no second draw)
             orphaned = {slot.home for slot in service.slots.values()} - homes
             if orphaned:
-                dropped = service.drop(orphaned)
+                gone = {(topic, p) for topic in self._source_topics for p in orphaned}
+                dropped = self._release(service, gone)
                 log.warning("home partitions left the assignment: released sources %s", dropped)
-                runtime.metrics.forget_releases(
-                    n for n, s in service.spec.streams.items() if s.source in dropped
-                )
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)

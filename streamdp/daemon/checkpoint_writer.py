@@ -160,15 +160,16 @@ def write_checkpoint(
 def node_deletes(  # noqa: PLR0917 - one call per stored epoch
     source: str, home: int, stream: str, epoch: int, nodes: Iterable[int], width: int
 ) -> list[StateWrite]:
-    """Deletions of the stored nodes ``nodes`` of ``stream``'s ``epoch`` (each node's key and,
-    for a wide node, its parts)."""
+    """Deletions of the stored nodes ``nodes`` of ``stream``'s ``epoch``: a wide node's parts
+    first, then its key (a crash between them leaves the head, which the next load finds and
+    deletes again with its parts)."""
     parts = node_part_count(width)
     out: list[StateWrite] = []
     for t in nodes:
-        out.append(StateWrite(home, node_key(source, stream, epoch, t), None))
         out += [
             StateWrite(home, node_part_key(source, stream, epoch, t, p), None) for p in range(parts)
         ]
+        out.append(StateWrite(home, node_key(source, stream, epoch, t), None))
     return out
 
 

@@ -42,11 +42,14 @@ from streamdp.errors import StateError
 
 #: What to do when the stored state is damaged (every refusal to restore ends with it). An older
 #: copy of the state topic is no cure: it would release periods already published again, with
-#: new noise; the worker refuses one (its applied offsets are behind the group's commits).
+#: new noise. The worker refuses one when input records were committed after it (its applied
+#: offsets are behind the group's commits: streamdp.daemon.resume_check), but not one that only
+#: missed closes the clock made while no record arrived.
 RESTORE_ADVICE = (
     "restore the state topic only from a copy taken while every worker was stopped, after "
-    "their last commit (an older copy is refused: it would release published periods again "
-    "with new noise), or start afresh under a new --app-id"
+    "their last commit (an older copy would release published periods again with new noise, "
+    "and is refused only when input was committed after it), or start afresh under a new "
+    "--app-id"
 )
 
 #: The longest hot state kept in one record, bytes of its JSON.

@@ -153,6 +153,7 @@ class StreamRevisions:
         if through <= oldest:
             return []
         if not self._noise_ahead:
+            self._grouped(nodes.counter)  # the projection weights, before any epoch is projected
             carry = self._carry_into(through, oldest, nodes.past)
             self.retired_carry = (through, carry.copy())
         return nodes.retire_before(through)
@@ -171,8 +172,7 @@ class StreamRevisions:
         self.number += 1
         started = time.perf_counter()
         counter = nodes.counter
-        grouped = GroupedVariances(self.spec, counter) if isinstance(counter, GroupedBank) else None
-        self._group_variances = None if grouped is None else grouped.group_variances
+        grouped = self._grouped(counter)
         results = (
             self._released_since_revision(nodes) if self._noise_ahead else self._from_nodes(nodes)
         )
@@ -321,6 +321,15 @@ class StreamRevisions:
                 carry = totals[-1].copy()
         self._carry_cache = (epoch, carry)
         return carry
+
+    def _grouped(self, counter: object) -> GroupedVariances | None:
+        """A grouped stream's variances (None for others), and its node noise variances per
+        level kept for the projection (:meth:`_consistent_epoch`); the same in every epoch.
+        Set before any epoch is projected: a revision, or a retirement's carry (after a
+        restore, one may come before the other)."""
+        grouped = GroupedVariances(self.spec, counter) if isinstance(counter, GroupedBank) else None
+        self._group_variances = None if grouped is None else grouped.group_variances
+        return grouped
 
     def _released_since_revision(
         self, nodes: NoisyNodes

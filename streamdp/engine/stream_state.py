@@ -155,19 +155,24 @@ def _retired_carry(value: Any, width: int) -> tuple[int, npt.NDArray[np.float64]
     return int(epoch), carry
 
 
-#: Counter state that changes as periods close (everything else is fixed by the spec).
-_COUNTER_PROGRESS = frozenset(
+#: Counter state not compared with a fresh counter's: what changes as periods close, the
+#: sampler (its security is checked on restore), and what an optimiser chose for the spec (the
+#: k-ary level budgets, the BLT lattice), which a numpy or scipy upgrade may move by an ulp while
+#: the stored values stay valid (their privacy is checked where they are read: budgets sum to
+#: at most 1 exactly, the lattice's own sensitivity sets its noise).
+_NOT_COMPARED = frozenset(
     {
         "block_start", "carry", "carry_rounding", "carry_variance", "decode", "encode", "epoch",
         "exact_total", "node_noise", "noise_drawn", "noisy_nodes", "pending", "periods_closed",
         "sampler", "total", "version",
+        "budgets", "lattice",
     }
 )  # fmt: skip
 
 
 def check_counter_parameters(stream: str, stored: Any, expected: Any, path: str = "") -> None:
     """Refuse a stored counter whose privacy parameters (epsilon, rho, sensitivity, mechanism,
-    budgets, noise label, ...) differ from those the spec gives a fresh counter (``expected``:
+    noise label, level shares, ...) differ from those the spec gives a fresh counter (``expected``:
     its state): restoring would release with the stored ones while every record, the ledger
     and the planner state the spec's. Progress (carries, pending sums, noise) is not compared;
     the sampler's security is checked on restore. :class:`StateError` naming the field."""
@@ -177,7 +182,7 @@ def check_counter_parameters(stream: str, stored: Any, expected: Any, path: str 
                 f"stream {stream!r}: stored counter field {path or 'state'!r} is malformed"
             )
         for key, value in expected.items():
-            if key not in _COUNTER_PROGRESS:
+            if key not in _NOT_COMPARED:
                 check_counter_parameters(
                     stream, stored.get(key), value, f"{path}.{key}".lstrip(".")
                 )
