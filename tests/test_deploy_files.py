@@ -77,9 +77,16 @@ def option_strings(command: str) -> set[str]:
     return {o for action in parser._actions for o in action.option_strings}
 
 
+def compose_defaults(env: dict[str, str]) -> dict[str, str]:
+    """``env`` as compose hands it to the container when the operator sets none of the
+    variables it names: each ``${NAME:-default}`` becomes its default."""
+    return {k: re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", v) for k, v in env.items()}
+
+
 def settings_from_env(env: dict[str, str]) -> DaemonSettings:
-    """The settings a worker builds from these environment variables and the deployed spec."""
-    values = env_settings(str(DEPLOY / "streamdp" / "streams.toml"), env)
+    """The settings a worker builds from these environment variables (compose's defaults
+    filled in) and the deployed spec."""
+    values = env_settings(str(DEPLOY / "streamdp" / "streams.toml"), compose_defaults(env))
     return DaemonSettings(**values).validate()  # type: ignore[arg-type]
 
 
