@@ -15,7 +15,7 @@ from streamdp.synth import example_spec, generate, release_instant
 SPEC = "streamdp/examples/hiv.toml"
 
 
-def _replay(events: Path, out: Path) -> int:
+def _replay(events: Path, out: Path, as_of: str = "2024-06-01T00:00:00Z") -> int:
     return main(
         [
             "replay",
@@ -28,7 +28,7 @@ def _replay(events: Path, out: Path) -> int:
             "--insecure-seed",
             "3",
             "--as-of",
-            "2024-06-01T00:00:00Z",
+            as_of,
         ]
     )
 
@@ -70,24 +70,7 @@ def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
     as_of = format_instant(release_instant(spec, 3))
     for events in (plain, marked):
-        assert (
-            main(
-                [
-                    "replay",
-                    "--config",
-                    SPEC,
-                    "--input",
-                    str(events),
-                    "--output-dir",
-                    str(tmp_path / events.stem),
-                    "--insecure-seed",
-                    "3",
-                    "--as-of",
-                    as_of,
-                ]
-            )
-            == 0
-        )
+        assert _replay(events, tmp_path / events.stem, as_of) == 0
     assert read_jsonl(tmp_path / "marked" / "dead_letter.jsonl") == []
     assert read_jsonl(tmp_path / "marked" / "releases.jsonl") == read_jsonl(
         tmp_path / "plain" / "releases.jsonl"

@@ -122,13 +122,13 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
     # before the hot state): their periods are closed again with the stored values, so no
     # node is ever drawn twice
     unreferenced: dict[NodeKey, list[int]] = {}
+    oldest_held = {stream: min(epochs) for stream, epochs in counted.items() if epochs}
     for key in keys:
         parsed = parse_node_key(source, key)
         if parsed is None:
             continue
         stream, epoch, t = parsed
-        epochs_held = counted.get(stream)
-        if epochs_held and epoch < min(epochs_held) and stream in engine.streams:
+        if epoch < oldest_held.get(stream, 0) and stream in engine.streams:
             # an epoch the stored state retired (a crash lost the deletions that followed it)
             width = engine.streams[stream].width
             outcome.cleanup += node_deletes(source, slot.home, stream, epoch, [t], width)

@@ -45,7 +45,6 @@ from streamdp.engine.stream_state import (
     decode_stream_state,
     encode_stream_state,
 )
-from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
 # (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
@@ -380,13 +379,9 @@ class StreamRuntime:
         counter = state.get("counter")
         fresh = self._fresh_counter().state(with_noise=False, with_nodes=False)
         check_counter_parameters(self.spec.name, counter, fresh)
-        restored = decode_stream_state(state, self.spec, self.sampler, self._projection)
-        oldest = restored.counter.epoch - len(restored.past_nodes)
-        if oldest > 0 and restored.retired_carry is None and not self._decoded:
-            raise StateError(
-                f"stream {self.spec.name!r}: epochs before {oldest} were retired but the state "
-                "keeps no carry for them"
-            )
+        restored = decode_stream_state(
+            state, self.spec, self.sampler, self._projection, needs_carry=not self._decoded
+        )
         self.nodes.restore(restored.counter, restored.past_nodes)
         self.periods.restore(restored.closed, restored.open, restored.seen)
         self.periods.restore_units(state.get("units"))

@@ -28,7 +28,6 @@ from streamdp.engine.revision import consistent_epochs, project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
 from streamdp.engine.stream_releases import scaled_stds
-from streamdp.errors import StateError
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -307,13 +306,8 @@ class StreamRevisions:
         rolled since the last revision (recomputed from the oldest epoch after a restore)."""
         cached = self._carry_cache
         if cached is None or not oldest <= cached[0] <= epoch:
-            retired = self.retired_carry
-            if retired is not None and retired[0] != oldest:
-                raise StateError(
-                    f"stream {self.spec.name!r}: the carry kept for epoch {retired[0]} does "
-                    f"not match the oldest epoch held ({oldest})"
-                )
-            cached = retired or (oldest, np.zeros(self.width, dtype=np.float64))
+            # the carry kept for the oldest epoch held (its epoch checked when read back)
+            cached = self.retired_carry or (oldest, np.zeros(self.width, dtype=np.float64))
         done, carry = cached
         for earlier in range(done, epoch):
             _, totals = self._consistent_epoch(past[earlier - oldest], carry)

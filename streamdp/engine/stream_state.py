@@ -93,9 +93,13 @@ def decode_stream_state(
     spec: StreamSpec,
     sampler: NoiseSampler,
     projection: npt.NDArray[np.float64] | None,
+    *,
+    needs_carry: bool = False,
 ) -> StreamState:
     """Read :func:`encode_stream_state` output written with seen ids, noise and nodes (no noise
-    is drawn); raises :class:`StateError` if it is malformed or does not fit ``spec``."""
+    is drawn); raises :class:`StateError` if it is malformed or does not fit ``spec``.
+    ``needs_carry``: the stream's revisions read past epochs (Fenwick), so epochs retired
+    before the oldest one held must have left their carry."""
     width = len(spec.counters.names)
     try:
         if data.get("version") not in _RESTORABLE_VERSIONS or data.get("stream") != spec.name:
@@ -125,10 +129,16 @@ def decode_stream_state(
         raise StateError(f"stream {spec.name!r}: counter state does not match the spec")
     if counter.epoch * spec.horizon + counter.periods_closed != closed:
         raise StateError(f"stream {spec.name!r}: closed-period count is inconsistent")
-    if retired_carry is not None and retired_carry[0] != counter.epoch - len(past):
+    oldest = counter.epoch - len(past)
+    if retired_carry is not None and retired_carry[0] != oldest:
         raise StateError(
             f"stream {spec.name!r}: the kept carry is for epoch {retired_carry[0]}, not the "
-            f"oldest epoch held ({counter.epoch - len(past)})"
+            f"oldest epoch held ({oldest})"
+        )
+    if needs_carry and oldest > 0 and retired_carry is None:
+        raise StateError(
+            f"stream {spec.name!r}: epochs before {oldest} were retired but the state keeps no "
+            "carry for them"
         )
     return StreamState(
         stream=spec.name,
