@@ -17,6 +17,7 @@ from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from streamdp.engine import json_text
 from streamdp.engine.spec import StreamSpec
 
 if TYPE_CHECKING:
@@ -34,6 +35,16 @@ class PlaceColumns:
     labels: tuple[str, ...]
     levels: tuple[int, ...]
     cells: tuple[str, ...]  # empty: no attributes (one counter per place)
+
+    def place_json(self, index: int) -> str:
+        """``"place":{...}`` of :meth:`place` as JSON members text (``json.dumps``'s)."""
+        parent = self.parents[index]
+        return (
+            f'"place":{{"node":{json_text.string(self.ids[index])}'
+            f',"parent":{"null" if parent is None else json_text.string(parent)}'
+            f',"label":{json_text.string(self.labels[index])}'
+            f',"level":{self.levels[index]}}}'
+        )
 
     def place(self, index: int) -> dict[str, object]:
         return {
@@ -84,6 +95,10 @@ class CounterFields:
             )
             for group in budget_groups(spec)
         ]
+        #: (start, stop, its fields as JSON members with a leading comma) of every group
+        self._group_texts = [
+            (start, stop, json_text.members(fields)) for start, stop, fields in self._groups
+        ]
         self._columns: PlaceColumns | None = None
         places = spec.counters.places
         if spec.counters.kind == "places" and places is not None:
@@ -114,6 +129,21 @@ class CounterFields:
         else:
             out["place"] = columns.place(c)
         return out
+
+    def json_of(self, c: int) -> str:
+        """:meth:`of` as the members of a JSON object with a leading comma ("" when counter
+        ``c`` has none): the end of its release record's text, as ``json.dumps`` writes it."""
+        if not 0 <= c < self._width:
+            raise IndexError(c)
+        group = next((t for start, stop, t in self._group_texts if start <= c < stop), "")
+        columns = self._columns
+        if columns is None:
+            return group
+        if columns.cells:
+            cells = len(columns.cells)
+            cell = json_text.string(columns.cells[c % cells])
+            return f'{group},{columns.place_json(c // cells)},"cell":{cell}'
+        return f"{group},{columns.place_json(c)}"
 
     def __eq__(self, other: object) -> bool:
         """The same fields for every counter (two runs of one spec)."""

@@ -4,7 +4,10 @@ constraint span at publication)."""
 
 from __future__ import annotations
 
+import gc
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +15,7 @@ import numpy.typing as npt
 from streamdp.continual.bank import BankRelease
 from streamdp.engine.counter_fields import CounterFields
 from streamdp.engine.periods import PeriodClock
-from streamdp.engine.records import ReleaseRecord
+from streamdp.engine.records import ReleaseContext, ReleaseRecord
 from streamdp.engine.spec import StreamSpec
 from streamdp.noise.sampler import NoiseSampler
 
@@ -109,33 +112,50 @@ def release_records(
     secure = bool(sampler.secure)
     # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
     # numbers: rounding them would change the variance they declare
-    number = int if integral else float
-    noisy_counts = release.noisy_count.tolist()
-    noisy_totals = release.noisy_total.tolist()
-    shared = stream_fields(spec)
-    per_counter = CounterFields(spec) if fields is None else fields
-    return [
-        ReleaseRecord(
-            stream=spec.name,
-            counter=counter_name,
-            epoch=epoch,
-            period=index + 1,
-            period_start=start_text,
-            period_end=end_text,
-            noisy_count=number(noisy_counts[c]),
-            noisy_total=number(noisy_totals[c]),
-            count_std=count_stds[c],
-            total_std=total_stds[c],
-            epsilon=eps,
-            sensitivity=spec.noise_sensitivity,
-            horizon=spec.horizon,
-            mechanism=spec.mechanism,
-            objective=spec.objective,
-            noise=name,
-            noise_secure=secure,
-            counter_index=c,
-            optional_fields=shared,
-            counter_fields=per_counter,
-        )
-        for c, counter_name in enumerate(names)
-    ]
+    number = np.int64 if integral else np.float64
+    noisy_counts = release.noisy_count.astype(number, copy=False).tolist()
+    noisy_totals = release.noisy_total.astype(number, copy=False).tolist()
+    context = ReleaseContext(
+        stream=spec.name,
+        epoch=epoch,
+        period=index + 1,
+        period_start=start_text,
+        period_end=end_text,
+        epsilon=eps,
+        sensitivity=spec.noise_sensitivity,
+        horizon=spec.horizon,
+        mechanism=spec.mechanism,
+        objective=spec.objective,
+        noise=name,
+        noise_secure=secure,
+        optional_fields=stream_fields(spec),
+        counter_fields=CounterFields(spec) if fields is None else fields,
+    )
+    with _collector_paused():
+        return [
+            ReleaseRecord(context, *values)
+            for values in zip(
+                names,
+                range(len(names)),
+                noisy_counts,
+                noisy_totals,
+                count_stds,
+                total_stds,
+                strict=True,
+            )
+        ]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cycle collector off while a close builds its records (none of them in a
+    cycle): a million new objects would otherwise set off collections that walk the whole heap
+    again and again, about half the close of a 10^6-counter stream
+    (benchmarks/places_scale.py). Left off if it was off."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
