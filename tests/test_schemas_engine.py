@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -96,3 +97,117 @@ def test_dead_letter_reasons_are_the_engines() -> None:
 
     enum = _validator("dead_letter").schema["properties"]["reason"]["enum"]
     assert sorted(enum) == sorted(REASONS)
+
+
+WEIGHTS = "attribute_weights = { total = 1, sex = 1, race = 2, age = 4, cells = 8 }"
+EXAMPLES = Path(__file__).resolve().parent.parent / "streamdp" / "examples"
+#: Every kind of stream a consumer can meet, as (data scenario, example spec, edits to its text):
+#: places with level budgets and non-negative integers (wide: consistent records in parts),
+#: places under zCDP, census with attribute budgets, census under zCDP (blt), privacy units.
+KINDS = {
+    "places-levels-integers": (
+        "county-admissions",
+        "county_admissions.toml",
+        [
+            ('kind = "places"', 'kind = "places"\nlevel_weights = [1, 1, 4]'),
+            ("at_epoch_end = true }", "at_epoch_end = true, nonnegative_integers = true }"),
+        ],
+    ),
+    "places-zcdp": (
+        "county-admissions",
+        "county_admissions.toml",
+        [
+            ('kind = "places"', 'kind = "places"\nlevel_weights = [1, 2, 3]'),
+            ("epsilon_cap = 1.0", "rho_cap = 0.5"),
+            ("epsilon = 1.0", 'privacy = { definition = "zcdp", rho = 0.5 }\nmechanism = "binary"'),
+        ],
+    ),
+    "census-attribute-weights": (
+        "census",
+        "census.toml",
+        [
+            (
+                'kind = "attributes"',
+                'kind = "attributes"\n' + WEIGHTS,
+            )
+        ],
+    ),
+    "census-zcdp": ("census", "census_zcdp.toml", []),
+    "privacy-units": ("hospital-patients", "hospital_patients.toml", []),
+}
+
+
+def _kind_records(kind: str) -> list[dict[str, Any]]:
+    from streamdp.engine.spec_loading import parse_spec
+
+    scenario, file, edits = KINDS[kind]
+    text = (EXAMPLES / file).read_text()
+    for old, new in edits:
+        assert old in text, (file, old)
+        text = text.replace(old, new, 1)
+    spec = parse_spec(text, origin=str(EXAMPLES / file))
+    lines = list(generate(scenario, 3, 20, seed=1, spec=spec))
+    engine = Engine(spec, sampler=InsecureSeededSampler(0), unit_key=b"k" * 32)
+    outputs, _ = drive(engine, [line.text for line in lines])
+    for stream in spec.streams:
+        outputs += engine.revise(stream)
+    return [json.loads(record.to_json()) for record in outputs]
+
+
+@pytest.fixture(scope="module", params=sorted(KINDS))
+def kind_records(request: pytest.FixtureRequest) -> tuple[str, list[dict[str, Any]]]:
+    return request.param, _kind_records(request.param)
+
+
+def test_every_kind_of_stream_writes_records_its_schema_accepts(kind_records) -> None:
+    kind, records = kind_records
+    validators = {"release": _validator("release"), "consistent": _validator("consistent")}
+    fields: set[str] = set()
+    for data in records:
+        validators[data["kind"]].validate(data)
+        fields |= set(data)
+    # the optional fields of that kind were written (the check is not vacuous)
+    expected = {
+        "places-levels-integers": {"place", "cell", "budget_group", "part", "nonnegative_counts"},
+        "places-zcdp": {"place", "budget_group", "privacy_definition", "part"},
+        "census-attribute-weights": {"budget_group"},
+        "census-zcdp": {"privacy_definition", "rho", "privacy_delta", "l2_sensitivity"},
+        "privacy-units": {"privacy_unit"},
+    }[kind]
+    assert expected <= fields, expected - fields
+
+
+def test_the_schemas_reject_what_no_stream_writes(kind_records) -> None:
+    """Mixing one kind's fields into a record that does not have them, or dropping one of a
+    pair the code always writes together, is refused: a consumer validating with the schemas
+    learns of a malformed record instead of reading, say, an epsilon share as a rho."""
+    _, records = kind_records
+    release = _validator("release")
+    consistent = _validator("consistent")
+    one = next(r for r in records if r["kind"] == "release")
+    broken: list[dict[str, Any]] = []
+    if "budget_group" in one:
+        group = one["budget_group"]
+        other = "epsilon" if "rho" in group else "rho"
+        broken.append({**one, "budget_group": {**group, other: 0.1}})  # both amounts
+        stripped = {k: v for k, v in group.items() if k not in ("epsilon", "rho")}
+        broken.append({**one, "budget_group": stripped})  # neither
+        mine = "rho" if "rho" in group else "epsilon"
+        swapped = {**stripped, other: group[mine]}  # the other definition's amount
+        broken.append({**one, "budget_group": swapped})
+    if "privacy_definition" in one:
+        pure = {k: v for k, v in one.items() if k != "privacy_definition"}
+        broken.append(pure)  # zCDP fields on a record that does not say it is zCDP
+    if "cell" in one:
+        broken.append({k: v for k, v in one.items() if k != "place"})  # a cell with no place
+    for record in broken:
+        assert not release.is_valid(record), record
+    parts = [r for r in records if r["kind"] == "consistent" and "part" in r]
+    for record in parts[:1]:
+        assert not consistent.is_valid({k: v for k, v in record.items() if k != "parts"})
+        assert not consistent.is_valid({k: v for k, v in record.items() if k != "part"})
+        whole_key = record["key"].rsplit("|", 1)[0]
+        assert not consistent.is_valid({**record, "key": whole_key})  # a part's key ends |part
+    whole = next((r for r in records if r["kind"] == "consistent" and "part" not in r), None)
+    if whole is not None:
+        assert not consistent.is_valid({**whole, "key": whole["key"] + "|1"})
