@@ -281,3 +281,38 @@ def test_missing_topics_are_named_in_words() -> None:
     assert not_there(["ns.consistent", "ns.releases"]) == (
         "topics ns.consistent and ns.releases do not exist"
     )
+
+
+def test_downloads_say_which_share_of_the_budget_a_weighted_counter_spent() -> None:
+    """A stream with budget groups (census attribute weights 1, 1, 2, 4, 8): each row of
+    releases.csv names the counter's group and its share, as its release record does; a stream
+    without groups leaves both cells empty."""
+    from streamdp.engine import Engine
+    from streamdp.engine.records import ReleaseRecord
+    from streamdp.feed.records import parse_release
+    from streamdp.noise import InsecureSeededSampler
+    from streamdp.synth import generate, release_instant
+    from tests.census_fixture import weighted_census_spec
+
+    spec = weighted_census_spec()
+    engine = Engine(spec, sampler=InsecureSeededSampler(1))
+    for line in generate("census", 1, 20.0, spec=spec):
+        engine.ingest(line.text.encode())
+    records = [
+        json.loads(r.to_json())
+        for r in engine.advance_clock(release_instant(spec, 1))
+        if isinstance(r, ReleaseRecord)
+    ]
+    rows = list(csv.DictReader(io.StringIO(to_csv(
+        [parse_release(r).row() for r in records], RELEASE_COLUMNS  # type: ignore[union-attr]
+    ))))  # fmt: skip
+    shares = set()
+    for record, row in zip(records, rows, strict=True):
+        group = record["budget_group"]
+        assert row["budget_group"] == group["name"]
+        assert float(row["budget_share"]) == group["share"]
+        shares.add(group["share"])
+    assert len(shares) == 4  # total and sex share 1/16 each, race 2/16, age 4/16, cells 8/16
+    plain = parse_release(_release(1, 5))
+    assert plain is not None
+    assert plain.row()["budget_group"] is None and plain.row()["budget_share"] is None

@@ -49,7 +49,7 @@ function seriesOf(stream, place, note) {
     note.textContent = location.protocol.startsWith("http")
       ? `Could not load this place's series (${held.message}).`
       : "Other places' series are separate files beside this page (series/...): open it "
-        + "through `streamdp feed` or any web server to see them.";
+        + "through the streamdp feed command or any web server to see them.";
     return null;
   }
   note.textContent = "Loading this place's series\u2026";

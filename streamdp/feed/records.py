@@ -81,6 +81,10 @@ class Release:
     # a zCDP stream's L2 bound, the one its Gaussian noise is calibrated on (None: pure DP;
     # ``sensitivity`` is the L1 bound)
     l2_sensitivity: float | None = None
+    # a stream with budget groups (level or attribute weights): the counter's group and the
+    # share of the stream's epsilon (or rho) its noise spends (None: no groups)
+    budget_group: str | None = None
+    budget_share: float | None = None
 
     @property
     def protects(self) -> str:
@@ -104,6 +108,9 @@ class Release:
             "total_std": self.total_std,
             "total_half_width95": half_width95(self.total_std),
             "epsilon": self.epsilon,
+            # streams with budget groups: the counter's group and its share of epsilon (or rho)
+            "budget_group": self.budget_group,
+            "budget_share": self.budget_share,
             "mechanism": self.mechanism,
             "sensitivity": self.sensitivity,
             # zCDP streams only: the L2 bound the Gaussian noise is calibrated on
@@ -201,6 +208,18 @@ def _l2(record: dict[str, Any]) -> float | None:
     return l2 if l2 is not None and l2 > 0 else None
 
 
+def _budget_group(record: dict[str, Any]) -> tuple[str | None, float | None]:
+    """``(name, share)`` of a release's ``budget_group`` (share in (0, 1]), else
+    ``(None, None)``; a malformed group counts as absent."""
+    group = record.get("budget_group")
+    if not isinstance(group, dict):
+        return None, None
+    name, share = text_field(group.get("name")), number_field(group.get("share"))
+    if name is None or share is None or not 0 < share <= 1:
+        return None, None
+    return name, share
+
+
 def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
     """``(field, (max_events_per_period, max_periods_per_epoch))`` of a release protecting a
     privacy unit, else ``(None, None)``."""
@@ -257,6 +276,7 @@ def parse_release(record: object) -> Release | None:
     mechanism, objective = text_field(record.get("mechanism")), text_field(record.get("objective"))
     noise, secure = text_field(record.get("noise")), record.get("noise_secure")
     index = int_field(record.get("counter_index"))
+    group, share = _budget_group(record)
     if (
         stream is None
         or counter is None
@@ -287,6 +307,7 @@ def parse_release(record: object) -> Release | None:
         source=text_field(record.get("source")),
         l2_sensitivity=_l2(record),
         period_unit=_period_unit(record),
+        budget_group=group, budget_share=share,
     )  # fmt: skip
 
 

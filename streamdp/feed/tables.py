@@ -22,6 +22,8 @@ RELEASE_COLUMNS = (
     "total_std",
     "total_half_width95",
     "epsilon",
+    "budget_group",
+    "budget_share",
     "mechanism",
     "sensitivity",
     "l2_sensitivity",
