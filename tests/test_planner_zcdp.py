@@ -247,6 +247,20 @@ def test_the_blt_plan_is_the_lattice_the_worker_declares() -> None:
         assert [r.total_std**2 for r in planned.releases] == pytest.approx(declared, rel=1e-12)
 
 
+def test_plan_of_a_blt_at_a_large_rho_the_spec_accepts_stays_small(capsys) -> None:
+    """The lattice BLT's sigma is in units of 2^-20, so the spec accepts a rho whose sigma is
+    far below one count. The 95% bound laid out each node's atoms +-1, +-2 on a grid of
+    sd / 400: at rho 1e22 it took 14 GB and minutes, at 1e30 a 12.7 TiB allocation failed
+    with a traceback. Atoms without mass in float64 are left out: the same bound, at once."""
+    planned = plan_zcdp("blt", "total", 10, 1e30, 1.0)
+    for release in planned.releases:
+        assert 0 < release.total_std < 1e-12
+        # the lattice's rounding bias (below 0.01 counts), the noise adding nothing visible
+        assert 0 < release.error95 < 0.01
+    assert main(["plan", "--horizon", "10", "--sensitivity", "1", "--rho", "1e22"]) == 0
+    assert "mechanism blt" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("mechanism", "rho"),
     [("binary", 1e-30), ("kary_gls", 1e30), ("blt", 1e-30), ("toeplitz", 1e30)],

@@ -84,6 +84,10 @@ def _gaussian_node_pmf(weight: float, sigma: float, h: float) -> npt.NDArray[np.
     if span <= _MAX_ATOMS:
         k = np.arange(-span, span + 1, dtype=np.float64)
         mass = np.exp(-0.5 * (k / sigma) ** 2)
+        # at sigma << 1 every atom but 0 has no mass in float64; kept, the grid between them
+        # (weight * k / h points, with h set by the other terms) took terabytes at a large rho
+        k = k[mass > 0.0]
+        mass = mass[mass > 0.0]
         where = np.rint(weight * k / h).astype(np.int64)
     else:  # continuous normal of the same scale, in bins of width h
         edge = math.ceil(12.0 * abs(weight) * sigma / h) + 1
