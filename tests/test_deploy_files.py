@@ -287,6 +287,16 @@ def test_statefulset_runs_the_spec_with_readiness_and_resources() -> None:
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"web": 6066}
     assert container["readinessProbe"]["httpGet"] == {"path": "/status", "port": "web"}
+    # the "restricted" Pod Security Standard, which a namespace may enforce: non-root, no
+    # privilege escalation, every capability dropped, the runtime's seccomp profile
+    pod = sts["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # the worker calls no Kubernetes API: no token for whoever reaches the pod
+    assert pod["automountServiceAccountToken"] is False
     assert container["resources"]["requests"]["cpu"]
     assert container["resources"]["limits"]["memory"]
     # the state table lives in memory and is restored from the changelog: the data directory
