@@ -72,7 +72,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "in stall and gap log lines and the SIGUSR1 dump, and the state changelog's offsets "
         "in Faust's recovery lines: they reveal input volume, so "
         "/metrics, /status and the logs become PROTECTED surfaces (default off; or "
-        "STREAMDP_METRICS_INPUT_VOLUME set to anything but 0, false or no)",
+        "STREAMDP_METRICS_INPUT_VOLUME=true; false, 0, no or off leave them off, another value is "
+        "refused)",
     )
     parser.add_argument(
         "--session-timeout", type=float, help="consumer group session timeout, seconds"

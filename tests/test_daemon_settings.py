@@ -170,6 +170,36 @@ def test_input_volume_metrics_are_off_unless_an_operator_turns_them_on(spec: Pat
     assert on.metrics_input_volume is True
 
 
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [
+        ("true", True),
+        ("1", True),
+        ("YES", True),
+        ("On", True),
+        ("false", False),
+        ("0", False),
+        ("No", False),
+        ("off", False),
+        ("OFF", False),
+    ],
+)
+def test_the_input_volume_variable_reads_on_and_off_words(spec: Path, value: str, on: bool) -> None:
+    assert (
+        env_settings(str(spec), {"STREAMDP_METRICS_INPUT_VOLUME": value})["metrics_input_volume"]
+        is on
+    )
+
+
+@pytest.mark.parametrize("value", ["disabled", "none", "n", "f", "offf", "2"])
+def test_the_input_volume_variable_refuses_other_words(spec: Path, value: str) -> None:
+    """Input-volume metrics make /metrics, /status and the logs protected surfaces. Any value
+    but 0, false and no turned them on, so an operator who wrote ``off`` or ``disabled`` to
+    keep them public got record counts and lag on them; now such a value is refused."""
+    with pytest.raises(ConfigError, match="STREAMDP_METRICS_INPUT_VOLUME must be one of"):
+        env_settings(str(spec), {"STREAMDP_METRICS_INPUT_VOLUME": value})
+
+
 def test_public_clocks_parse_and_never_read_the_data() -> None:
     from streamdp.engine.clock import PublicClock, parse_clock
 

@@ -235,9 +235,27 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
     if e.get("STREAMDP_DATA_DIR"):
         out["data_dir"] = Path(e["STREAMDP_DATA_DIR"])
     if e.get("STREAMDP_METRICS_INPUT_VOLUME"):
-        out["metrics_input_volume"] = e["STREAMDP_METRICS_INPUT_VOLUME"].lower() not in (
-            "0",
-            "false",
-            "no",
+        out["metrics_input_volume"] = _switch(
+            "STREAMDP_METRICS_INPUT_VOLUME", e["STREAMDP_METRICS_INPUT_VOLUME"]
         )
     return out
+
+
+#: Words a switch variable takes (in any case): on, and off.
+SWITCH_ON = ("true", "1", "yes", "on")
+SWITCH_OFF = ("false", "0", "no", "off")
+
+
+def _switch(name: str, value: str) -> bool:
+    """``value`` of the switch variable ``name`` read as on or off; any other word is refused
+    (read as on, ``off`` or ``disabled`` turned the input-volume metrics on and made a surface
+    the operator meant to keep public a protected one)."""
+    word = value.strip().lower()
+    if word in SWITCH_ON:
+        return True
+    if word in SWITCH_OFF:
+        return False
+    raise ConfigError(
+        f"{name} must be one of {', '.join(SWITCH_ON)} (on) or {', '.join(SWITCH_OFF)} (off), "
+        f"in any case; got {value!r}"
+    )
