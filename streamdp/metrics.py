@@ -234,7 +234,8 @@ class StreamdpMetrics:
         ``streamdp.daemon.observation.MAX_COUNTER_SERIES``); ``releases`` is how many release
         records were published (default: one per total given); ``stddev`` is the expected
         standard deviation;
-        ``period_seconds`` is the length of the stream's next period (for the stall alert);
+        ``period_seconds`` is the length of the stream's next period (for the stall alert;
+        ``math.inf`` when the stream stopped at its horizon and has no next period);
         ``published_at`` is wall-clock Unix time.
         """
         self._gauges["streamdp_epoch"].labels(stream).set(epoch)

@@ -172,7 +172,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_period_seconds",
         "gauge",
         ("stream",),
-        "Length of the stream's current period in seconds (calendar periods vary).",
+        "Length of the stream's current period in seconds (calendar periods vary); +Inf once "
+        "a stream that stops at its horizon (on_epoch_end = 'stop') has released its last "
+        "period.",
     ),
     MetricSpec(
         "streamdp_allowed_lateness_seconds",

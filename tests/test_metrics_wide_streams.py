@@ -99,3 +99,37 @@ def test_the_stddev_gauge_is_the_widest_counters_of_the_latest_period() -> None:
     ]
     assert gauge == max(latest)
     assert gauge != releases[-1].total_std  # the last counter (a county) is not the widest
+
+
+def test_a_stream_stopped_at_its_horizon_has_no_next_period_to_be_late_for() -> None:
+    """A stream with ``on_epoch_end = "stop"`` releases nothing after its N-th period, by
+    design: its ``streamdp_period_seconds`` (what StreamdpReleasesStalled adds to the allowed
+    lateness) becomes +Inf with that last release, so the alert does not fire for ever on a
+    finished stream; a rolling stream keeps its next period's length."""
+    import dataclasses
+    import math
+
+    base = example_spec("restaurant")
+    (name,) = base.streams
+    for on_epoch_end, expected in (("stop", [86400.0, 86400.0, math.inf]), ("roll", [86400.0] * 3)):
+        stream = dataclasses.replace(base.streams[name], horizon=3, on_epoch_end=on_epoch_end)
+        spec = dataclasses.replace(base, streams={name: stream})
+        engine = Engine(spec, sampler=InsecureSeededSampler(3), record_outputs=True)
+        for line in generate("restaurant", 3, 20.0, seed=2):
+            engine.ingest(line.text)
+        metrics = StreamdpMetrics()
+        observer = OutcomeObserver(metrics, spec)
+        seen = []
+        for period in (1, 2, 3):
+            engine.advance_clock(parse_instant(release_instant(spec, period)))
+            releases = [r for r in engine.take_changes().outputs if isinstance(r, ReleaseRecord)]
+            assert {r.period for r in releases} == {period}
+            observer(BatchOutcome(releases=releases, periods_closed={name: period}))
+            (value,) = [
+                s.value
+                for family in text_string_to_metric_families(metrics.exposition().decode())
+                for s in family.samples
+                if s.name == "streamdp_period_seconds"
+            ]
+            seen.append(value)
+        assert seen == expected, on_epoch_end

@@ -9,6 +9,7 @@ surfaces protected like the input topic, see ``streamdp.metrics``).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -70,13 +71,19 @@ class OutcomeObserver:
             last[release.stream] = release
         for stream, totals in by_stream.items():
             release = last[stream]
-            clock = PeriodClock(spec.streams[stream].period)
+            stream_spec = spec.streams[stream]
+            clock = PeriodClock(stream_spec.period)
             start, end = clock.bounds(outcome.periods_closed.get(stream, 0))
+            period_seconds = end - start
+            if stream_spec.on_epoch_end == "stop" and release.period >= stream_spec.horizon:
+                # its last period is out and none follows: no release can be overdue (the
+                # stall alert compares the time since the last one with this length)
+                period_seconds = math.inf
             metrics.record_release(
                 stream,
                 epoch=release.epoch,
                 periods_released=release.period,
-                period_seconds=end - start,
+                period_seconds=period_seconds,
                 stddev=widest[stream],
                 noisy_running_totals=totals,
                 releases=published[stream],
