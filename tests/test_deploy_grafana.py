@@ -116,3 +116,16 @@ def test_removed_consistency_gauges_are_charted_nowhere() -> None:
     for name in ("streamdp_consistency_iterations", "streamdp_consistency_tolerance"):
         assert name not in text
         assert name not in exported_sample_names()
+
+
+def test_every_budget_family_is_charted_for_both_privacy_definitions() -> None:
+    """A zCDP stream's ledger is exported in the rho families (streamdp_rho_spent, ...), never
+    in the epsilon ones: a dashboard charting only the epsilon families showed nothing of the
+    budget of a zCDP stream or source. Each spend, cap and headroom family is charted (the
+    (epsilon, delta) bound of a zCDP stream's rho is a restatement, on /status)."""
+    from streamdp.metrics_catalogue import BUDGET_METRICS
+
+    queries = " ".join(t["expr"] for p in dashboard()["panels"] for t in p["targets"])
+    charted = set(re.findall(r"\bstreamdp_[a-z_]+", queries))
+    missing = set(BUDGET_METRICS) - {"streamdp_stream_zcdp_epsilon"} - charted
+    assert not missing, sorted(missing)
