@@ -270,11 +270,11 @@ def test_consistent_values_declare_their_exact_standard_deviation() -> None:
 
 def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
     """Issue 15: a horizon-2 stream revises at every epoch end; each revision used to project
-    every epoch so far (O(history) per close). Now it projects the epochs it publishes and
-    carries the earlier epochs' consistent totals from a cache, giving exactly (==) the values
-    of one projection over the whole history."""
-    import streamdp.engine.stream_revisions as revisions_module
-    from streamdp.engine.revision import consistent_epochs
+    every epoch so far (O(history) per close). Now it projects the nodes of the epochs it
+    publishes and carries the earlier epochs' consistent totals from a cache, giving exactly
+    (==) the values of one projection over the whole history."""
+    import streamdp.engine.revision as revision_module
+    from streamdp.engine.revision import consistent_epochs, project_nodes
 
     spec = parse_spec(CENSUS_SPEC.replace("horizon = 16", "horizon = 2").replace(
         "every_periods = 5", "every_periods = 0"
@@ -282,18 +282,20 @@ def test_a_revision_projects_only_the_epochs_it_publishes(monkeypatch) -> None:
     engine = Engine(spec, sampler=InsecureSeededSampler(4))
     projected: list[int] = []
 
-    def counting(stream_spec, epochs, level_variances=None):
-        projected.append(len(epochs))
-        return consistent_epochs(stream_spec, epochs, level_variances)
+    def counting(stream_spec, values, group_variances=None):
+        projected.append(len(values))
+        return project_nodes(stream_spec, values, group_variances)
 
-    monkeypatch.setattr(revisions_module, "consistent_epochs", counting)
+    monkeypatch.setattr(revision_module, "project_nodes", counting)
     outputs, _ = drive(engine, _census_lines(40, seed=2), as_of=1704067200 + 3600 * 40)
     records = consistent(outputs)
     assert {r.epoch for r in records} == set(range(20))
-    # each epoch projected twice at most: when published, and once to carry its final total
-    # (a projection over the whole history each time: 1 + 2 + ... + 20 = 210 epochs)
-    assert max(projected) == 1
-    assert sum(projected) <= 2 * 20
+    # each node projected on its own, each epoch's two nodes at most twice: when published,
+    # and to carry its final total (a projection over the whole history each time would
+    # project 2 + 4 + ... + 40 = 420 nodes)
+    assert set(projected) == {1}
+    assert sum(projected) <= 2 * 2 * 20
+    monkeypatch.undo()
     names = spec.streams["census"].counters.names
     whole = consistent_epochs(spec.streams["census"], engine.streams["census"].node_values())
     for r in records:

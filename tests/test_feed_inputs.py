@@ -315,4 +315,5 @@ def test_downloads_say_which_share_of_the_budget_a_weighted_counter_spent() -> N
     assert len(shares) == 4  # total and sex share 1/16 each, race 2/16, age 4/16, cells 8/16
     plain = parse_release(_release(1, 5))
     assert plain is not None
-    assert plain.row()["budget_group"] is None and plain.row()["budget_share"] is None
+    assert plain.row()["budget_group"] is None
+    assert plain.row()["budget_share"] is None

@@ -73,6 +73,58 @@ def prefix_sums(mechanism: str, nodes: npt.ArrayLike) -> FloatArray:
     return fenwick.prefix_path_sums(y)
 
 
+def consistent_periods(
+    spec: StreamSpec,
+    values: npt.NDArray[np.int64],
+    carry: FloatArray,
+    *,
+    first: int = 1,
+    group_variances: FloatArray | None = None,
+) -> tuple[FloatArray, FloatArray]:
+    """Consistent (period counts, running totals) of periods ``first..n`` of one epoch, each
+    shape ``(n - first + 1, width)``, from the epoch's noisy node values (``values``, shape
+    ``(n, width)``, node i at row i-1); the totals carry ``carry`` (the consistent final totals
+    of earlier epochs).
+
+    Only the nodes those periods read are projected: the Fenwick read paths of periods
+    ``first - 1 .. n`` (O(log n) nodes each; every node 1..n for ``naive``), so a revision of a
+    few new periods late in a long epoch projects a few dozen nodes, not the epoch. Each node
+    is projected on its own and the read-path sums are the elementwise ``s_t = y_t +
+    s_{t & (t-1)}`` (``s_0 = 0``) of :func:`prefix_sums`, so a period's values are the same
+    float64 function of the noisy nodes whichever span is asked for: a revision of the new
+    periods and one of the whole epoch agree bit for bit (a BLAS product over many rows may
+    pick another summation order than over one).
+    """
+    nodes = np.asarray(values)
+    n, width = nodes.shape[0], spec.counters.width
+    first = max(1, first)
+    if first > n:
+        empty = np.zeros((0, width), dtype=np.float64)
+        return empty, empty.copy()
+
+    def projected(i: int) -> FloatArray:
+        rows = None if group_variances is None else group_variances[i - 1 : i]
+        row: FloatArray = project_nodes(spec, nodes[i - 1 : i], rows)[0]
+        return row
+
+    prefix: dict[int, FloatArray] = {0: np.zeros(width, dtype=np.float64)}
+    if spec.mechanism == "naive":  # s_t = s_{t-1} + y_t: every node up to n
+        for t in range(1, n + 1):
+            prefix[t] = prefix[t - 1] + projected(t)
+    else:
+        needed: set[int] = set()
+        for period in range(first - 1, n + 1):
+            t = period
+            while t and t not in needed:
+                needed.add(t)
+                t &= t - 1
+        for t in sorted(needed):  # a read path's parent t & (t-1) is smaller: done first
+            prefix[t] = projected(t) + prefix[t & (t - 1)]
+    counts = np.stack([prefix[t] - prefix[t - 1] for t in range(first, n + 1)])
+    totals = np.stack([prefix[t] for t in range(first, n + 1)]) + carry
+    return counts, totals
+
+
 def consistent_epochs(
     spec: StreamSpec,
     epochs: list[npt.NDArray[np.int64]],
@@ -89,16 +141,14 @@ def consistent_epochs(
 
     Returns:
         per epoch ``(counts, totals)``; totals include the consistent final totals of earlier
-        epochs (the same carry the releases use, made consistent).
+        epochs (the same carry the releases use, made consistent). Each epoch is
+        :func:`consistent_periods` of all its periods.
     """
     results: list[tuple[FloatArray, FloatArray]] = []
     carry = np.zeros(spec.counters.width, dtype=np.float64)
     for values in epochs:
-        projected = project_nodes(spec, values, group_variances)
-        prefix = prefix_sums(spec.mechanism, projected)
-        counts = np.diff(prefix, axis=0, prepend=np.zeros((1, prefix.shape[1])))
-        totals = prefix + carry
-        if prefix.shape[0]:
+        counts, totals = consistent_periods(spec, values, carry, group_variances=group_variances)
+        if totals.shape[0]:
             carry = totals[-1].copy()
         results.append((counts, totals))
     return results

@@ -1,10 +1,11 @@
 """One stream's numbered consistent revisions of its released periods (post-processing of
 noisy values only: no budget is spent).
 
-A Fenwick stream (``fda``, ``binary``, ``naive``) revises by projecting its stored nodes
-(:func:`~streamdp.engine.revision.consistent_epochs`); a k-ary stream (``kary_digits``,
-``kary_gls``) re-publishes its releases, recomputed from the counter, which were projected when
-published (or are projected here when its exact counts may leave the constraint span). Each
+A Fenwick stream (``fda``, ``binary``, ``naive``) revises by projecting the stored nodes its
+new periods read (:func:`~streamdp.engine.revision.consistent_periods`); a k-ary stream
+(``kary_digits``, ``kary_gls``) re-publishes its releases, recomputed from the counter, which
+were projected when published (or are projected here when its exact counts may leave the
+constraint span). Each
 period is published by one revision only: its consistent values never change once computed,
 and an epoch's nodes are dropped once no revision can read them (:meth:`StreamRevisions.retire`).
 """
@@ -24,7 +25,7 @@ from streamdp.engine.counter_values import CounterValues
 from streamdp.engine.grouped_variances import GroupedVariances
 from streamdp.engine.periods import PeriodClock
 from streamdp.engine.records import ConsistentRecord
-from streamdp.engine.revision import consistent_epochs, project_nodes
+from streamdp.engine.revision import consistent_periods, project_nodes
 from streamdp.engine.spec import StreamSpec
 from streamdp.engine.stream_nodes import NoisyNodes
 from streamdp.engine.stream_releases import scaled_stds
@@ -271,12 +272,13 @@ class StreamRevisions:
         )
 
     def _from_nodes(self, nodes: NoisyNodes) -> list[tuple[int, int, FloatArray, FloatArray]]:
-        """Fenwick streams: ``(epoch, 0, counts, totals)`` of every epoch holding a period no
-        revision published yet, projected per stored node (:func:`consistent_epochs`, one
-        epoch at a time, each carrying the consistent final totals of the epochs before).
-        Earlier epochs' carry comes from :meth:`_carry_into`, so a revision costs the periods
-        of the epochs it publishes, not the whole history (a horizon-1 stream revises at
-        every close)."""
+        """Fenwick streams: ``(epoch, offset, counts, totals)`` of every epoch holding a period
+        no revision published yet, for those periods only (row r is period offset + r + 1),
+        each epoch carrying the consistent final totals of the epochs before. Only the nodes
+        on the new periods' read paths are projected (:func:`consistent_periods`), and earlier
+        epochs' carry comes from :meth:`_carry_into`, so a revision costs the periods it
+        publishes, not the epoch so far nor the whole history (a horizon-1 stream revises at
+        every close; a daily stream revising weekly projects a few dozen nodes in December)."""
         current = nodes.counter.epoch
         past = nodes.past
         oldest = current - len(past)
@@ -285,32 +287,36 @@ class StreamRevisions:
         out: list[tuple[int, int, FloatArray, FloatArray]] = []
         for epoch in range(start, current + 1):
             values = past[epoch - oldest] if epoch < current else nodes.counter.noisy_nodes()[1]
-            counts, totals = self._consistent_epoch(values, carry)
-            out.append((epoch, 0, counts, totals))
-            if totals.shape[0]:
+            offset = max(0, self.revised_through - epoch * self.horizon)
+            counts, totals = self._consistent(values, carry, first=offset + 1)
+            out.append((epoch, offset, counts, totals))
+            if epoch < current:  # a past epoch is complete: its last row is its final total
                 carry = totals[-1].copy()
         if nodes.counter.periods_closed == self.horizon:  # the current epoch is complete
-            self._carry_cache = (current + 1, carry)
+            self._carry_cache = (current + 1, out[-1][3][-1].copy())
         return out
 
-    def _consistent_epoch(
-        self, values: npt.NDArray[np.int64], carry: FloatArray
+    def _consistent(
+        self, values: npt.NDArray[np.int64], carry: FloatArray, *, first: int
     ) -> tuple[FloatArray, FloatArray]:
-        """One epoch's consistent (counts, totals), its totals carrying ``carry``."""
-        ((counts, prefix),) = consistent_epochs(self.spec, [values], self._group_variances)
-        return counts, prefix + carry
+        """One epoch's consistent (counts, totals) of periods ``first..``, carrying ``carry``."""
+        return consistent_periods(
+            self.spec, values, carry, first=first, group_variances=self._group_variances
+        )
 
     def _carry_into(self, epoch: int, oldest: int, past: list[npt.NDArray[np.int64]]) -> FloatArray:
         """The consistent running total carried into ``epoch`` (the sum of the consistent
         final totals of the past epochs before it), cached: advancing it costs the epochs
-        rolled since the last revision (recomputed from the oldest epoch after a restore)."""
+        rolled since the last revision, each the read path of its last period (recomputed
+        from the oldest epoch after a restore)."""
         cached = self._carry_cache
         if cached is None or not oldest <= cached[0] <= epoch:
             # the carry kept for the oldest epoch held (its epoch checked when read back)
             cached = self.retired_carry or (oldest, np.zeros(self.width, dtype=np.float64))
         done, carry = cached
         for earlier in range(done, epoch):
-            _, totals = self._consistent_epoch(past[earlier - oldest], carry)
+            values = past[earlier - oldest]
+            _, totals = self._consistent(values, carry, first=values.shape[0])
             if totals.shape[0]:
                 carry = totals[-1].copy()
         self._carry_cache = (epoch, carry)
@@ -318,7 +324,7 @@ class StreamRevisions:
 
     def _grouped(self, counter: object) -> GroupedVariances | None:
         """A grouped stream's variances (None for others), and its node noise variances per
-        level kept for the projection (:meth:`_consistent_epoch`); the same in every epoch.
+        level kept for the projection (:meth:`_consistent`); the same in every epoch.
         Set before any epoch is projected: a revision, or a retirement's carry (after a
         restore, one may come before the other)."""
         grouped = GroupedVariances(self.spec, counter) if isinstance(counter, GroupedBank) else None
