@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -184,6 +185,40 @@ def test_plan_config_plans_a_zcdp_stream_with_its_rho_and_l2_bound(capsys) -> No
     assert "blt (zCDP)" in capsys.readouterr().out
     assert main(["plan", "--config", spec, "--target-std", "5"]) == 2
     assert "is zCDP (it spends rho)" in capsys.readouterr().err
+
+
+def test_plan_config_says_how_projection_at_publication_scales_each_counters_std(capsys) -> None:
+    """census_zcdp.toml (BLT, hierarchy) projects its releases when published: the plan gives
+    the range of sqrt(P_jj), and the releases a replay declares span exactly that range
+    around the planned figure (each counter's std is its factor times the unprojected one)."""
+    from streamdp.engine import Engine
+    from streamdp.engine.records import ReleaseRecord
+    from streamdp.engine.spec_loading import parse_spec
+    from streamdp.noise import InsecureSeededSampler
+    from streamdp.synth import generate, release_instant
+
+    path = "streamdp/examples/census_zcdp.toml"
+    assert main(["plan", "--config", path, "--format", "json"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    factors = row["projected_at_publication"]
+    assert factors["constraint"] == "hierarchy"
+    low, high = factors["std_factor_min"], factors["std_factor_max"]
+    assert 0 < low < high <= 1
+    assert main(["plan", "--config", path]) == 0
+    assert f"{low:.3f} to {high:.3f} times the row above" in capsys.readouterr().out
+    spec = parse_spec(Path(path).read_text("utf-8"), origin=path)
+    engine = Engine(spec, sampler=InsecureSeededSampler(2))
+    for line in generate("census", 1, 10.0, spec=spec):
+        engine.ingest(line.text.encode())
+    stds = [
+        r.count_std
+        for r in engine.advance_clock(release_instant(spec, 1))
+        if isinstance(r, ReleaseRecord)
+    ]
+    assert max(stds) / min(stds) == pytest.approx(high / low, rel=1e-9)
+    # a stream that does not project at publication has no such entry (fda census)
+    assert main(["plan", "--config", "streamdp/examples/census.toml", "--format", "json"]) == 0
+    assert all("projected_at_publication" not in r for r in json.loads(capsys.readouterr().out))
 
 
 def _discrete_gaussian_pmf(sigma: float) -> tuple[np.ndarray, np.ndarray]:

@@ -101,6 +101,38 @@ def compare_spec(spec: EngineSpec, noise: str, output_format: str) -> str:
     return json.dumps(data, indent=2) if output_format == "json" else "\n".join(out).rstrip()
 
 
+def publication_factors(stream: StreamSpec) -> tuple[float, float] | None:
+    """``(min, max)`` over the counters of ``sqrt(P_jj)``, the factor on a release's standard
+    deviations when the stream projects its releases onto its constraints at publication (a
+    k-ary or BLT stream with combos or a hierarchy); None when it does not."""
+    from streamdp.engine.stream_table import DECODED_MECHANISMS
+    from streamdp.kinds import stream_kind
+
+    if stream.mechanism not in DECODED_MECHANISMS or stream.constraints.kind not in (
+        "hierarchy",
+        "combos",
+    ):
+        return None
+    diagonal = stream_kind(stream.counters.kind).projection_diagonal(stream)
+    factors = [math.sqrt(min(max(float(d), 0.0), 1.0)) for d in diagonal]
+    return min(factors), max(factors)
+
+
+def _publication_note(name: str, stream: StreamSpec) -> list[str]:
+    factors = publication_factors(stream)
+    if factors is None:
+        return []
+    low, high = factors
+    constraint = stream.constraints.kind
+    first = (
+        f"stream {name}: releases are projected onto its {constraint} constraint when published,"
+    )
+    second = (
+        f"so each counter's standard deviations are {low:.3f} to {high:.3f} times the row above"
+    )
+    return [first, second, "(the projection's sqrt(P_jj), per counter)"]
+
+
 def _stream_plan(name: str, stream: StreamSpec, noise: str, target_std: float | None) -> StreamPlan:
     if target_std is None:
         return StreamPlan(name, plan_stream_at(stream, stream.unit_multiplier, noise))
@@ -154,8 +186,17 @@ def plan_spec(
                 entry["level_weights"] = levels[name]
             if name in groups:
                 entry["attribute_weights"] = groups[name]
+            factors = publication_factors(spec.streams[name])
+            if factors is not None:
+                entry["projected_at_publication"] = {
+                    "constraint": spec.streams[name].constraints.kind,
+                    "std_factor_min": factors[0],
+                    "std_factor_max": factors[1],
+                }
         return json.dumps(plans, indent=2)
     out = [render_streams(rows, target_std)]
+    notes = [line for name, s in spec.streams.items() for line in _publication_note(name, s)]
+    out += ["", *notes] if notes else []
     for name, table in costs.items():
         stream = spec.streams[name]
         unit = stream.privacy_unit
