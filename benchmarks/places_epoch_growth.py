@@ -3,9 +3,10 @@
 ``places_scale.py`` measures one width over four closes. A stream runs for many periods: it
 keeps every noisy node of the current epoch, which its consistent revisions project, and drops
 a past epoch's once a revision has published its last period (keeping the consistent total
-carried past it), and each revision projects every node of the current epoch again. This
-program closes ``--epochs`` epochs of ``--horizon`` periods at one width (revisions every
-``--every`` periods) and reports, after chosen closes,
+carried past it); each revision projects only the nodes its new periods read (their Fenwick
+read paths), so its cost should not grow with the epoch. This program closes ``--epochs``
+epochs of ``--horizon`` periods at one width (revisions every ``--every`` periods) and
+reports, after chosen closes,
 
 - ``state bytes per counter``: everything the engine holds between closes, its release records
   dropped (tracemalloc, so allocation sizes: the same on any day and machine);
@@ -173,8 +174,9 @@ def _table(args: argparse.Namespace, traced: list[dict[str, float]], timed: list
             "epoch a revision has not yet published whole, the last revision's arrays). A past "
             "epoch's nodes are dropped at the first close after the revision that publishes "
             "its last period (here the epoch's first close: the revision at its predecessor's "
-            "last period). A revision projects every node of the current epoch, so its work "
-            "and its temporary memory grow with the periods the epoch has closed."
+            "last period). A revision projects only the nodes its new periods read (their "
+            "Fenwick read paths), so its work and its temporary memory stay about the same "
+            "through the epoch."
         ),
     ]
     return "\n".join(lines) + "\n"
