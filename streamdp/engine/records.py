@@ -25,6 +25,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+import orjson
+
 from streamdp.consistency.nonnegative import METHOD as NONNEGATIVE_METHOD
 from streamdp.engine import json_text
 from streamdp.engine.counter_values import plain
@@ -337,7 +339,13 @@ class ConsistentRecord:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), separators=(",", ":"))
+        """Compact JSON of :meth:`to_dict`, written by orjson: a wide stream's revision
+        serialises millions of map entries, which ``json.dumps`` wrote about 40 times slower
+        (README, "Statistics by place"). The same values as ``json.dumps``'s text (each float
+        its shortest round-trip form; orjson writes 1e-05 as 0.00001), UTF-8 rather than
+        ASCII-escaped, and never longer per map entry than ``counter_parts`` allows for
+        (tests/test_consistent_json.py)."""
+        return orjson.dumps(self.to_dict()).decode()
 
 
 @dataclass(frozen=True)
