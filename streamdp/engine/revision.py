@@ -108,9 +108,12 @@ def consistent_periods(
         return row
 
     prefix: dict[int, FloatArray] = {0: np.zeros(width, dtype=np.float64)}
-    if spec.mechanism == "naive":  # s_t = s_{t-1} + y_t: every node up to n
+    if spec.mechanism == "naive":  # s_t = s_{t-1} + y_t: every node up to n, kept from first-1
+        running = prefix[0]
         for t in range(1, n + 1):
-            prefix[t] = prefix[t - 1] + projected(t)
+            running = running + projected(t)
+            if t >= first - 1:
+                prefix[t] = running
     else:
         needed: set[int] = set()
         for period in range(first - 1, n + 1):
