@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from streamdp.engine import Engine
 from streamdp.engine.counter_fields import PlaceColumns
-from streamdp.engine.records import ReleaseContext, ReleaseRecord
+from streamdp.engine.release_record import ReleaseContext, ReleaseRecord
 from streamdp.engine.spec_loading import parse_spec
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import SCENARIOS, example_spec, generate, release_instant

@@ -33,6 +33,9 @@ ConstraintKind = Literal["none", "combos", "hierarchy", "tree"]
 EpochEnd = Literal["roll", "stop"]
 OverSensitivity = Literal["reject", "clip"]
 Mechanism = Literal["fda", "binary", "naive", "kary_digits", "kary_gls", "blt"]
+#: Mechanisms whose releases are decoded from noise known ahead (k-ary) or from a matrix
+#: factorization (BLT): with constraints, they are projected at publication by a dense matrix.
+DECODED_MECHANISMS = ("kary_digits", "kary_gls", "blt")
 Objective = Literal["total", "minimax", "count"]
 
 
@@ -211,6 +214,17 @@ class StreamSpec:
         if self.privacy_unit is None:
             return "event"
         return f"{self.privacy_unit.field} per epoch"
+
+    @property
+    def projects_at_publication(self) -> bool:
+        """A decoded stream whose exact counts always satisfy its constraints (combos: every
+        counted order lies in their span; a hierarchy) projects each release's noise onto them
+        when it publishes it, each counter's standard deviations scaled by ``sqrt(P_jj)``; a
+        decoded ``tree`` stream projects in its revisions instead."""
+        return self.mechanism in DECODED_MECHANISMS and self.constraints.kind in (
+            "hierarchy",
+            "combos",
+        )
 
     @property
     def definition(self) -> Definition:

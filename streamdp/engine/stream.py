@@ -102,18 +102,18 @@ class StreamRuntime:
         # releases are decoded (not tree-path sums): they are projected and revised as the
         # k-ary ones are
         decoded = self._noise_ahead or isinstance(self.strategy, BltStrategy)
-        constraints = spec.constraints
         # (every counted order lies in the combos' span, one combo or a sum of them:
         # ItemExtractor refuses the rest, so the exact counts always satisfy the constraint)
-        exact_in_span = constraints.kind in ("hierarchy", "combos")
         self._projection = (
-            project_nodes(spec, np.eye(self.width)) if decoded and exact_in_span else None
+            project_nodes(spec, np.eye(self.width)) if spec.projects_at_publication else None
         )
         self.revisions = StreamRevisions(
             spec,
             self.clock,
             noise_ahead=decoded,
-            project_in_revisions=(decoded and constraints.kind != "none" and not exact_in_span),
+            project_in_revisions=(
+                decoded and spec.constraints.kind != "none" and not spec.projects_at_publication
+            ),
         )
         self._decoded = decoded
         self._release_scale = (

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from streamdp.continual.bank import BankRelease
 from streamdp.engine.counter_fields import CounterFields
 from streamdp.engine.periods import PeriodClock
-from streamdp.engine.records import ReleaseContext, ReleaseRecord
+from streamdp.engine.release_record import ReleaseContext, ReleaseRecord
 from streamdp.engine.spec import StreamSpec
 from streamdp.noise.sampler import NoiseSampler
 

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from streamdp.engine.config_reader import ConfigReader
 from streamdp.engine.privacy_unit_table import read_privacy_unit
 from streamdp.engine.spec import (
+    DECODED_MECHANISMS,
     PRESENTATION_KEYS,
     ConsistencySpec,
     ConstraintSpec,
@@ -40,9 +41,6 @@ from streamdp.errors import ConfigError
 from streamdp.shown_value import shown
 
 MAX_HORIZON = 10_000_000
-#: Mechanisms whose releases are decoded from noise known ahead (k-ary) or from a matrix
-#: factorization (BLT): with constraints, they are projected at publication by a dense matrix.
-DECODED_MECHANISMS = ("kary_digits", "kary_gls", "blt")
 #: Most counters such a stream may have (the projection matrix is width x width floats).
 DENSE_PROJECTION_LIMIT = 4096
 

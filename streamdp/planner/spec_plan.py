@@ -105,13 +105,9 @@ def publication_factors(stream: StreamSpec) -> tuple[float, float] | None:
     """``(min, max)`` over the counters of ``sqrt(P_jj)``, the factor on a release's standard
     deviations when the stream projects its releases onto its constraints at publication (a
     k-ary or BLT stream with combos or a hierarchy); None when it does not."""
-    from streamdp.engine.stream_table import DECODED_MECHANISMS
     from streamdp.kinds import stream_kind
 
-    if stream.mechanism not in DECODED_MECHANISMS or stream.constraints.kind not in (
-        "hierarchy",
-        "combos",
-    ):
+    if not stream.projects_at_publication:
         return None
     diagonal = stream_kind(stream.counters.kind).projection_diagonal(stream)
     factors = [math.sqrt(min(max(float(d), 0.0), 1.0)) for d in diagonal]
