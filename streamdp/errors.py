@@ -51,6 +51,12 @@ class OutputWriteError(StreamdpError):
     dead letter): the batch stays unacknowledged and is read again after a restart."""
 
 
+class MembershipLostError(StreamdpError):
+    """The worker cannot be sure it is still a member of its consumer group (the coordinator
+    did not confirm it within the lease, :mod:`streamdp.daemon.membership_lease`): it writes
+    nothing more and must restart, after the session timeout, as a new member."""
+
+
 class ExitStatus(IntEnum):
     """Exit statuses of a worker process (docs/operating.md, "Exit statuses"); from sysexits.h.
     Members are ints: ``os._exit(ExitStatus.CONFIG)`` and ``f"{ExitStatus.CONFIG}"`` give 78."""
@@ -61,7 +67,8 @@ class ExitStatus(IntEnum):
     CRASH = 70  # EX_SOFTWARE
     #: a write to the broker failed (checkpoint, release, dead letter): restarting re-reads it
     WRITE_FAILED = 74  # EX_IOERR
-    #: input records were skipped below the worker, or its input stalled: restart me
+    #: input records were skipped below the worker, its input stalled, or its group membership
+    #: was not confirmed in time: restart me
     INPUT_GAP = 75  # EX_TEMPFAIL
     #: configuration and state or broker disagree (spec changed under existing state, budget
     #: cap exceeded, topic missing or wrongly partitioned): a restart fails the same way until

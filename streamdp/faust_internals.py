@@ -6,7 +6,9 @@ against the installed packages (a changed signature, a missing attribute or an e
 ``_drain_messages`` fails that test, not a worker in production). Nothing else in the package
 reads a private attribute of either library.
 
-- :func:`tuned_fetching`: the worker's consumer long-polls at most ``--fetch-wait`` (below).
+- :func:`tuned_fetching`: the worker's consumer long-polls at most ``--fetch-wait`` (below),
+  and the group coordinator's answers to its heartbeats renew the membership lease
+  (:func:`lease_renewals`).
 - :func:`acknowledged_commits`: commits of input partitions take the offsets the release
   service made durable, not Faust's per-record acknowledgements (below); both input paths.
 - :func:`batching_consumer`: input-topic records go to the batch queue one fetch at a time.
@@ -64,20 +66,57 @@ worker sends ten small fetches a second per broker.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.client import ConnectionGroup
-from aiokafka.errors import ConsumerStoppedError
+from aiokafka.errors import ConsumerStoppedError, RebalanceInProgressError
 
 from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
+from streamdp.daemon.membership_lease import MembershipLease
 from streamdp.daemon.skipped_offsets import SkippedOffsets
 
+#: Kafka API keys of the group requests whose answers renew the membership lease
+HEARTBEAT_API_KEY = 12
+SYNC_GROUP_API_KEY = 14
+#: error codes of those answers: none, and "rebalance in progress" (still a member)
+NO_ERROR = 0
+REBALANCE_IN_PROGRESS = RebalanceInProgressError.errno
 
-def tuned_fetching(base: type, *, fetch_wait_seconds: float) -> type:
+
+def lease_renewals(consumer: Any, lease: MembershipLease) -> None:
+    """Renew ``lease`` with every heartbeat and SyncGroup request the group coordinator of
+    aiokafka ``consumer`` answers without error or with "rebalance in progress", stamped with
+    the moment the request was sent (its generation is the request's). Wraps the instance's
+    client ``send`` (``AIOKafkaClient.send``), through which aiokafka's group coordinator sends
+    every request (``GroupCoordinator._send_req``), in the consumer's own thread."""
+    client = consumer._client
+    send = client.send
+
+    async def send_and_renew(node_id: Any, request: Any, **kwargs: Any) -> Any:
+        key = getattr(request, "API_KEY", None)
+        if key not in (HEARTBEAT_API_KEY, SYNC_GROUP_API_KEY):
+            return await send(node_id, request, **kwargs)
+        sent = time.monotonic()
+        response = await send(node_id, request, **kwargs)
+        code = getattr(response, "error_code", None)
+        generation = request._generation_id
+        if code == NO_ERROR:
+            lease.renew(generation, sent)
+        elif code == REBALANCE_IN_PROGRESS and key == HEARTBEAT_API_KEY:
+            lease.renew(generation, sent, rebalancing=True)
+        return response
+
+    client.send = send_and_renew
+
+
+def tuned_fetching(
+    base: type, *, fetch_wait_seconds: float, lease: MembershipLease | None = None
+) -> type:
     """A subclass of Faust's aiokafka consumer ``base`` whose underlying aiokafka consumer
-    long-polls at most ``fetch_wait_seconds``."""
+    long-polls at most ``fetch_wait_seconds`` and renews ``lease`` (:func:`lease_renewals`)."""
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
     wait_ms = max(1, round(fetch_wait_seconds * 1000))
@@ -87,6 +126,8 @@ def tuned_fetching(base: type, *, fetch_wait_seconds: float) -> type:
             consumer = super()._create_worker_consumer(transport)
             # read by AIOKafkaConsumer.start() when it builds its Fetcher
             consumer._fetch_max_wait_ms = wait_ms
+            if lease is not None:
+                lease_renewals(consumer, lease)
             return consumer
 
     class TunedFetching(base):  # type: ignore[misc]

@@ -76,7 +76,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "refused)",
     )
     parser.add_argument(
-        "--session-timeout", type=float, help="consumer group session timeout, seconds"
+        "--session-timeout",
+        type=float,
+        help="consumer group session timeout, seconds (default 10, at least 3); the worker "
+        "writes only while the group coordinator confirmed its membership within it, less a "
+        "quarter of it",
     )
     parser.add_argument(
         "--single-record-batches",

@@ -7,7 +7,10 @@ What these tests prove (``streamdp.daemon.commit.CheckpointCommit``):
 - a refused checkpoint write publishes nothing and observes nothing;
 - a refused publication leaves the outbox in place (locally and in the changelog) for the
   source's next owner to publish again;
-- the observer comes last, with the latency from the batch's receipt when there is one.
+- the observer comes last, with the latency from the batch's receipt when there is one;
+- each step first holds the membership lease, and a lease lost before a step stops the
+  protocol there: lost before the checkpoint, nothing is written; lost before publishing, the
+  checkpoint (outbox included) is durable and nothing is published.
 
 The fakes journal every event in one list. An acknowledgement is journaled only when the
 protocol awaits it (as Faust's futures, it completes on the broker's answer; here the answer is
@@ -27,6 +30,7 @@ import pytest
 
 from streamdp.daemon.commit import CheckpointCommit, kafka_seconds
 from streamdp.daemon.outcome import BatchOutcome, Publication, StateWrite
+from streamdp.errors import MembershipLostError
 
 RELEASES = "streamdp.releases"
 CONSISTENT = "streamdp.consistent"
@@ -129,10 +133,33 @@ def outcome() -> BatchOutcome:
     )
 
 
-class Run:
-    """One commit of :func:`outcome` on fakes that refuse the given keys."""
+class FakeLease:
+    """A membership lease that journals each hold and is lost from the step named on."""
 
-    def __init__(self, *, refuse_changelog: str = "", refuse_publication: str = "") -> None:
+    STEPS = ("a checkpoint", "a publication", "clearing the outbox")
+
+    def __init__(self, journal: list[Event], lost_from: str | None) -> None:
+        self._journal = journal
+        self._lost_from = None if lost_from is None else self.STEPS.index(lost_from)
+
+    async def hold(self, step: str) -> None:
+        self._journal.append(("lease", step))
+        if self._lost_from is not None and self.STEPS.index(step) >= self._lost_from:
+            raise MembershipLostError(f"lost before {step}")
+
+
+class Run:
+    """One commit of :func:`outcome` on fakes that refuse the given keys (with a lease when
+    ``lease`` is True, lost from the step ``lost_from`` names)."""
+
+    def __init__(
+        self,
+        *,
+        refuse_changelog: str = "",
+        refuse_publication: str = "",
+        lease: bool = False,
+        lost_from: str | None = None,
+    ) -> None:
         self.journal: list[Event] = []
         self.table = FakeTable(self.journal, frozenset({refuse_changelog}))
         self.topics = {
@@ -140,7 +167,8 @@ class Run:
             CONSISTENT: FakeTopic(self.journal, frozenset({refuse_publication})),
         }
         self.observer = Observer(self.journal)
-        self.protocol = CheckpointCommit(self.table, self.topics, self.observer)
+        held = FakeLease(self.journal, lost_from) if lease else None
+        self.protocol = CheckpointCommit(self.table, self.topics, self.observer, held)
 
     def commit(self, made: BatchOutcome | None = None) -> None:
         asyncio.run(self.protocol.commit(outcome() if made is None else made))
@@ -204,6 +232,52 @@ def test_a_refused_publication_leaves_the_outbox_in_place() -> None:
     assert [key for key in run.kinds("changelog") if key in OUTBOX] == list(OUTBOX)
     for key in OUTBOX:
         assert key in run.table.data
+        assert key in run.table.changelog
+    assert run.observer.observed == []
+
+
+def test_each_step_holds_the_lease_before_its_first_send() -> None:
+    run = Run(lease=True)
+    run.commit()
+    holds = [index for index, (what, _) in enumerate(run.journal) if what == "lease"]
+    assert [run.journal[i][1] for i in holds] == list(FakeLease.STEPS)
+    checkpoint, publication, clearing = holds
+    assert checkpoint == 0
+    assert publication == run.first(("publish", "r0")) - 1
+    assert max(run.first(("acknowledged", key)) for key in CHECKPOINT_KEYS) < publication
+    # the clearing step's hold comes after the last publication's acknowledgement and
+    # before the first outbox deletion
+    assert max(run.first(("acknowledged", key)) for key in ("r0", "c0")) < clearing
+    assert run.journal[clearing + 1] == ("changelog", OUTBOX[0])
+    assert run.journal[-1] == ("observed", "")
+
+
+def test_a_lease_lost_before_the_checkpoint_writes_and_publishes_nothing() -> None:
+    run = Run(lease=True, lost_from="a checkpoint")
+    with pytest.raises(MembershipLostError, match="a checkpoint"):
+        run.commit()
+    assert run.journal == [("lease", "a checkpoint")]
+    assert run.table.changelog == {STALE_SEEN: ["digest"]}
+    assert run.observer.observed == []
+
+
+def test_a_lease_lost_before_publishing_leaves_a_durable_outbox_and_publishes_nothing() -> None:
+    run = Run(lease=True, lost_from="a publication")
+    with pytest.raises(MembershipLostError, match="a publication"):
+        run.commit()
+    assert run.kinds("publish") == []
+    assert {key for what, key in run.journal if what == "acknowledged"} == set(CHECKPOINT_KEYS)
+    for key in OUTBOX:  # the next owner restores these and publishes the same values
+        assert key in run.table.changelog
+    assert run.observer.observed == []
+
+
+def test_a_lease_lost_before_clearing_leaves_the_outbox_and_observes_nothing() -> None:
+    run = Run(lease=True, lost_from="clearing the outbox")
+    with pytest.raises(MembershipLostError, match="clearing"):
+        run.commit()
+    assert run.kinds("publish") == ["r0", "c0"]
+    for key in OUTBOX:  # a lost deletion only re-publishes identical records later
         assert key in run.table.changelog
     assert run.observer.observed == []
 

@@ -36,6 +36,8 @@ def spec(tmp_path: Path) -> Path:
         ({"fetch_wait_seconds": 0.0}, "--fetch-wait"),
         ({"fetch_wait_seconds": 60.0}, "--fetch-wait"),
         ({"tick_seconds": 0.0}, "--tick"),
+        ({"session_timeout": 2.0}, "--session-timeout must be at least 3 seconds"),
+        ({"session_timeout": float("nan")}, "--session-timeout"),
         ({"clock": "frozen:yesterday"}, "--clock"),
         ({"clock": "simulated:2024-01-01T00:00:00Z@1x0"}, "--clock"),
         ({"clock": "sundial"}, "--clock"),

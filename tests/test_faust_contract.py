@@ -26,6 +26,13 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.client import AIOKafkaClient
 from aiokafka.consumer.fetcher import PartitionRecords
+from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, GroupCoordinator
+from aiokafka.protocol.group import (
+    HeartbeatRequest,
+    HeartbeatResponse_v1,
+    SyncGroupRequest,
+    SyncGroupResponse_v1,
+)
 from faust.transport.consumer import Consumer, ThreadDelegateConsumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
@@ -97,6 +104,7 @@ def test_the_commit_step_honest_commits_wraps_is_unchanged_upstream() -> None:
         (AIOKafkaConsumerThread, "_ensure_consumer", ["self"]),
         (Service, "_crash", ["self", "reason"]),
         (AIOKafkaClient, "fetch_all_metadata", ["self"]),
+        (AIOKafkaClient, "send", ["self", "node_id", "request", "group"]),
         (PartitionRecords, "_unpack_records", ["self"]),
     ],
 )
@@ -130,6 +138,25 @@ def test_every_private_attribute_the_adapter_uses_is_defined_there(
     owner: type, attribute: str
 ) -> None:
     assert _sets(owner, attribute), f"{owner.__qualname__} no longer defines {attribute}"
+
+
+def test_the_group_coordinator_sends_every_request_through_the_client_the_lease_wraps() -> None:
+    """lease_renewals wraps the consumer's client ``send``: aiokafka's group coordinator must
+    send heartbeats and SyncGroup requests through it, built with the API keys and the
+    ``_generation_id`` the wrapper reads, and answers must carry ``error_code``."""
+    send_req = inspect.getsource(GroupCoordinator._send_req)
+    assert "await self._client.send(" in send_req
+    assert "self._send_req(request)" in inspect.getsource(GroupCoordinator._do_heartbeat)
+    assert "self._coordinator._send_req(request)" in inspect.getsource(
+        CoordinatorGroupRebalance._send_sync_group_request
+    )
+    heartbeat = HeartbeatRequest("g", 7, "m")
+    sync = SyncGroupRequest("g", 8, "m", None, [])
+    assert (heartbeat.API_KEY, heartbeat._generation_id) == (adapter.HEARTBEAT_API_KEY, 7)
+    assert (sync.API_KEY, sync._generation_id) == (adapter.SYNC_GROUP_API_KEY, 8)
+    for response in (HeartbeatResponse_v1, SyncGroupResponse_v1):
+        assert "error_code" in response.SCHEMA.names
+    assert adapter.REBALANCE_IN_PROGRESS == 27  # Kafka's protocol error code
 
 
 def test_aiokafka_builds_its_fetcher_from_the_wait_the_adapter_sets() -> None:

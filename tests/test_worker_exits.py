@@ -42,6 +42,7 @@ from streamdp.errors import (
     BudgetError,
     ConfigError,
     InputGapError,
+    MembershipLostError,
     StateError,
 )
 
@@ -59,6 +60,7 @@ STATUSES = {EXIT_CONFIG, EXIT_CRASH, EXIT_INPUT_GAP, EXIT_WRITE_FAILED}
         (BudgetError("would bring source 'x' to epsilon 2, over its cap 1"), 78, "epsilon_cap"),
         (ConfigError("topic t does not exist"), 78, "Restarting as is fails"),
         (InputGapError("offset gap"), 75, "restart me"),
+        (MembershipLostError("no answer from the group coordinator"), 75, "session timeout"),
         (
             ProducerSendError(f"Error while sending: {MessageSizeTooLargeError()!r}"),
             74,

@@ -33,6 +33,7 @@ from streamdp.daemon.commit import CheckpointCommit
 from streamdp.daemon.fatal import exit_on_crash, worker_ender
 from streamdp.daemon.faust_setup import declare_topics, new_faust_app
 from streamdp.daemon.log_safety import hold_value_loggers
+from streamdp.daemon.membership_lease import MembershipLease, lease_margin
 from streamdp.daemon.observation import InputProgress, OutcomeObserver
 from streamdp.daemon.pages import serve_pages
 from streamdp.daemon.runtime import WorkerRuntime, sampler_for
@@ -114,8 +115,16 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
     changelog_topic = f"{settings.app_id}-{STATE_TABLE}-changelog"
     queue: BatchQueue | None = None
+    # writes and publications only while the group cannot have given the partitions away
+    lease = MembershipLease(
+        session_timeout=settings.session_timeout,
+        rebalance_timeout=settings.rebalance_timeout,
+        margin=lease_margin(settings.session_timeout),
+    )
     consumer_class = honest_commits(
-        tuned_fetching(app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds)
+        tuned_fetching(
+            app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds, lease=lease
+        )
     )
     if settings.input_path == "batch":
         queue = BatchQueue(input_names, settings.max_batch, clock=public_clock.now)
@@ -134,7 +143,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     end_worker = worker_ender(app, runtime)
     exit_on_crash(app, end_worker)
     progress = InputProgress(metrics, InputStallWatch(settings.stall_exit_seconds))
-    protocol = CheckpointCommit(state, topics.outputs, OutcomeObserver(metrics, spec))
+    protocol = CheckpointCommit(state, topics.outputs, OutcomeObserver(metrics, spec), lease)
 
     skipped_offsets = SkippedOffsets()  # holes of Kafka's design are not lost records
     note_skipped_offsets(skipped_offsets)

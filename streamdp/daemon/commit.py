@@ -9,6 +9,12 @@ For one :class:`~streamdp.daemon.service.BatchOutcome`, in this order:
    identical records later);
 4. **observe** the batch (metrics; nothing of the protocol depends on it).
 
+Steps 1-3 each begin by holding the worker's lease on its group membership
+(:mod:`streamdp.daemon.membership_lease`): a worker that may have been expelled from the group
+(its partitions given to a next owner that closes the same periods with its own draws) writes
+nothing more and exits. Step 2 publishes only outbox entries that step 1 made durable while the
+lease held, which a next owner therefore restores and publishes identically.
+
 An acknowledgement that fails raises out of :meth:`CheckpointCommit.commit` and stops the
 protocol where it is: a failed checkpoint publishes nothing, a failed publication leaves the
 outbox in place for the source's next owner to publish again. The caller acknowledges the
@@ -27,6 +33,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from typing import Any, Protocol
 
+from streamdp.daemon.membership_lease import MembershipLease
 from streamdp.daemon.outcome import BatchOutcome
 
 __all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic", "kafka_seconds"]
@@ -81,7 +88,8 @@ class CheckpointCommit:
     """Steps 1-4 of the checkpoint protocol for one worker (see the module docstring).
 
     ``outputs`` maps each output topic's name to its topic; ``observe`` receives the outcome
-    and, for an input batch, the seconds from its receipt to the end of step 3.
+    and, for an input batch, the seconds from its receipt to the end of step 3; ``lease`` is
+    the worker's membership lease (None: no group, as in the protocol's own tests).
     """
 
     def __init__(
@@ -89,15 +97,23 @@ class CheckpointCommit:
         table: ChangelogTable,
         outputs: Mapping[str, OutputTopic],
         observe: Callable[[BatchOutcome], None],
+        lease: MembershipLease | None = None,
     ) -> None:
         self._table = table
         self._outputs = outputs
         self._observe = observe
+        self._lease = lease
+
+    async def _hold_lease(self, step: str) -> None:
+        if self._lease is not None:
+            await self._lease.hold(step)
 
     async def commit(self, outcome: BatchOutcome) -> None:
         """Checkpoint, publish, clear the outbox, observe."""
         table = self._table
         # 1. checkpoint durable before anything derived from it leaves the process
+        if outcome.writes:
+            await self._hold_lease("a checkpoint")
         pending = []
         for write in outcome.writes:
             if write.value is None:
@@ -111,6 +127,8 @@ class CheckpointCommit:
         if pending:
             await asyncio.gather(*pending)
         # 2. publish (a tick's releases with its public instant as their timestamp)
+        if outcome.publications:
+            await self._hold_lease("a publication")
         sent = [
             await self._outputs[p.topic].send(
                 key=p.key.encode(), value=p.value.encode(), timestamp=kafka_seconds(p.timestamp)
@@ -120,6 +138,8 @@ class CheckpointCommit:
         if sent:
             await asyncio.gather(*sent)
         # 3. clear the outbox (a lost deletion only re-publishes identical records later)
+        if outcome.cleanup:
+            await self._hold_lease("clearing the outbox")
         for write in outcome.cleanup:
             table.data.pop(write.key, None)
             table.send_changelog(write.partition, write.key, None, value_serializer="raw")

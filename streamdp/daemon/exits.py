@@ -14,6 +14,7 @@ from streamdp.errors import (
     BudgetError,
     ConfigError,
     InputGapError,
+    MembershipLostError,
     OutputWriteError,
     StateError,
 )
@@ -28,6 +29,10 @@ def fatal_exit(reason: BaseException, *, show_offsets: bool = False) -> tuple[in
     if isinstance(reason, InputGapError):
         where = f" ({reason.offsets})" if show_offsets and reason.offsets else ""
         return EXIT_INPUT_GAP, f"{reason}{where} (exit status {EXIT_INPUT_GAP}: restart me)"
+    if isinstance(reason, MembershipLostError):
+        return EXIT_INPUT_GAP, (
+            f"{reason} (exit status {EXIT_INPUT_GAP}: restart me after the group session timeout)"
+        )
     if isinstance(reason, StateError):
         return EXIT_CONFIG, (
             f"fatal configuration problem, exit status {EXIT_CONFIG}: the stored state cannot "

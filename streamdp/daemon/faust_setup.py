@@ -60,7 +60,7 @@ def _faust_app(settings: DaemonSettings) -> faust.App:
         table_standby_replicas=settings.standby_replicas,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
-        broker_rebalance_timeout=max(10.0, 2 * settings.session_timeout),
+        broker_rebalance_timeout=settings.rebalance_timeout,
         broker_commit_interval=settings.commit_interval,
         consumer_auto_offset_reset="earliest",
         producer_max_batch_size=1 if settings.single_record_batches else 16384,

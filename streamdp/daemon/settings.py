@@ -113,6 +113,11 @@ class DaemonSettings:
     unit_key_file: Path | None = None
     topics: OutputTopics = field(default_factory=OutputTopics)
 
+    @property
+    def rebalance_timeout(self) -> float:
+        """Seconds the group coordinator waits for members to rejoin in a rebalance."""
+        return max(10.0, 2 * self.session_timeout)
+
     def validate(self) -> DaemonSettings:
         """Raise :class:`ConfigError` naming the setting that is wrong."""
         if not self.config.is_file():
@@ -155,6 +160,11 @@ class DaemonSettings:
                     "SASL needs STREAMDP_SASL_USERNAME and STREAMDP_SASL_PASSWORD "
                     "in the environment"
                 )
+        if not self.session_timeout >= 3 * self.heartbeat_interval:
+            raise ConfigError(
+                f"--session-timeout must be at least {3 * self.heartbeat_interval:g} seconds "
+                f"(three heartbeats of {self.heartbeat_interval:g} s), got {self.session_timeout}"
+            )
         if self.max_batch < 1:
             raise ConfigError(f"--max-batch must be >= 1 record, got {self.max_batch}")
         if not self.batch_seconds > 0:

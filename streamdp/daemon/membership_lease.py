@@ -1,0 +1,164 @@
+"""The worker's lease on its group membership: writes and publications only while the group
+coordinator cannot yet have given this worker's partitions to another.
+
+A worker expelled from the consumer group without knowing it (the whole process paused past
+the session timeout, or cut off from the group coordinator while it still reaches the
+partition leaders) would otherwise go on closing periods of sources whose next owner closes
+them too, each with its own draw: two noisy values of one release, averaging away noise. Kafka
+only fences that with transactions (docs/architecture.md, "Exactly-once: outbox vs
+transactions"); the lease is the worker's own bound on when the coordinator may have expelled
+it.
+
+The coordinator (classic group protocol) removes a member no earlier than
+
+- a session timeout after it *received* the member's last heartbeat it answered, and
+- a rebalance timeout after a rebalance began, which is after it received the member's last
+  heartbeat it answered without error.
+
+A request is received after it is sent, so with ``sent`` the send time of the last heartbeat
+(or SyncGroup, which starts a generation) answered without error and ``answered`` that of the
+last one answered without error or with "rebalance in progress" (the member is still in the
+group, which is waiting for it to rejoin), the worker is a member at least until::
+
+    min(sent + rebalance_timeout, answered + session_timeout)
+
+The lease ends ``margin`` seconds before that, time left for the writes it allows to reach
+the broker. Every step of the checkpoint protocol first :meth:`MembershipLease.hold`\\ s the
+lease (:mod:`streamdp.daemon.commit`): a step whose lease ran out waits up to a session
+timeout for a renewal in the same generation (a slow coordinator, a coordinator failover), and
+raises :class:`MembershipLostError` (exit 75: restart) when none comes or the generation
+changed. Heartbeats run in the consumer's own thread (faust-streaming's consumer thread), so
+a busy event loop does not starve them; :func:`streamdp.faust_internals.lease_renewals`
+feeds the answers in.
+
+What it does not cover: a pause of more than ``margin`` seconds between the check and the
+broker's receipt of what it allowed (docs/architecture.md, "The checkpoint protocol", ownership).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from streamdp.errors import MembershipLostError
+
+log = logging.getLogger("streamdp.daemon")
+__all__ = ["MembershipLease", "lease_margin"]
+
+
+def lease_margin(session_timeout: float) -> float:
+    """Seconds the lease ends before the earliest moment of expulsion: a quarter of the
+    session timeout, at least 0.5 s (2.5 s with the default 10 s session timeout)."""
+    return max(0.5, session_timeout / 4)
+
+
+@dataclass(frozen=True)
+class _Renewal:
+    """The coordinator's latest answers: when the requests were sent (monotonic seconds)."""
+
+    generation: int
+    #: the last heartbeat or SyncGroup answered without error
+    sent: float
+    #: the last one answered without error or with "rebalance in progress"
+    answered: float
+
+
+class MembershipLease:
+    """The lease (see the module docstring). ``renew`` is called from the consumer's thread,
+    ``valid_until`` and ``hold`` from the event loop; ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        *,
+        session_timeout: float,
+        rebalance_timeout: float,
+        margin: float,
+        clock: Callable[[], float] = time.monotonic,
+        poll_seconds: float = 0.05,
+    ) -> None:
+        if not 0 < margin < min(session_timeout, rebalance_timeout):
+            raise ValueError(
+                f"the lease margin ({margin} s) must be positive and below the session "
+                f"({session_timeout} s) and rebalance ({rebalance_timeout} s) timeouts"
+            )
+        self.session_timeout = session_timeout
+        self.rebalance_timeout = rebalance_timeout
+        self.margin = margin
+        self._clock = clock
+        self._poll = poll_seconds
+        self._lock = threading.Lock()
+        self._renewal: _Renewal | None = None
+
+    def renew(self, generation: int, sent: float, *, rebalancing: bool = False) -> None:
+        """The coordinator answered a request of ``generation`` sent at ``sent`` without error
+        (``rebalancing``: with "rebalance in progress")."""
+        with self._lock:
+            last = self._renewal
+            if last is None or last.generation != generation:
+                if rebalancing:
+                    return  # not a member of this generation yet
+                self._renewal = _Renewal(generation, sent, sent)
+            elif rebalancing:
+                self._renewal = _Renewal(generation, last.sent, max(last.answered, sent))
+            else:
+                self._renewal = _Renewal(generation, max(last.sent, sent), max(last.answered, sent))
+
+    def _current(self) -> _Renewal | None:
+        with self._lock:
+            return self._renewal
+
+    def valid_until(self) -> float:
+        """The monotonic instant the lease ends (-inf before the first renewal)."""
+        renewal = self._current()
+        if renewal is None:
+            return -float("inf")
+        return (
+            min(
+                renewal.sent + self.rebalance_timeout,
+                renewal.answered + self.session_timeout,
+            )
+            - self.margin
+        )
+
+    def generation(self) -> int | None:
+        """The generation of the latest renewal (None before the first)."""
+        renewal = self._current()
+        return None if renewal is None else renewal.generation
+
+    async def hold(self, step: str) -> None:
+        """Return while the lease holds; when it has run out, wait up to a session timeout
+        for a renewal in the same generation. Raises :class:`MembershipLostError` when none
+        comes or the generation changed (``step`` names what was about to happen)."""
+        now = self._clock()
+        if now < self.valid_until():
+            return
+        generation = self.generation()
+        log.warning(
+            "the group coordinator has not confirmed this worker's membership lately: %s "
+            "waits for it (up to %.0f s)",
+            step,
+            self.session_timeout,
+        )
+        deadline = now + self.session_timeout
+        while True:
+            await asyncio.sleep(self._poll)
+            now = self._clock()
+            if self.generation() != generation:
+                raise MembershipLostError(
+                    f"the consumer group moved to a new generation while {step} waited for "
+                    "its membership to be confirmed: this worker may no longer own the "
+                    "partitions it was about to write for, so it wrote nothing more"
+                )
+            if now < self.valid_until():
+                log.info("the group coordinator answered: %s goes ahead", step)
+                return
+            if now >= deadline:
+                raise MembershipLostError(
+                    f"no answer from the group coordinator for a session timeout while "
+                    f"{step} waited: this worker may have been expelled from the group (its "
+                    "partitions given to another), so it wrote nothing more"
+                )
