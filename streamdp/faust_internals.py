@@ -72,7 +72,12 @@ from typing import Any
 
 from aiokafka import TopicPartition
 from aiokafka.client import ConnectionGroup
-from aiokafka.errors import ConsumerStoppedError, RebalanceInProgressError
+from aiokafka.errors import (
+    ConsumerStoppedError,
+    IllegalGenerationError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 
 from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
 from streamdp.daemon.membership_lease import MembershipLease
@@ -81,22 +86,36 @@ from streamdp.daemon.skipped_offsets import SkippedOffsets
 #: Kafka API keys of the group requests whose answers renew the membership lease
 HEARTBEAT_API_KEY = 12
 SYNC_GROUP_API_KEY = 14
+#: the request that takes the member out of the group (it ends the lease before it is sent)
+LEAVE_GROUP_API_KEY = 13
 #: error codes of those answers: none, and "rebalance in progress" (still a member)
 NO_ERROR = 0
 REBALANCE_IN_PROGRESS = RebalanceInProgressError.errno
+#: Kafka's FENCED_INSTANCE_ID (static membership; aiokafka has no class for it)
+FENCED_INSTANCE_ID = 82
+#: error codes that say the member is not (or no longer) in the request's generation
+NOT_A_MEMBER = frozenset(
+    {UnknownMemberIdError.errno, IllegalGenerationError.errno, FENCED_INSTANCE_ID}
+)
 
 
 def lease_renewals(consumer: Any, lease: MembershipLease) -> None:
     """Renew ``lease`` with every heartbeat and SyncGroup request the group coordinator of
     aiokafka ``consumer`` answers without error or with "rebalance in progress", stamped with
-    the moment the request was sent (its generation is the request's). Wraps the instance's
-    client ``send`` (``AIOKafkaClient.send``), through which aiokafka's group coordinator sends
-    every request (``GroupCoordinator._send_req``), in the consumer's own thread."""
+    the moment the request was sent (its generation is the request's); end it when one is
+    answered with an error that says the member is out of that generation (:data:`NOT_A_MEMBER`)
+    and before a LeaveGroup is sent (aiokafka leaves when the consumer was not polled for
+    ``max.poll.interval``, and at close). Wraps the instance's client ``send``
+    (``AIOKafkaClient.send``), through which aiokafka's group coordinator sends every request
+    (``GroupCoordinator._send_req``), in the consumer's own thread."""
     client = consumer._client
     send = client.send
 
     async def send_and_renew(node_id: Any, request: Any, **kwargs: Any) -> Any:
         key = getattr(request, "API_KEY", None)
+        if key == LEAVE_GROUP_API_KEY:
+            lease.end()  # the coordinator may drop the member as soon as it receives this
+            return await send(node_id, request, **kwargs)
         if key not in (HEARTBEAT_API_KEY, SYNC_GROUP_API_KEY):
             return await send(node_id, request, **kwargs)
         sent = time.monotonic()
@@ -107,6 +126,8 @@ def lease_renewals(consumer: Any, lease: MembershipLease) -> None:
             lease.renew(generation, sent)
         elif code == REBALANCE_IN_PROGRESS and key == HEARTBEAT_API_KEY:
             lease.renew(generation, sent, rebalancing=True)
+        elif code in NOT_A_MEMBER:
+            lease.end(generation)
         return response
 
     client.send = send_and_renew

@@ -30,6 +30,7 @@ from aiokafka.consumer.group_coordinator import CoordinatorGroupRebalance, Group
 from aiokafka.protocol.group import (
     HeartbeatRequest,
     HeartbeatResponse_v1,
+    LeaveGroupRequest,
     SyncGroupRequest,
     SyncGroupResponse_v1,
 )
@@ -157,6 +158,13 @@ def test_the_group_coordinator_sends_every_request_through_the_client_the_lease_
     for response in (HeartbeatResponse_v1, SyncGroupResponse_v1):
         assert "error_code" in response.SCHEMA.names
     assert adapter.REBALANCE_IN_PROGRESS == 27  # Kafka's protocol error code
+    # the LeaveGroup aiokafka sends by itself (max.poll.interval, close) ends the lease
+    assert LeaveGroupRequest("g", "m").API_KEY == adapter.LEAVE_GROUP_API_KEY == 13
+    assert "await self._send_req(request)" in inspect.getsource(GroupCoordinator._maybe_leave_group)
+    assert "await self._maybe_leave_group()" in inspect.getsource(
+        GroupCoordinator._heartbeat_routine
+    )
+    assert set(adapter.NOT_A_MEMBER) == {22, 25, 82}  # illegal generation, unknown member, fenced
 
 
 def test_aiokafka_builds_its_fetcher_from_the_wait_the_adapter_sets() -> None:

@@ -18,7 +18,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from aiokafka.protocol.group import HeartbeatRequest, SyncGroupRequest
+from aiokafka.protocol.group import HeartbeatRequest, LeaveGroupRequest, SyncGroupRequest
 
 from streamdp.daemon.membership_lease import MembershipLease, lease_margin
 from streamdp.errors import MembershipLostError
@@ -27,7 +27,8 @@ from streamdp.faust_internals import NO_ERROR, REBALANCE_IN_PROGRESS, lease_rene
 SESSION = 10.0
 REBALANCE = 20.0
 MARGIN = 2.5
-UNKNOWN_MEMBER_ID = 25  # Kafka's error code
+UNKNOWN_MEMBER_ID = 25  # Kafka's error codes
+ILLEGAL_GENERATION = 22
 
 
 class FakeClock:
@@ -199,8 +200,9 @@ def test_the_coordinators_answers_renew_the_lease_through_the_wrapped_client() -
         assert before + SESSION - MARGIN <= first <= time.monotonic() + SESSION - MARGIN
         await send(1, HeartbeatRequest("g", 3, "m"), group=None)  # rebalance in progress
         assert lease.valid_until() >= first  # answered later, same clean send time
-        await send(1, HeartbeatRequest("g", 3, "m"), group=None)  # unknown member: nothing
+        await send(1, HeartbeatRequest("g", 3, "m"), group=None)  # unknown member: ended
         assert lease.generation() == 3
+        assert lease.valid_until() == -float("inf")
         await send(1, SyncGroupRequest("g", 4, "m", None, []), group=None)
         assert lease.generation() == 4  # a SyncGroup answered: the new generation's lease
         # requests other than heartbeats and SyncGroup pass through and renew nothing
@@ -210,3 +212,62 @@ def test_the_coordinators_answers_renew_the_lease_through_the_wrapped_client() -
     asyncio.run(exchange())
     assert len(client.sent) == 5
     assert not client.codes
+
+
+def test_a_leave_group_ends_the_lease_before_it_is_sent() -> None:
+    """aiokafka sends LeaveGroup by itself when the consumer was not polled for
+    max.poll.interval (its heartbeat task) and at close; the coordinator drops the member on
+    receipt and may give its partitions away at the next join, long before the session
+    timeout the lease counts on. The lease ends before the request leaves the process."""
+    lease = MembershipLease(session_timeout=SESSION, rebalance_timeout=REBALANCE, margin=MARGIN)
+    ends_when_sent: list[float] = []
+
+    class LeavingClient(FakeClient):
+        async def send(self, node_id: int, request: object, *, group: object = None) -> object:
+            if getattr(request, "API_KEY", None) == 13:
+                ends_when_sent.append(lease.valid_until())
+            return await super().send(node_id, request, group=group)
+
+    client = LeavingClient([NO_ERROR, NO_ERROR, NO_ERROR])
+    consumer = SimpleNamespace(_client=client)
+    lease_renewals(consumer, lease)
+
+    async def exchange() -> None:
+        send = consumer._client.send
+        await send(1, HeartbeatRequest("g", 3, "m"), group=None)
+        assert lease.valid_until() > time.monotonic()
+        await send(1, LeaveGroupRequest("g", "m"), group=None)
+        assert ends_when_sent == [-float("inf")]
+        assert lease.valid_until() == -float("inf")
+        with pytest.raises(MembershipLostError, match="left its consumer group"):
+            await lease.hold("a publication")
+        # a late answer of the generation it left renews nothing
+        await send(1, HeartbeatRequest("g", 3, "m"), group=None)
+        assert lease.valid_until() == -float("inf")
+
+    asyncio.run(exchange())
+
+
+@pytest.mark.parametrize("code", [UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, 82])
+def test_an_answer_that_the_member_is_out_ends_its_generations_lease(code: int) -> None:
+    clock = FakeClock(now=100.0)
+    lease = make_lease(clock)
+    client = FakeClient([NO_ERROR, code, code, NO_ERROR])
+    consumer = SimpleNamespace(_client=client)
+    lease_renewals(consumer, lease)
+
+    async def exchange() -> None:
+        send = consumer._client.send
+        await send(1, HeartbeatRequest("g", 3, "m"), group=None)
+        assert lease.generation() == 3
+        await send(1, HeartbeatRequest("g", 2, "m"), group=None)  # another generation's
+        assert lease.valid_until() > -float("inf")
+        await send(1, HeartbeatRequest("g", 3, "m"), group=None)
+        assert lease.valid_until() == -float("inf")
+        with pytest.raises(MembershipLostError, match="no longer a member of generation 3"):
+            await asyncio.wait_for(lease.hold("a checkpoint"), timeout=5)
+        await send(1, SyncGroupRequest("g", 4, "m2", None, []), group=None)
+        assert lease.generation() == 4
+        assert lease.valid_until() > -float("inf")  # rejoined: the new generation's lease
+
+    asyncio.run(exchange())

@@ -31,6 +31,14 @@ changed. Heartbeats run in the consumer's own thread (faust-streaming's consumer
 a busy event loop does not starve them; :func:`streamdp.faust_internals.lease_renewals`
 feeds the answers in.
 
+The lease also :meth:`~MembershipLease.end`\\ s at once, whatever time is left, when the worker
+sends a LeaveGroup (aiokafka leaves by itself when its consumer was not polled for
+``max.poll.interval``, and at close: the coordinator drops the member as soon as it receives
+the request and may hand its partitions over within the next join) and when the coordinator
+answers a heartbeat or SyncGroup of the lease's generation with "unknown member", "illegal
+generation" or "fenced instance": the member is no longer in that generation. A late answer
+of that generation renews nothing more.
+
 What it does not cover: a pause of more than ``margin`` seconds between the check and the
 broker's receipt of what it allowed (docs/architecture.md, "The checkpoint protocol", ownership).
 """
@@ -65,6 +73,8 @@ class _Renewal:
     sent: float
     #: the last one answered without error or with "rebalance in progress"
     answered: float
+    #: the worker left the group or the coordinator said it is out of this generation
+    ended: bool = False
 
 
 class MembershipLease:
@@ -98,6 +108,8 @@ class MembershipLease:
         (``rebalancing``: with "rebalance in progress")."""
         with self._lock:
             last = self._renewal
+            if last is not None and last.generation == generation and last.ended:
+                return  # a late answer: the membership of this generation is over
             if last is None or last.generation != generation:
                 if rebalancing:
                     return  # not a member of this generation yet
@@ -107,6 +119,16 @@ class MembershipLease:
             else:
                 self._renewal = _Renewal(generation, max(last.sent, sent), max(last.answered, sent))
 
+    def end(self, generation: int | None = None) -> None:
+        """The membership of ``generation`` (None: the lease's current one) is over: the
+        worker sent a LeaveGroup, or the coordinator answered that it is no longer a member of
+        that generation. The lease ends now; only a new generation's renewal starts another."""
+        with self._lock:
+            last = self._renewal
+            if last is None or (generation is not None and last.generation != generation):
+                return
+            self._renewal = _Renewal(last.generation, last.sent, last.answered, ended=True)
+
     def _current(self) -> _Renewal | None:
         with self._lock:
             return self._renewal
@@ -114,7 +136,7 @@ class MembershipLease:
     def valid_until(self) -> float:
         """The monotonic instant the lease ends (-inf before the first renewal)."""
         renewal = self._current()
-        if renewal is None:
+        if renewal is None or renewal.ended:
             return -float("inf")
         return (
             min(
@@ -132,10 +154,12 @@ class MembershipLease:
     async def hold(self, step: str) -> None:
         """Return while the lease holds; when it has run out, wait up to a session timeout
         for a renewal in the same generation. Raises :class:`MembershipLostError` when none
-        comes or the generation changed (``step`` names what was about to happen)."""
+        comes, the generation changed or the lease was ended (``step`` names what was about
+        to happen)."""
         now = self._clock()
         if now < self.valid_until():
             return
+        self._raise_if_ended(step)
         generation = self.generation()
         log.warning(
             "the group coordinator has not confirmed this worker's membership lately: %s "
@@ -147,6 +171,7 @@ class MembershipLease:
         while True:
             await asyncio.sleep(self._poll)
             now = self._clock()
+            self._raise_if_ended(step)
             if self.generation() != generation:
                 raise MembershipLostError(
                     f"the consumer group moved to a new generation while {step} waited for "
@@ -162,3 +187,12 @@ class MembershipLease:
                     f"{step} waited: this worker may have been expelled from the group (its "
                     "partitions given to another), so it wrote nothing more"
                 )
+
+    def _raise_if_ended(self, step: str) -> None:
+        renewal = self._current()
+        if renewal is not None and renewal.ended:
+            raise MembershipLostError(
+                f"this worker left its consumer group, or the group coordinator answered that it "
+                f"is no longer a member of generation {renewal.generation}, before {step}: its "
+                "partitions may be another's, so it wrote nothing more"
+            )
