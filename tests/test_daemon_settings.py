@@ -241,6 +241,30 @@ def test_the_worker_refuses_an_environment_that_turns_on_fausts_web_views(
         create_app(DaemonSettings(config=EXAMPLE, data_dir=tmp_path))
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CONSUMER_GROUP_INSTANCE_ID", "worker-0"),
+        ("BROKER_SESSION_TIMEOUT", "6"),
+        ("BROKER_REBALANCE_TIMEOUT", "12"),
+        ("BROKER_HEARTBEAT_INTERVAL", "3"),
+    ],
+)
+def test_the_worker_refuses_an_environment_that_voids_its_membership_lease(
+    variable: str, value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Faust reads these variables over what the worker passes. The membership lease counts
+    with the worker's own session and rebalance timeouts: a shorter one from the environment
+    lets the group expel the worker while the lease still lets it write. Static membership
+    lets a second process with the same instance id take the partitions over at once (no
+    session timeout at all). The worker refuses to start instead."""
+    from streamdp.daemon.app import create_app
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigError, match=variable):
+        create_app(DaemonSettings(config=EXAMPLE, data_dir=tmp_path))
+
+
 def test_the_worker_serves_none_of_fausts_views(tmp_path: Path) -> None:
     from streamdp.daemon.app import create_app
 

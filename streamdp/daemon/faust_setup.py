@@ -18,7 +18,13 @@ from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.topology import STATE_TABLE, broker_credentials
 from streamdp.errors import ConfigError
 
-__all__ = ["FAUST_WEB_VIEWS", "WorkerTopics", "declare_topics", "new_faust_app"]
+__all__ = [
+    "FAUST_WEB_VIEWS",
+    "WorkerTopics",
+    "check_group_membership",
+    "declare_topics",
+    "new_faust_app",
+]
 
 
 #: Faust's own web views and the settings that turn them on: tables (raw open-period counts),
@@ -44,7 +50,46 @@ def new_faust_app(settings: DaemonSettings) -> faust.App:
             "would serve raw state or input volumes on the worker's port; unset them (the "
             "worker serves /metrics and /status only)"
         )
+    check_group_membership(app, settings)
     return app
+
+
+#: Faust's group settings the membership lease is computed from (heartbeats renew it), each
+#: with the worker's own setting and the environment variable through which Faust would
+#: override what the worker passes
+LEASE_GROUP_SETTINGS = (
+    ("broker_session_timeout", "session_timeout", "BROKER_SESSION_TIMEOUT"),
+    ("broker_rebalance_timeout", "rebalance_timeout", "BROKER_REBALANCE_TIMEOUT"),
+    ("broker_heartbeat_interval", "heartbeat_interval", "BROKER_HEARTBEAT_INTERVAL"),
+)
+
+
+def check_group_membership(app: faust.App, settings: DaemonSettings) -> None:
+    """:class:`ConfigError` when what took effect in Faust's settings would void the membership
+    lease (:mod:`streamdp.daemon.membership_lease`): static membership
+    (``CONSUMER_GROUP_INSTANCE_ID``: a second process with the same instance id takes the
+    member's partitions over at once, with no session timeout to wait for), or a session or
+    rebalance timeout or heartbeat interval other than the worker's (Faust reads
+    ``BROKER_SESSION_TIMEOUT`` and the like from the environment over what the worker passes,
+    while the lease counts with the worker's own)."""
+    instance = app.conf.consumer_group_instance_id
+    if instance:
+        raise ConfigError(
+            f"the environment sets CONSUMER_GROUP_INSTANCE_ID ({instance!r}): with static group "
+            "membership a second process with that instance id takes this worker's partitions "
+            "over at once, without the session timeout the worker's membership lease counts "
+            "on, and both could publish a release with different noise; unset it"
+        )
+    for faust_name, name, variable in LEASE_GROUP_SETTINGS:
+        took_effect = float(getattr(app.conf, faust_name))
+        wanted = float(getattr(settings, name))
+        if took_effect != wanted:
+            raise ConfigError(
+                f"the environment sets {variable} ({took_effect:g} s where the worker passes "
+                f"{wanted:g} s): the worker's membership lease counts with its own value, so "
+                f"the group could expel it while the lease still lets it write; unset "
+                f"{variable} (the group timeouts follow --session-timeout)"
+            )
 
 
 def _faust_app(settings: DaemonSettings) -> faust.App:
