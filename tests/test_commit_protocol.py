@@ -21,6 +21,7 @@ no timing involved: a protocol that does not wait for an acknowledgement never j
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Generator
 from dataclasses import replace
 from typing import Any
@@ -142,10 +143,12 @@ class FakeLease:
         self._journal = journal
         self._lost_from = None if lost_from is None else self.STEPS.index(lost_from)
 
-    async def hold(self, step: str) -> None:
+    async def hold(self, step: str, generation: int | None = None) -> int:
         self._journal.append(("lease", step))
+        assert generation in (None, 3), f"{step} held in generation {generation}"
         if self._lost_from is not None and self.STEPS.index(step) >= self._lost_from:
             raise MembershipLostError(f"lost before {step}")
+        return 3
 
 
 class Run:
@@ -280,6 +283,31 @@ def test_a_lease_lost_before_clearing_leaves_the_outbox_and_observes_nothing() -
     for key in OUTBOX:  # a lost deletion only re-publishes identical records later
         assert key in run.table.changelog
     assert run.observer.observed == []
+
+
+def test_a_group_that_moved_to_a_new_generation_during_the_checkpoint_gets_no_publication() -> None:
+    """The lease of generation 4 (the worker rejoined while its checkpoint travelled) holds
+    nothing for the publications of a commit that began in generation 3: the worker's
+    partitions may be another's in generation 4."""
+    from streamdp.daemon.membership_lease import MembershipLease
+
+    lease = MembershipLease(session_timeout=10.0, rebalance_timeout=20.0, margin=2.5)
+    lease.renew(3, time.monotonic())
+    run = Run()
+
+    class RejoiningTable(FakeTable):
+        def send_changelog(self, partition: int | None, key: Any, value: Any, **kw: Any) -> Ack:
+            if key == HOT:  # the consumer's thread: SyncGroup of generation 4 answered
+                lease.renew(4, time.monotonic())
+            return super().send_changelog(partition, key, value, **kw)
+
+    table = RejoiningTable(run.journal)
+    protocol = CheckpointCommit(table, run.topics, run.observer, lease)
+    with pytest.raises(MembershipLostError, match="new generation before a publication"):
+        asyncio.run(protocol.commit(outcome()))
+    assert run.kinds("publish") == []
+    for key in OUTBOX:  # durable: a next owner restores and publishes the same values
+        assert key in table.changelog
 
 
 def test_a_ticks_releases_carry_its_instant_to_the_millisecond_and_dead_letters_none() -> None:

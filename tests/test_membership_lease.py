@@ -271,3 +271,47 @@ def test_an_answer_that_the_member_is_out_ends_its_generations_lease(code: int) 
         assert lease.valid_until() > -float("inf")  # rejoined: the new generation's lease
 
     asyncio.run(exchange())
+
+
+def test_a_new_generation_renewed_while_hold_waits_never_passes_for_the_old_one() -> None:
+    """The consumer's thread renews at any moment: here between hold's look at the lease's
+    generation and its look at the lease's end (then through the clock, for a hold that
+    reads both at once). The step must not go ahead on generation 4's lease."""
+    clock = FakeClock(now=100.0)
+    lease = make_lease(clock)
+    lease.renew(3, sent=90.0)  # ran out at 97.5
+    reads = 0
+    looks = 0
+    original_generation = lease.generation
+
+    def generation_then_rejoined() -> int | None:
+        nonlocal looks
+        looks += 1
+        seen = original_generation()
+        if looks == 2:  # (the first look, before waiting, records the generation)
+            lease.renew(4, sent=100.0)  # SyncGroup of generation 4 answered meanwhile
+        return seen
+
+    def clock_then_rejoined() -> float:
+        nonlocal reads
+        reads += 1
+        if reads == 3:
+            lease.renew(4, sent=100.0)
+        return clock.now
+
+    lease.generation = generation_then_rejoined  # type: ignore[method-assign]
+    lease._clock = clock_then_rejoined
+
+    with pytest.raises(MembershipLostError, match="new generation"):
+        asyncio.run(asyncio.wait_for(lease.hold("a checkpoint"), timeout=5))
+
+
+def test_a_later_step_holds_only_in_the_generation_the_first_step_held() -> None:
+    clock = FakeClock(now=100.0)
+    lease = make_lease(clock)
+    lease.renew(3, sent=100.0)
+    assert asyncio.run(lease.hold("a checkpoint")) == 3
+    assert asyncio.run(lease.hold("a publication", 3)) == 3
+    lease.renew(4, sent=101.0)  # rejoined between the steps: a lease, but of generation 4
+    with pytest.raises(MembershipLostError, match="new generation before a publication"):
+        asyncio.run(asyncio.wait_for(lease.hold("a publication", 3), timeout=5))

@@ -10,10 +10,11 @@ For one :class:`~streamdp.daemon.service.BatchOutcome`, in this order:
 4. **observe** the batch (metrics; nothing of the protocol depends on it).
 
 Steps 1-3 each begin by holding the worker's lease on its group membership
-(:mod:`streamdp.daemon.membership_lease`): a worker that may have been expelled from the group
-(its partitions given to a next owner that closes the same periods with its own draws) writes
-nothing more and exits. Step 2 publishes only outbox entries that step 1 made durable while the
-lease held, which a next owner therefore restores and publishes identically.
+(:mod:`streamdp.daemon.membership_lease`), all in the generation the first one held: a worker
+that may have been expelled from the group (its partitions given to a next owner that closes
+the same periods with its own draws) writes nothing more and exits. Step 2 publishes only
+outbox entries that step 1 made durable while the lease held, which a next owner therefore
+restores and publishes identically.
 
 An acknowledgement that fails raises out of :meth:`CheckpointCommit.commit` and stops the
 protocol where it is: a failed checkpoint publishes nothing, a failed publication leaves the
@@ -104,16 +105,22 @@ class CheckpointCommit:
         self._observe = observe
         self._lease = lease
 
-    async def _hold_lease(self, step: str) -> None:
-        if self._lease is not None:
-            await self._lease.hold(step)
+    async def _hold_lease(self, step: str, generation: int | None) -> int | None:
+        """Hold the lease for ``step`` (in ``generation``, the one an earlier step of this
+        commit held); returns the generation held (None without a lease)."""
+        if self._lease is None:
+            return None
+        return await self._lease.hold(step, generation)
 
     async def commit(self, outcome: BatchOutcome) -> None:
         """Checkpoint, publish, clear the outbox, observe."""
         table = self._table
+        # every step holds the lease of one generation: a commit whose group moved to another
+        # between its steps stops there
+        held: int | None = None
         # 1. checkpoint durable before anything derived from it leaves the process
         if outcome.writes:
-            await self._hold_lease("a checkpoint")
+            held = await self._hold_lease("a checkpoint", held)
         pending = []
         for write in outcome.writes:
             if write.value is None:
@@ -128,7 +135,7 @@ class CheckpointCommit:
             await asyncio.gather(*pending)
         # 2. publish (a tick's releases with its public instant as their timestamp)
         if outcome.publications:
-            await self._hold_lease("a publication")
+            held = await self._hold_lease("a publication", held)
         sent = [
             await self._outputs[p.topic].send(
                 key=p.key.encode(), value=p.value.encode(), timestamp=kafka_seconds(p.timestamp)
@@ -139,7 +146,7 @@ class CheckpointCommit:
             await asyncio.gather(*sent)
         # 3. clear the outbox (a lost deletion only re-publishes identical records later)
         if outcome.cleanup:
-            await self._hold_lease("clearing the outbox")
+            await self._hold_lease("clearing the outbox", held)
         for write in outcome.cleanup:
             table.data.pop(write.key, None)
             table.send_changelog(write.partition, write.key, None, value_serializer="raw")

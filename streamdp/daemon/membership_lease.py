@@ -135,7 +135,9 @@ class MembershipLease:
 
     def valid_until(self) -> float:
         """The monotonic instant the lease ends (-inf before the first renewal)."""
-        renewal = self._current()
+        return self._until(self._current())
+
+    def _until(self, renewal: _Renewal | None) -> float:
         if renewal is None or renewal.ended:
             return -float("inf")
         return (
@@ -151,16 +153,20 @@ class MembershipLease:
         renewal = self._current()
         return None if renewal is None else renewal.generation
 
-    async def hold(self, step: str) -> None:
-        """Return while the lease holds; when it has run out, wait up to a session timeout
-        for a renewal in the same generation. Raises :class:`MembershipLostError` when none
-        comes, the generation changed or the lease was ended (``step`` names what was about
-        to happen)."""
+    async def hold(self, step: str, generation: int | None = None) -> int:
+        """Return the generation whose lease holds now; when it has run out, wait up to a
+        session timeout for a renewal in the same generation. ``generation``: the one an
+        earlier step of the same commit held (a lease of another generation holds nothing for
+        this step). Raises :class:`MembershipLostError` when no renewal comes, the generation
+        is or becomes another or the lease was ended (``step`` names what was about to
+        happen). Each look at the lease reads one renewal: a new generation's renewal arriving
+        from the consumer's thread meanwhile never passes for the old one's."""
         now = self._clock()
-        if now < self.valid_until():
-            return
-        self._raise_if_ended(step)
-        generation = self.generation()
+        renewal = self._current()
+        self._check(renewal, step, generation)
+        if renewal is not None and now < self._until(renewal):
+            return renewal.generation
+        waited_for = None if renewal is None else renewal.generation
         log.warning(
             "the group coordinator has not confirmed this worker's membership lately: %s "
             "waits for it (up to %.0f s)",
@@ -171,16 +177,11 @@ class MembershipLease:
         while True:
             await asyncio.sleep(self._poll)
             now = self._clock()
-            self._raise_if_ended(step)
-            if self.generation() != generation:
-                raise MembershipLostError(
-                    f"the consumer group moved to a new generation while {step} waited for "
-                    "its membership to be confirmed: this worker may no longer own the "
-                    "partitions it was about to write for, so it wrote nothing more"
-                )
-            if now < self.valid_until():
+            renewal = self._current()
+            self._check(renewal, step, waited_for, waiting=True)
+            if renewal is not None and now < self._until(renewal):
                 log.info("the group coordinator answered: %s goes ahead", step)
-                return
+                return renewal.generation
             if now >= deadline:
                 raise MembershipLostError(
                     f"no answer from the group coordinator for a session timeout while "
@@ -188,11 +189,23 @@ class MembershipLease:
                     "partitions given to another), so it wrote nothing more"
                 )
 
-    def _raise_if_ended(self, step: str) -> None:
-        renewal = self._current()
+    @staticmethod
+    def _check(
+        renewal: _Renewal | None, step: str, generation: int | None, *, waiting: bool = False
+    ) -> None:
+        """Raise unless ``renewal`` may hold for ``step`` of ``generation`` (None: any when
+        not ``waiting``)."""
         if renewal is not None and renewal.ended:
             raise MembershipLostError(
                 f"this worker left its consumer group, or the group coordinator answered that it "
                 f"is no longer a member of generation {renewal.generation}, before {step}: its "
                 "partitions may be another's, so it wrote nothing more"
+            )
+        current = None if renewal is None else renewal.generation
+        if (waiting or generation is not None) and current != generation:
+            raise MembershipLostError(
+                f"the consumer group moved to a new generation before {step} (the commit "
+                f"began in generation {generation}, the lease is now of {current}): this "
+                "worker may no longer own the partitions it was about to write for, so it "
+                "wrote nothing more"
             )
