@@ -150,6 +150,10 @@ class FakeLease:
             raise MembershipLostError(f"lost before {step}")
         return 3
 
+    async def outlast(self, pending: Any, step: str, generation: int | None) -> Any:
+        assert (step, generation) == ("a checkpoint", 3)
+        return await pending
+
 
 class Run:
     """One commit of :func:`outcome` on fakes that refuse the given keys (with a lease when
@@ -308,6 +312,88 @@ def test_a_group_that_moved_to_a_new_generation_during_the_checkpoint_gets_no_pu
     assert run.kinds("publish") == []
     for key in OUTBOX:  # durable: a next owner restores and publishes the same values
         assert key in table.changelog
+
+
+class Unanswered:
+    """An acknowledgement the fake broker gives only once ``answer`` is set."""
+
+    def __init__(self, answer: asyncio.Event) -> None:
+        self._answer = answer
+
+    def __await__(self) -> Generator[Any, None, None]:
+        yield from self._answer.wait().__await__()
+
+
+class MovingClock:
+    """Monotonic seconds the test sets."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_checkpoint_unacknowledged_when_the_lease_ends_ends_the_worker_at_once() -> None:
+    """A wide stream's checkpoint (hundreds of MB of node parts) takes seconds to reach the
+    broker after step 1's hold. The lease must outlast its acknowledgements: renewals meanwhile
+    extend it, and when it ends first the worker ends at once (``abandon``: os._exit in the
+    worker), so the writes still queued in the process never land after an expulsion."""
+    from streamdp.daemon.membership_lease import MembershipLease
+
+    clock = MovingClock()
+    lease = MembershipLease(
+        session_timeout=10.0, rebalance_timeout=20.0, margin=2.5, clock=clock, poll_seconds=0.0
+    )
+    lease.renew(3, sent=100.0)  # holds until 107.5
+    run = Run()
+    abandoned: list[MembershipLostError] = []
+
+    async def scenario() -> None:
+        answer = asyncio.Event()
+
+        class SlowBroker(FakeTable):
+            def send_changelog(self, partition: int | None, key: Any, value: Any, **kw: Any) -> Any:
+                super().send_changelog(partition, key, value, **kw)
+                return Unanswered(answer)
+
+        table = SlowBroker(run.journal)
+        protocol = CheckpointCommit(table, run.topics, run.observer, lease, abandoned.append)
+        commit = asyncio.create_task(protocol.commit(outcome()))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not commit.done()  # the checkpoint travels; the lease holds
+        clock.now = 105.0
+        lease.renew(3, sent=105.0)  # a heartbeat answered meanwhile: holds until 112.5
+        clock.now = 110.0
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not commit.done()
+        assert abandoned == []
+        clock.now = 112.5  # the lease ends with the checkpoint not all acknowledged
+        with pytest.raises(MembershipLostError, match="ran out"):
+            await asyncio.wait_for(commit, timeout=2)
+
+    asyncio.run(scenario())
+    assert len(abandoned) == 1
+    assert run.kinds("publish") == []
+    assert run.observer.observed == []
+
+
+def test_a_checkpoint_acknowledged_within_the_lease_goes_on_to_publish() -> None:
+    from streamdp.daemon.membership_lease import MembershipLease
+
+    clock = MovingClock()
+    lease = MembershipLease(
+        session_timeout=10.0, rebalance_timeout=20.0, margin=2.5, clock=clock, poll_seconds=0.0
+    )
+    lease.renew(3, sent=100.0)
+    run = Run()
+    abandoned: list[MembershipLostError] = []
+    protocol = CheckpointCommit(run.table, run.topics, run.observer, lease, abandoned.append)
+    asyncio.run(protocol.commit(outcome()))
+    assert abandoned == []
+    assert run.kinds("publish") == ["r0", "c0"]
 
 
 def test_a_ticks_releases_carry_its_instant_to_the_millisecond_and_dead_letters_none() -> None:

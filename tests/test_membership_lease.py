@@ -315,3 +315,34 @@ def test_a_later_step_holds_only_in_the_generation_the_first_step_held() -> None
     lease.renew(4, sent=101.0)  # rejoined between the steps: a lease, but of generation 4
     with pytest.raises(MembershipLostError, match="new generation before a publication"):
         asyncio.run(asyncio.wait_for(lease.hold("a publication", 3), timeout=5))
+
+
+def test_outlast_returns_the_acknowledgements_while_the_lease_holds() -> None:
+    clock = FakeClock(now=100.0)
+    lease = make_lease(clock)
+    lease.renew(3, sent=100.0)
+
+    async def acknowledged() -> str:
+        await asyncio.sleep(0)
+        return "acknowledged"
+
+    assert asyncio.run(lease.outlast(acknowledged(), "a checkpoint", 3)) == "acknowledged"
+
+
+def test_outlast_gives_up_when_the_group_moves_on_before_the_acknowledgements() -> None:
+    clock = FakeClock(now=100.0)
+    lease = make_lease(clock)
+    lease.renew(3, sent=100.0)
+
+    async def scenario() -> None:
+        never = asyncio.get_running_loop().create_future()
+        waiting = asyncio.create_task(lease.outlast(never, "a checkpoint", 3))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not waiting.done()
+        lease.renew(4, sent=101.0)  # rejoined: generation 3's writes are not covered by 4's lease
+        with pytest.raises(MembershipLostError, match="new generation before a checkpoint"):
+            await asyncio.wait_for(waiting, timeout=5)
+        assert never.cancelled()
+
+    asyncio.run(scenario())

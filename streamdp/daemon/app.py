@@ -143,7 +143,15 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     end_worker = worker_ender(app, runtime)
     exit_on_crash(app, end_worker)
     progress = InputProgress(metrics, InputStallWatch(settings.stall_exit_seconds))
-    protocol = CheckpointCommit(state, topics.outputs, OutcomeObserver(metrics, spec), lease)
+    protocol = CheckpointCommit(
+        state,
+        topics.outputs,
+        OutcomeObserver(metrics, spec),
+        lease,
+        # a checkpoint still travelling when the lease ends: exit now (os._exit, no flush), so
+        # that what is still queued in the producer never lands after an expulsion
+        abandon=lambda lost: end_worker(lost, even_when_stopping=True),
+    )
 
     skipped_offsets = SkippedOffsets()  # holes of Kafka's design are not lost records
     note_skipped_offsets(skipped_offsets)

@@ -3,7 +3,9 @@
 For one :class:`~streamdp.daemon.service.BatchOutcome`, in this order:
 
 1. **checkpoint**: send every state write to the state table's changelog and wait until the
-   broker acknowledged every one of them (the outbox entries and the hot state among them);
+   broker acknowledged every one of them (the outbox entries and the hot state among them),
+   within the membership lease: a lease that ends first ends the process, writes still queued
+   in it included;
 2. **publish** the outputs and wait until the broker acknowledged every one of them;
 3. **clear the outbox** (deletions sent, not waited for: a lost deletion only re-publishes
    identical records later);
@@ -36,6 +38,7 @@ from typing import Any, Protocol
 
 from streamdp.daemon.membership_lease import MembershipLease
 from streamdp.daemon.outcome import BatchOutcome
+from streamdp.errors import MembershipLostError
 
 __all__ = ["ChangelogTable", "CheckpointCommit", "OutputTopic", "kafka_seconds"]
 
@@ -90,7 +93,9 @@ class CheckpointCommit:
 
     ``outputs`` maps each output topic's name to its topic; ``observe`` receives the outcome
     and, for an input batch, the seconds from its receipt to the end of step 3; ``lease`` is
-    the worker's membership lease (None: no group, as in the protocol's own tests).
+    the worker's membership lease (None: no group, as in the protocol's own tests);
+    ``abandon`` ends the process at once (the worker: without flushing its producer) when the
+    lease ends before step 1's writes are all acknowledged.
     """
 
     def __init__(
@@ -99,11 +104,13 @@ class CheckpointCommit:
         outputs: Mapping[str, OutputTopic],
         observe: Callable[[BatchOutcome], None],
         lease: MembershipLease | None = None,
+        abandon: Callable[[MembershipLostError], None] | None = None,
     ) -> None:
         self._table = table
         self._outputs = outputs
         self._observe = observe
         self._lease = lease
+        self._abandon = abandon
 
     async def _hold_lease(self, step: str, generation: int | None) -> int | None:
         """Hold the lease for ``step`` (in ``generation``, the one an earlier step of this
@@ -111,6 +118,20 @@ class CheckpointCommit:
         if self._lease is None:
             return None
         return await self._lease.hold(step, generation)
+
+    async def _durable(self, acknowledged: Awaitable[Any], step: str, held: int | None) -> None:
+        """Wait until ``acknowledged`` (step 1's writes) completes, within the lease: a lease
+        that ends first ends the worker at once (``abandon``), so that the writes still queued
+        in the process never reach the broker after the worker may have been expelled."""
+        if self._lease is None:
+            await acknowledged
+            return
+        try:
+            await self._lease.outlast(acknowledged, step, held)
+        except MembershipLostError as lost:
+            if self._abandon is not None:
+                self._abandon(lost)
+            raise
 
     async def commit(self, outcome: BatchOutcome) -> None:
         """Checkpoint, publish, clear the outbox, observe."""
@@ -132,7 +153,7 @@ class CheckpointCommit:
                 table.data[write.key] = write.value
                 pending.append(table.send_changelog(write.partition, write.key, write.value))
         if pending:
-            await asyncio.gather(*pending)
+            await self._durable(asyncio.gather(*pending), "a checkpoint", held)
         # 2. publish (a tick's releases with its public instant as their timestamp)
         if outcome.publications:
             held = await self._hold_lease("a publication", held)

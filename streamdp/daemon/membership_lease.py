@@ -31,6 +31,14 @@ changed. Heartbeats run in the consumer's own thread (faust-streaming's consumer
 a busy event loop does not starve them; :func:`streamdp.faust_internals.lease_renewals`
 feeds the answers in.
 
+Holding the lease when a step starts is not enough for the checkpoint's writes: they are
+queued at once and reach the broker as fast as it takes them, which for a wide stream's node
+parts (hundreds of MB) is many seconds, so a worker cut off from the coordinator (or in a
+rebalance it cannot rejoin while its checkpoint travels) would go on writing past its
+expulsion. :meth:`MembershipLease.outlast` waits for their acknowledgements only while the
+lease holds; when it ends first the caller ends the process at once, and the writes still
+queued in it die with it (:mod:`streamdp.daemon.commit`).
+
 The lease also :meth:`~MembershipLease.end`\\ s at once, whatever time is left, when the worker
 sends a LeaveGroup (aiokafka leaves by itself when its consumer was not polled for
 ``max.poll.interval``, and at close: the coordinator drops the member as soon as it receives
@@ -49,19 +57,28 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from streamdp.errors import MembershipLostError
 
 log = logging.getLogger("streamdp.daemon")
 __all__ = ["MembershipLease", "lease_margin"]
+T = TypeVar("T")
 
 
 def lease_margin(session_timeout: float) -> float:
     """Seconds the lease ends before the earliest moment of expulsion: a quarter of the
     session timeout, at least 0.5 s (2.5 s with the default 10 s session timeout)."""
     return max(0.5, session_timeout / 4)
+
+
+def _abandon(waiting: asyncio.Future[T]) -> None:
+    """Cancel ``waiting`` and take its outcome when it comes (a gather cancelled ends with an
+    exception that would otherwise be logged as never retrieved)."""
+    waiting.cancel()
+    waiting.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 @dataclass(frozen=True)
@@ -187,6 +204,34 @@ class MembershipLease:
                     f"no answer from the group coordinator for a session timeout while "
                     f"{step} waited: this worker may have been expelled from the group (its "
                     "partitions given to another), so it wrote nothing more"
+                )
+
+    async def outlast(self, pending: Awaitable[T], step: str, generation: int | None) -> T:
+        """``pending``'s result (the broker's acknowledgements of the writes ``step`` sent),
+        awaited only while the lease of ``generation`` holds (renewals meanwhile extend it).
+        Raises :class:`MembershipLostError` when the lease ends, or turns out to be another
+        generation's, before ``pending`` completes: the writes not yet acknowledged may reach
+        the broker after the coordinator may have expelled the worker, so the caller must not
+        let them (it ends the process, and what is still queued in it with it)."""
+        waiting = asyncio.ensure_future(pending)
+        while True:
+            await asyncio.wait({waiting}, timeout=self._poll)
+            if waiting.done():
+                return waiting.result()
+            now = self._clock()
+            renewal = self._current()
+            try:
+                self._check(renewal, step, generation)
+            except MembershipLostError:
+                _abandon(waiting)
+                raise
+            if renewal is None or now >= self._until(renewal):
+                _abandon(waiting)
+                raise MembershipLostError(
+                    f"the membership lease ran out while the broker had not acknowledged every "
+                    f"write of {step}: the group coordinator may expel this worker before the "
+                    "rest reaches the broker, so it ends now and the writes still queued in it "
+                    "with it"
                 )
 
     @staticmethod
