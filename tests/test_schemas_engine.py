@@ -249,8 +249,16 @@ def test_release_examples_are_what_their_spec_writes(key: str) -> None:
     after = end + 3 * 86400  # past the lateness and the delivery allowance
     written = next(json.loads(r.to_json()) for r in engine.advance_clock(after) if r.key == key)
     random = {"noisy_count", "noisy_total", "noise", "noise_secure"}
-    assert {k: v for k, v in written.items() if k not in random} == {
-        k: v for k, v in example.items() if k not in random
+    # A BLT stream's standard deviations come from parameters L-BFGS-B optimises, and its
+    # steps run on the BLAS kernel OpenBLAS picks for the CPU: measured on one host, the
+    # SkylakeX and Haswell kernels (OPENBLAS_CORETYPE) gave parameters 1e-8 apart and
+    # standard deviations 6e-10 apart. Those are compared to a relative 1e-6 (a wrong
+    # mechanism or budget is off by far more); every other field exactly.
+    host_dependent = {"count_std", "total_std"} if example.get("mechanism") == "blt" else set()
+    assert {k: v for k, v in written.items() if k not in random | host_dependent} == {
+        k: v for k, v in example.items() if k not in random | host_dependent
     }
+    for field in sorted(host_dependent):
+        assert written[field] == pytest.approx(example[field], rel=1e-6), field
     assert example["noise_secure"]
     assert example["noise"].startswith("opendp-")
