@@ -132,16 +132,22 @@ def test_hold_without_a_renewal_gives_up_after_a_session_timeout() -> None:
     assert started + SESSION <= clock.now < started + SESSION + 1.0
 
 
+async def _waiting_hold(lease: MembershipLease) -> asyncio.Task[int]:
+    """A checkpoint's hold on ``lease``, started and seen still waiting (no answer yet)."""
+    waiting = asyncio.create_task(lease.hold("a checkpoint"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not waiting.done()
+    return waiting
+
+
 def test_hold_goes_ahead_when_the_same_generation_is_renewed_meanwhile() -> None:
     clock = FakeClock(now=100.0)
     lease = make_lease(clock)
     lease.renew(3, sent=90.0)
 
     async def scenario() -> None:
-        waiting = asyncio.create_task(lease.hold("a checkpoint"))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not waiting.done()  # still waiting: no answer yet
+        waiting = await _waiting_hold(lease)
         clock.now = 101.0
         lease.renew(3, sent=100.5)  # a coordinator failover ended: the heartbeat answered
         await asyncio.wait_for(waiting, timeout=5)
@@ -155,10 +161,7 @@ def test_hold_gives_up_at_once_when_the_generation_changed_meanwhile() -> None:
     lease.renew(3, sent=90.0)
 
     async def scenario() -> None:
-        waiting = asyncio.create_task(lease.hold("a checkpoint"))
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not waiting.done()
+        waiting = await _waiting_hold(lease)
         lease.renew(4, sent=100.5)  # rejoined as a new member: the partitions may be others'
         with pytest.raises(MembershipLostError, match="new generation"):
             await asyncio.wait_for(waiting, timeout=5)
