@@ -260,12 +260,28 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
     """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
     records to ``queue`` one fetch at a time; its commits are :func:`acknowledged_commits`'s."""
 
+    topics = queue.topics
+
     class BatchingConsumer(acknowledged_commits(base)):  # type: ignore[misc]
+        async def _fetch_again(self) -> None:
+            """Seek every assigned partition back to where its next owner would begin, so
+            that records a fetch returned and the loop did not queue are fetched again (those
+            the release service applied already are skipped by its applied offsets): Faust's
+            seek to the committed offsets, and the log start for input partitions with none
+            committed, which that seek leaves where they are (aiokafka seeks only offsets
+            above 0; the worker's offset reset is "earliest")."""
+            try:
+                await self.perform_seek()
+                for tp in self.assignment():
+                    if tp.topic in topics and not self._read_offset.get(tp):
+                        await self.seek(tp, 0)
+            except Exception as exc:  # Faust's own loop logs and goes on too
+                self.log.warning("exception performing seek: %r", exc)
+
         async def _drain_messages(self, fetcher: Any) -> None:
             read_offset = self._read_offset
             callback = self.callback
             to_message = self._to_message
-            topics = queue.topics
             acks_enabled_for = self.app.topics.acks_enabled_for
             try:
                 while not (self._stopped.is_set() or fetcher._stopped.is_set()):
@@ -278,10 +294,7 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
                         continue
                     if not self.flow_active:
                         # a rebalance began while fetching: these records are fetched again
-                        try:
-                            await self.perform_seek()
-                        except Exception as exc:  # Faust's own loop logs and goes on too
-                            self.log.warning("exception performing seek: %r", exc)
+                        await self._fetch_again()
                         continue
                     consumer_generation = self.app.consumer_generation_id
                     for tp, fetched in records.items():
@@ -289,7 +302,9 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
                             self.suspend_flow.is_set()
                             or self.app.consumer_generation_id != consumer_generation
                         ):
-                            break  # a rebalance: records are fetched again after it
+                            # a rebalance: the records left are fetched again
+                            await self._fetch_again()
+                            break
                         if active is not None and not (
                             tp in active or tp in self._buffered_partitions
                         ):
@@ -302,6 +317,10 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
                             # refuses them unless --allow-input-gaps); commits come from
                             # acknowledge_through, which ignores Faust's ack/gap bookkeeping
                             if not await queue.put(fresh, generation=generation):
+                                # partitions were revoked since the fetch began, and the
+                                # rebalance's seek may have come before the fetch: then the
+                                # client's position is past these records already
+                                await self._fetch_again()
                                 break
                             read_offset[tp] = fresh[-1].offset
                             continue
