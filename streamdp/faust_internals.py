@@ -309,21 +309,27 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
                             tp in active or tp in self._buffered_partitions
                         ):
                             continue
-                        fresh = unread(fetched, read_offset[tp])
-                        if not fresh:
-                            continue
                         if tp.topic in topics:
-                            # holes in input offsets are the release service's business (it
-                            # refuses them unless --allow-input-gaps); commits come from
-                            # acknowledge_through, which ignores Faust's ack/gap bookkeeping
-                            if not await queue.put(fresh, generation=generation):
+                            # every record aiokafka returned, none left out by Faust's read
+                            # offset: records the worker applied already are skipped by the
+                            # release service's applied offsets, the one record of where it
+                            # stands, while a read offset left ahead of the records queued (a
+                            # queued run dropped at a revocation, then the position moved back
+                            # without it) would lose records for good. Holes in input offsets
+                            # are the release service's business (it refuses them unless
+                            # --allow-input-gaps); commits come from acknowledge_through,
+                            # which ignores Faust's ack/gap bookkeeping
+                            if not fetched:
+                                continue
+                            if not await queue.put(fetched, generation=generation):
                                 # partitions were revoked since the fetch began, and the
                                 # rebalance's seek may have come before the fetch: then the
                                 # client's position is past these records already
                                 await self._fetch_again()
                                 break
-                            read_offset[tp] = fresh[-1].offset
+                            read_offset[tp] = fetched[-1].offset
                             continue
+                        fresh = unread(fetched, read_offset[tp])
                         for record in fresh:
                             message = to_message(tp, record)
                             last = read_offset[tp]
