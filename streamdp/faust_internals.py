@@ -248,8 +248,13 @@ def acknowledged_commits(base: type) -> type:
             await super().on_partitions_revoked(revoked)
 
         async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
-            for tp in assigned:
-                self._processed_until.pop(tp, None)
+            # the revocation hook settles the batch in flight after Faust forgot the revoked
+            # partitions, so its acknowledgements can bring back partitions this worker no
+            # longer holds: Faust would then try to commit them at every commit, each time
+            # discarded with a log line, for as long as the assignment lasts
+            self._processed_until.clear()
+            for tp in [tp for tp in self._acked if tp not in assigned]:
+                del self._acked[tp]
             await super().on_partitions_assigned(assigned, generation_id)
 
     AcknowledgedCommits.__name__ = f"AcknowledgedCommits{base.__name__}"

@@ -171,3 +171,45 @@ def test_the_stream_path_declares_its_input_topics_without_per_record_acknowledg
     topics = declare_topics(app, settings, ["orders", "control"])
     assert topics.inputs.acks is False
     assert all(topic.acks for topic in topics.outputs.values())
+
+
+def test_acknowledgements_in_a_revocation_leave_nothing_to_commit_of_partitions_given_away() -> (
+    None
+):
+    kept, given_away = TP("orders", 0), TP("orders", 1)
+
+    async def rebalance() -> dict[TP, int]:
+        held = {kept, given_away}
+
+        class Assigned(acknowledged_commits(FaustAIOKafkaConsumer)):  # type: ignore[misc]
+            def assignment(self) -> set[TP]:
+                return set(held)
+
+        loop = asyncio.get_running_loop()
+        app = faust.App("stream-commits-rebalance", broker="kafka://127.0.0.1:9", loop=loop)
+        consumer = Assigned(
+            app.transport,
+            callback=_no_callback,
+            on_partitions_revoked=_no_callback,
+            on_partitions_assigned=_no_callback,
+            loop=loop,
+        )
+        try:
+            consumer.acknowledge_through(kept, 10, 10)
+            consumer.acknowledge_through(given_away, 20, 20)
+            await consumer.on_partitions_revoked({kept, given_away})
+            # the revocation hook settles the batch in flight: its acknowledgements arrive
+            # while the old assignment still holds both partitions
+            consumer.acknowledge_through(kept, 15, 5)
+            consumer.acknowledge_through(given_away, 30, 10)
+            held.discard(given_away)
+            await consumer.on_partitions_assigned({kept})
+            consumer.acknowledge_through(kept, 40, 25)  # the next batch of the kept partition
+            return dict(
+                consumer._filter_committable_offsets(consumer._filter_tps_with_pending_acks())
+            )
+        finally:
+            consumer._thread.thread_loop.close()
+
+    # before: {orders[0]: 40, orders[1]: 30}, orders[1] tried (and discarded) at every commit
+    assert asyncio.run(rebalance()) == {kept: 40}
