@@ -274,7 +274,13 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
             the release service applied already are skipped by its applied offsets): Faust's
             seek to the committed offsets, and the log start for input partitions with none
             committed, which that seek leaves where they are (aiokafka seeks only offsets
-            above 0; the worker's offset reset is "earliest")."""
+            above 0; the worker's offset reset is "earliest"). Nothing while the flow is
+            suspended: a rebalance is under way (Faust suspends the flow only at a revocation
+            and when stopping), and its recovery seeks every partition once the new assignment
+            is in place, while a seek now would ask for the committed offsets of the old one,
+            one partition at a time, and fail half-way when the assignment changes under it."""
+            if not self.flow_active:
+                return
             try:
                 await self.perform_seek()
                 for tp in self.assignment():
@@ -298,8 +304,8 @@ def batching_consumer(base: type, queue: BatchQueue) -> type:
                     if not records or self.should_stop:
                         continue
                     if not self.flow_active:
-                        # a rebalance began while fetching: these records are fetched again
-                        await self._fetch_again()
+                        # a rebalance began while fetching: its recovery's seek has these
+                        # records fetched again
                         continue
                     consumer_generation = self.app.consumer_generation_id
                     for tp, fetched in records.items():

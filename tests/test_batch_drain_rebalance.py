@@ -184,3 +184,50 @@ def test_a_read_offset_left_ahead_of_the_position_loses_no_record() -> None:
         )
     )
     assert queued == list(range(COMMITTED, END)), _described(queued, COMMITTED)
+
+
+def test_the_loop_does_not_seek_while_a_rebalance_has_the_flow_suspended() -> None:
+    # records returned while the flow is suspended (a revocation under way) are left to the
+    # rebalance's own seek; a seek of the loop's then asks for the old assignment's committed
+    # offsets and fails half-way when the assignment changes (a WARNING at every rebalance)
+    seeks_while_suspended = []
+
+    async def run() -> None:
+        queue = BatchQueue([ORDERS.topic], max_batch=10_000)
+        fetcher = _Fetcher()
+        calls = 0
+
+        class Suspended(batching_consumer(FaustAIOKafkaConsumer, queue)):  # type: ignore[misc]
+            def assignment(self) -> set[TP]:
+                return {ORDERS}
+
+            async def seek_to_committed(self) -> dict[TP, int | None]:
+                seeks_while_suspended.append(not self.flow_active)
+                return {ORDERS: COMMITTED}
+
+            async def _wait_next_records(self, timeout: float) -> tuple[dict[TP, Any], set[TP]]:
+                nonlocal calls
+                calls += 1
+                if calls == 1:
+                    self.stop_flow()  # the revocation began while this fetch was out
+                    return {ORDERS: [_record(o) for o in range(COMMITTED, 150)]}, {ORDERS}
+                fetcher._stopped.set()
+                return {}, {ORDERS}
+
+        loop = asyncio.get_running_loop()
+        app = faust.App("batch-drain-suspended", broker="kafka://127.0.0.1:9", loop=loop)
+        consumer = Suspended(
+            app.transport,
+            callback=_no_callback,
+            on_partitions_revoked=_no_callback,
+            on_partitions_assigned=_no_callback,
+            loop=loop,
+        )
+        try:
+            await asyncio.wait_for(consumer._drain_messages(fetcher), timeout=30)
+        finally:
+            consumer._thread.thread_loop.close()
+        assert len(queue) == 0  # nothing of the suspended fetch was queued
+
+    asyncio.run(run())
+    assert seeks_while_suspended == []
