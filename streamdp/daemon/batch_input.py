@@ -31,11 +31,14 @@ from streamdp.daemon.routing import InputLike
 
 
 def unread(records: Sequence[Any], read_offset: int | None) -> Sequence[Any]:
-    """The records of one partition's fetch from ``read_offset`` on.
+    """The records of one partition's fetch from ``read_offset`` on: Faust's own filter, which
+    the batch drain loop keeps for the records of other topics than the inputs (the control
+    topic, changelogs) and no longer applies to input records, which it queues whole (the
+    release service's applied offsets skip those applied before, while a read offset left
+    ahead of the records queued would lose the ones between).
 
     Faust's ``read_offset`` is the last offset read, or after a seek the committed offset, which
-    is the next one to read: like Faust, records at ``read_offset`` itself are kept (a record
-    read twice is skipped by the engine's applied offsets; one dropped would be lost).
+    is the next one to read: like Faust, records at ``read_offset`` itself are kept.
     """
     if records and read_offset is not None and records[0].offset < read_offset:
         return [r for r in records if r.offset >= read_offset]
