@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import faust
 import pytest
 from aiokafka.structs import ConsumerRecord
 from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
@@ -32,6 +31,7 @@ from faust.types import TP
 
 from streamdp.daemon.batch_input import BatchQueue
 from streamdp.faust_internals import batching_consumer
+from tests.faust_stand_in import stand_in_consumer
 
 ORDERS = TP("orders", 1)
 COMMITTED = 100  # the partition's committed offset: the rebalance's seek goes back there
@@ -113,51 +113,31 @@ async def _drain(
             position = min(start + FETCH, END)
             return {ORDERS: [_record(o) for o in range(start, position)]}, {ORDERS}
 
-    loop = asyncio.get_running_loop()
-    app = faust.App("batch-drain-test", broker="kafka://127.0.0.1:9", loop=loop)
-    consumer = OnePartition(
-        app.transport,
-        callback=_no_callback,
-        on_partitions_revoked=_no_callback,
-        on_partitions_assigned=_no_callback,
-        loop=loop,
-    )
-    consumer._read_offset[ORDERS] = committed if read_offset is None else read_offset
-    try:
+    with stand_in_consumer(OnePartition, "batch-drain-test") as consumer:
+        consumer._read_offset[ORDERS] = committed if read_offset is None else read_offset
         await asyncio.wait_for(consumer._drain_messages(fetcher), timeout=30)
-    finally:
-        consumer._thread.thread_loop.close()  # the client thread's loop, never started
     return [record.offset for run, _ in queue.take_now() for record in run]
 
 
-async def _no_callback(*_args: Any) -> None:
-    return None
-
-
 @pytest.mark.parametrize("committed", [COMMITTED, None], ids=["committed", "none-committed"])
-def test_records_fetched_after_the_rebalances_seek_are_fetched_again(
-    committed: int | None,
+@pytest.mark.parametrize(
+    "fetched_before_the_seek", [False, True], ids=["fetched-after-seek", "fetched-before-seek"]
+)
+def test_records_a_rebalance_kept_from_the_queue_are_fetched_again(
+    committed: int | None, fetched_before_the_seek: bool
 ) -> None:
     queued = asyncio.run(
-        _drain(rebalance_before_fetch_at=250, fetched_before_the_seek=False, committed=committed)
+        _drain(
+            rebalance_before_fetch_at=250,
+            fetched_before_the_seek=fetched_before_the_seek,
+            committed=committed,
+        )
     )
-    # the runs queued before the revocation were dropped with it; after it, every record from
-    # where the new assignment begins reaches the queue, in order (once here: the loop seeks
-    # back to where the rebalance had set the position, so nothing is fetched twice)
-    begin = 0 if committed is None else committed
-    assert queued == list(range(begin, END)), _described(queued, begin)
-
-
-@pytest.mark.parametrize("committed", [COMMITTED, None], ids=["committed", "none-committed"])
-def test_records_fetched_before_the_rebalances_seek_are_refused_and_fetched_again(
-    committed: int | None,
-) -> None:
-    queued = asyncio.run(
-        _drain(rebalance_before_fetch_at=250, fetched_before_the_seek=True, committed=committed)
-    )
-    # the stale fetch (offsets 250-299, read under the old assignment) is not queued behind the
-    # revocation: the queue holds the partition from where the new assignment begins, in
-    # order, once
+    # the runs queued before the revocation were dropped with it; a fetch read after the
+    # rebalance's seek is refused by the queue and fetched again (the loop seeks back to where
+    # the rebalance had set the position), and a stale fetch (offsets 250-299, read under the
+    # old assignment) is not queued behind the revocation: either way the queue holds the
+    # partition from where the new assignment begins, in order, once
     begin = 0 if committed is None else committed
     assert queued == list(range(begin, END)), _described(queued, begin)
 
@@ -214,19 +194,8 @@ def test_the_loop_does_not_seek_while_a_rebalance_has_the_flow_suspended() -> No
                 fetcher._stopped.set()
                 return {}, {ORDERS}
 
-        loop = asyncio.get_running_loop()
-        app = faust.App("batch-drain-suspended", broker="kafka://127.0.0.1:9", loop=loop)
-        consumer = Suspended(
-            app.transport,
-            callback=_no_callback,
-            on_partitions_revoked=_no_callback,
-            on_partitions_assigned=_no_callback,
-            loop=loop,
-        )
-        try:
+        with stand_in_consumer(Suspended, "batch-drain-suspended") as consumer:
             await asyncio.wait_for(consumer._drain_messages(fetcher), timeout=30)
-        finally:
-            consumer._thread.thread_loop.close()
         assert len(queue) == 0  # nothing of the suspended fetch was queued
 
     asyncio.run(run())

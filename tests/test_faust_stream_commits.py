@@ -37,6 +37,7 @@ from faust.types.tuples import Message
 from streamdp.daemon.faust_setup import declare_topics
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.faust_internals import acknowledged_commits
+from tests.faust_stand_in import stand_in_consumer
 
 ORDERS = TP("orders", 1)
 COMMITTED = 339  # the partition's committed offset when the worker starts
@@ -94,27 +95,13 @@ async def _drain_with_a_seek_mid_fetch(
         delivered.append(message.offset)
         consumer.ack(message)
 
-    loop = asyncio.get_running_loop()
-    app = faust.App("stream-commits-test", broker="kafka://127.0.0.1:9", loop=loop)
-    if acking:
-        app.topics._acking_topics.add(ORDERS.topic)
-    consumer = TwoFetches(
-        app.transport,
-        callback=deliver,
-        on_partitions_revoked=_no_callback,
-        on_partitions_assigned=_no_callback,
-        loop=loop,
-    )
-    consumer._committed_offset[ORDERS] = COMMITTED
-    try:
+    acking_topics = [ORDERS.topic] if acking else []
+    with stand_in_consumer(
+        TwoFetches, "stream-commits-test", callback=deliver, acking_topics=acking_topics
+    ) as consumer:
+        consumer._committed_offset[ORDERS] = COMMITTED
         await consumer._drain_messages(fetcher)
-    finally:
-        consumer._thread.thread_loop.close()  # the client thread's loop, never started
     return consumer, delivered
-
-
-async def _no_callback(*_args: Any) -> None:
-    return None
 
 
 def _commits_until(consumer: Any, end: int, *, most: int) -> list[int]:
@@ -185,16 +172,7 @@ def test_acknowledgements_in_a_revocation_leave_nothing_to_commit_of_partitions_
             def assignment(self) -> set[TP]:
                 return set(held)
 
-        loop = asyncio.get_running_loop()
-        app = faust.App("stream-commits-rebalance", broker="kafka://127.0.0.1:9", loop=loop)
-        consumer = Assigned(
-            app.transport,
-            callback=_no_callback,
-            on_partitions_revoked=_no_callback,
-            on_partitions_assigned=_no_callback,
-            loop=loop,
-        )
-        try:
+        with stand_in_consumer(Assigned, "stream-commits-rebalance") as consumer:
             consumer.acknowledge_through(kept, 10, 10)
             consumer.acknowledge_through(given_away, 20, 20)
             await consumer.on_partitions_revoked({kept, given_away})
@@ -208,8 +186,6 @@ def test_acknowledgements_in_a_revocation_leave_nothing_to_commit_of_partitions_
             return dict(
                 consumer._filter_committable_offsets(consumer._filter_tps_with_pending_acks())
             )
-        finally:
-            consumer._thread.thread_loop.close()
 
     # before: {orders[0]: 40, orders[1]: 30}, orders[1] tried (and discarded) at every commit
     assert asyncio.run(rebalance()) == {kept: 40}
