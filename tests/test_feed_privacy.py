@@ -183,3 +183,61 @@ def test_the_page_states_a_patients_loss_across_the_sources_streams(tmp_path: Pa
         "(0.5 + 0.5); over all epochs released so far, ε = 1."
     ) in joined
     assert "Privacy loss through this stream alone (per patient_id per epoch)" in joined
+
+
+def _weighted_census_view(weights: tuple[int, ...]) -> tuple[FeedView, Any]:
+    """A census stream with attribute weights, four periods replayed through the engine, in
+    the feed's view."""
+    from streamdp.engine import Engine
+    from streamdp.engine.records import ReleaseRecord
+    from tests.census_fixture import weighted_census_spec
+
+    spec = weighted_census_spec(weights)
+    engine = Engine(spec, sampler=InsecureSeededSampler(3))
+    for line in generate("census", 4, 20.0, spec=spec):
+        engine.ingest(line.text.encode())
+    view = FeedView()
+    for record in engine.advance_clock(release_instant(spec, 4)):
+        if isinstance(record, ReleaseRecord):
+            view.add(json.loads(record.to_json()), "release")
+    return view, spec
+
+
+def test_the_feed_says_how_a_stream_with_budget_groups_splits_its_budget(
+    tmp_path: Path,
+) -> None:
+    """Census weights 1, 1, 2, 4, 8 (total, sex, race, age, cells): ``budget_groups`` lists
+    the five groups in declared order with shares w / 16 (from the weights, not from the
+    feed) and each group's counters (from the spec's attributes); a stream without weights
+    has none."""
+    weights = (1, 1, 2, 4, 8)
+    view, spec = _weighted_census_view(weights)
+    (stream,) = spec.streams.values()
+    (shown,) = view.document("test")["streams"]
+    groups = shown["budget_groups"]
+    assert [g["share"] for g in groups] == [w / sum(weights) for w in weights]
+    levels = [len(a.categories) for a in stream.counters.attributes]
+    assert [g["counters"] for g in groups] == [1, *levels, math.prod(levels)]
+    assert sum(g["counters"] for g in groups) == stream.counters.width
+    assert len({g["name"] for g in groups}) == len(weights)
+    plain, _ = _replayed_view("hospital", tmp_path)
+    assert all(s["budget_groups"] == [] for s in plain.document("test")["streams"])
+
+
+@pytest.mark.tool
+def test_the_page_states_each_budget_groups_share(tmp_path: Path) -> None:
+    weights = (1, 1, 2, 4, 8)
+    view, _ = _weighted_census_view(weights)
+    document = view.document("test")
+    joined = "\n".join(_page_texts(render_page(document), tmp_path))
+    (shown,) = document["streams"]
+    parts = [
+        f"{g['name']} {100 * w / sum(weights):g}% ({g['counters']} counter"
+        + ("" if g["counters"] == 1 else "s")
+        + ")"
+        for g, w in zip(shown["budget_groups"], weights, strict=True)
+    ]
+    assert (
+        "The budget is split between groups of counters, each spending its share of the "
+        f"stream's ε: {', '.join(parts)}."
+    ) in joined

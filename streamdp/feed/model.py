@@ -232,8 +232,8 @@ class FeedView:
         ``noisy_total``, ``total_std``, and ``consistent_total`` from the latest revision of
         each period; null where the counter has no value; the 95% half-widths are
         ``2.12 std + 1``, :mod:`streamdp.error_band`), plus the newest consistent revision in
-        full. Columns, not one object per value: a census stream of 355 counters over 120
-        months is a few MB, not tens.
+        full, and ``budget_groups`` (:func:`budget_groups`). Columns, not one object per
+        value: a census stream of 355 counters over 120 months is a few MB, not tens.
 
         A places stream (its releases say where each counter sits in the tree) carries the
         root's counters only, and ``places`` (:func:`streamdp.feed.places_view.places_document`:
@@ -304,6 +304,7 @@ class FeedView:
                     else newest.entry(),
                     "revised_periods": len(revisions),
                     "places": places,
+                    "budget_groups": budget_groups(held),
                 }
             )
         return {
@@ -313,6 +314,24 @@ class FeedView:
             "sources": source_losses(losses),
             "streams": out,
         }
+
+
+def budget_groups(held: StreamIndex) -> list[dict[str, Any]]:
+    """How a stream with budget groups (census attributes, places levels) splits its budget:
+    each group's ``name``, ``share`` of the stream's epsilon (zCDP: rho) and how many
+    ``counters`` spend it, in the order the groups' first counters are declared, from each
+    counter's newest release. Empty for a stream without groups."""
+    groups: dict[str, dict[str, Any]] = {}
+    for name in held.order:
+        newest = _newest(held.by_counter[name])
+        if newest.budget_group is None or newest.budget_share is None:
+            continue
+        group = groups.setdefault(
+            newest.budget_group,
+            {"name": newest.budget_group, "share": newest.budget_share, "counters": 0},
+        )
+        group["counters"] += 1
+    return list(groups.values())
 
 
 def _get(values: Mapping[str, V] | None, name: str) -> V | None:

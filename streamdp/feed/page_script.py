@@ -153,6 +153,17 @@ function attributeGroups(counters) {
   return marginals.size ? {total: total, marginals: [...marginals], cells: cells} : null;
 }
 
+// a stream with budget groups: each group's share of the budget, in declared order
+function budgetSplit(stream) {
+  const groups = stream.budget_groups || [];
+  if (!groups.length) return "";
+  const zcdp = stream.rho_per_epoch && stream.rho_per_epoch.length;
+  const parts = groups.map(g => `${g.name} ${+(100 * g.share).toFixed(2)}%`
+    + ` (${plural(g.counters, "counter")})`);
+  return ` The budget is split between groups of counters, each spending its share of the `
+    + `stream's ${zcdp ? "\u03c1" : "\u03b5"}: ${parts.join(", ")}.`;
+}
+
 function streamSection(stream) {
   const sec = el("section", {class: "stream", "data-stream": stream.stream});
   const when = p => periodLabel(p, stream.period_unit);
@@ -175,7 +186,7 @@ function streamSection(stream) {
     (stream.title ? `Stream ${stream.stream}. ` : "")
     + `Mechanism ${stream.mechanism} (objective ${stream.objective}), `
     + `horizon ${stream.horizon} periods per epoch, `
-    + `${bound}, noise ${stream.noise}. ` + loss));
+    + `${bound}, noise ${stream.noise}. ` + loss + budgetSplit(stream)));
   if (!stream.noise_secure) {
     sec.append(el("p", {class: "warning"}, "These releases used the INSECURE seeded test "
                 + "sampler: they are NOT private and must not be published."));
