@@ -232,7 +232,7 @@ def test_the_page_states_each_budget_groups_share(tmp_path: Path) -> None:
     joined = "\n".join(_page_texts(render_page(document), tmp_path))
     (shown,) = document["streams"]
     parts = [
-        f"{g['name']} {100 * w / sum(weights):g}% ({g['counters']} counter"
+        f"{g['name']} {100 * w / sum(weights):g}% ({g['counters']:,} counter"
         + ("" if g["counters"] == 1 else "s")
         + ")"
         for g, w in zip(shown["budget_groups"], weights, strict=True)

@@ -159,7 +159,7 @@ function budgetSplit(stream) {
   if (!groups.length) return "";
   const zcdp = stream.rho_per_epoch && stream.rho_per_epoch.length;
   const parts = groups.map(g => `${g.name} ${+(100 * g.share).toFixed(2)}%`
-    + ` (${plural(g.counters, "counter")})`);
+    + ` (${num(g.counters, 0)} counter${g.counters === 1 ? "" : "s"})`);
   return ` The budget is split between groups of counters, each spending its share of the `
     + `stream's ${zcdp ? "\u03c1" : "\u03b5"}: ${parts.join(", ")}.`;
 }
