@@ -296,6 +296,12 @@ class BatchDriver:
             if runtime.shutting_down:
                 return
             await self.settle()
+            if getattr(app, "rebalancing", False) or not runtime.ready:
+                # a rebalance began while this tick waited for the lock or settled: Faust has
+                # forgotten the revoked partitions' committed offsets and learns the new ones
+                # only at its recovery's seek, so a source loaded now would be checked
+                # against none (streamdp.daemon.resume_check); the next tick after it loads it
+                return
             homes = {
                 tp.partition for tp in app.consumer.assignment() if tp.topic in self._source_topics
             }
