@@ -14,6 +14,8 @@ reads a private attribute of either library.
 - :func:`batching_consumer`: input-topic records go to the batch queue one fetch at a time.
 - :func:`honest_commits`: Faust's record of committed offsets holds only offsets the broker
   accepted (below).
+- :func:`witness_metadata`: commits of input partitions carry the close witness
+  (:mod:`streamdp.daemon.close_witness`), and the committed offsets read keep it.
 - :func:`fetch_view`: what the aiokafka client knows of one partition (the stall watchdog).
 - :func:`note_skipped_offsets`: the offsets aiokafka passes over while reading a fetch
   (transaction markers, compacted records), so that such holes are not taken for lost records
@@ -75,11 +77,14 @@ from aiokafka.client import ConnectionGroup
 from aiokafka.errors import (
     ConsumerStoppedError,
     IllegalGenerationError,
+    IllegalOperation,
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+from aiokafka.structs import OffsetAndMetadata
 
 from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
+from streamdp.daemon.close_witness import CloseWitnesses
 from streamdp.daemon.membership_lease import MembershipLease
 from streamdp.daemon.skipped_offsets import SkippedOffsets
 
@@ -133,11 +138,65 @@ def lease_renewals(consumer: Any, lease: MembershipLease) -> None:
     client.send = send_and_renew
 
 
+def witness_metadata(consumer: Any, witnesses: CloseWitnesses) -> None:
+    """Commits of aiokafka ``consumer`` carry ``witnesses``' close witness of each partition as
+    their metadata (Faust commits with none), and every committed offset it reads (the
+    recovery's seek, the stall watchdog's question) records the group's metadata in
+    ``witnesses.on_broker``, as does every commit the broker accepts (see
+    :mod:`streamdp.daemon.close_witness`). Wraps the instance's ``commit`` and ``committed``,
+    in the consumer's own thread; ``committed`` asks the group coordinator as aiokafka's own
+    does (``GroupCoordinator.fetch_committed_offsets``), keeping the metadata it drops."""
+    commit = consumer.commit
+
+    async def commit_with_witness(offsets: Any = None) -> None:
+        if offsets is None:
+            await commit()
+            return
+        written = {}
+        for tp, value in offsets.items():
+            offset, metadata = (value, "") if isinstance(value, int) else value
+            written[tp] = OffsetAndMetadata(
+                offset, witnesses.metadata_for(tp.topic, tp.partition, metadata)
+            )
+        # offset 0 is only ever a witness written where Faust knows of no commit: never let
+        # it move back a committed offset Faust did not know of
+        zero = [tp for tp, value in written.items() if value.offset == 0]
+        if zero:
+            answer = await consumer._coordinator.fetch_committed_offsets(zero)
+            for tp in zero:
+                found = answer.get(tp)
+                if found is not None and found.offset > 0:
+                    written[tp] = OffsetAndMetadata(found.offset, written[tp].metadata)
+        await commit(written)
+        for tp, value in written.items():
+            witnesses.on_broker[tp.topic, tp.partition] = value.metadata
+
+    async def committed_with_witness(partition: Any) -> int | None:
+        if consumer._group_id is None:
+            raise IllegalOperation("Requires group_id")
+        answer = await consumer._coordinator.fetch_committed_offsets([partition])
+        found = answer.get(partition)
+        witnesses.on_broker[partition.topic, partition.partition] = (
+            "" if found is None else found.metadata or ""
+        )
+        if found is None or found.offset == -1:
+            return None
+        return int(found.offset)
+
+    consumer.commit = commit_with_witness
+    consumer.committed = committed_with_witness
+
+
 def tuned_fetching(
-    base: type, *, fetch_wait_seconds: float, lease: MembershipLease | None = None
+    base: type,
+    *,
+    fetch_wait_seconds: float,
+    lease: MembershipLease | None = None,
+    witnesses: CloseWitnesses | None = None,
 ) -> type:
     """A subclass of Faust's aiokafka consumer ``base`` whose underlying aiokafka consumer
-    long-polls at most ``fetch_wait_seconds`` and renews ``lease`` (:func:`lease_renewals`)."""
+    long-polls at most ``fetch_wait_seconds``, renews ``lease`` (:func:`lease_renewals`) and
+    writes and reads close ``witnesses`` (:func:`witness_metadata`)."""
     from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
     wait_ms = max(1, round(fetch_wait_seconds * 1000))
@@ -149,6 +208,8 @@ def tuned_fetching(
             consumer._fetch_max_wait_ms = wait_ms
             if lease is not None:
                 lease_renewals(consumer, lease)
+            if witnesses is not None:
+                witness_metadata(consumer, witnesses)
             return consumer
 
     class TunedFetching(base):  # type: ignore[misc]
@@ -209,10 +270,12 @@ def honest_commits(base: type) -> type:
     return HonestCommits
 
 
-def acknowledged_commits(base: type) -> type:
+def acknowledged_commits(base: type, witnesses: CloseWitnesses | None = None) -> type:
     """A subclass of Faust's transport consumer ``base`` whose commits of input partitions take
     the offsets :meth:`acknowledge_through` was given (the release service made them durable)
-    instead of Faust's per-record acknowledgements (see the module docstring)."""
+    instead of Faust's per-record acknowledgements (see the module docstring), and whose
+    periodic commit also writes a partition whose close witness changed (``witnesses``,
+    :meth:`witness_closes`) at the offset already committed."""
     from faust.exceptions import NotReady
 
     class AcknowledgedCommits(base):  # type: ignore[misc]
@@ -236,15 +299,39 @@ def acknowledged_commits(base: type) -> type:
             self._acked.setdefault(tp, [])
             self._n_acked += count
 
+        def witness_closes(self, tp: Any) -> None:
+            """``witnesses`` holds a new witness of ``tp`` (its checkpoint is durable): the
+            next commit writes it, at the offset already committed when no record of ``tp``
+            was processed since."""
+            try:
+                owned = tp in self.assignment()
+            except NotReady:
+                return
+            if owned:
+                self._acked.setdefault(tp, [])  # Faust's commits look at these partitions
+
+        def _witness_pending(self, tp: Any) -> bool:
+            return witnesses is not None and witnesses.pending(tp.topic, tp.partition)
+
         def _new_offset(self, tp: Any) -> int | None:
             until = self._processed_until.get(tp)
-            if until is None:
-                return super()._new_offset(tp)  # type: ignore[no-any-return]
-            return until
+            if until is not None:
+                return until
+            if self._witness_pending(tp):
+                return int(self._committed_offset.get(tp) or 0)
+            return super()._new_offset(tp)  # type: ignore[no-any-return]
+
+        def _should_commit(self, tp: Any, offset: int) -> bool:
+            if super()._should_commit(tp, offset):
+                return True
+            # the same offset again, to write the witness (never an offset below the record)
+            return self._witness_pending(tp) and offset >= (self._committed_offset.get(tp) or 0)
 
         async def on_partitions_revoked(self, revoked: set[Any]) -> None:
             for tp in revoked:
                 self._processed_until.pop(tp, None)
+            if witnesses is not None:
+                witnesses.forget({(tp.topic, tp.partition) for tp in revoked})
             await super().on_partitions_revoked(revoked)
 
         async def on_partitions_assigned(self, assigned: set[Any], generation_id: int = 0) -> None:
@@ -261,13 +348,16 @@ def acknowledged_commits(base: type) -> type:
     return AcknowledgedCommits
 
 
-def batching_consumer(base: type, queue: BatchQueue) -> type:
+def batching_consumer(
+    base: type, queue: BatchQueue, witnesses: CloseWitnesses | None = None
+) -> type:
     """A subclass of Faust's transport consumer ``base`` whose drain loop routes input-topic
-    records to ``queue`` one fetch at a time; its commits are :func:`acknowledged_commits`'s."""
+    records to ``queue`` one fetch at a time; its commits are :func:`acknowledged_commits`'s
+    (with ``witnesses``)."""
 
     topics = queue.topics
 
-    class BatchingConsumer(acknowledged_commits(base)):  # type: ignore[misc]
+    class BatchingConsumer(acknowledged_commits(base, witnesses)):  # type: ignore[misc]
         async def _fetch_again(self) -> None:
             """Seek every assigned partition back to where its next owner would begin, so
             that records a fetch returned and the loop did not queue are fetched again (those

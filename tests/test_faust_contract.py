@@ -96,6 +96,7 @@ def test_the_commit_step_honest_commits_wraps_is_unchanged_upstream() -> None:
         (Consumer, "_commit_offsets", ["self", "offsets", "start_new_transaction"]),
         (ThreadDelegateConsumer, "_commit", ["self", "offsets"]),
         (Consumer, "_new_offset", ["self", "tp"]),
+        (Consumer, "_should_commit", ["self", "tp", "offset"]),
         (Consumer, "_wait_next_records", ["self", "timeout"]),
         (Consumer, "_add_gap", ["self", "tp", "offset_from", "offset_to"]),
         (Consumer, "_drain_messages", ["self", "fetcher"]),
@@ -129,6 +130,8 @@ def test_every_private_method_the_adapter_uses_has_its_signature(
         (AIOKafkaConsumer, "_fetch_max_wait_ms"),
         (AIOKafkaConsumer, "_client"),
         (AIOKafkaConsumer, "_subscription"),
+        (AIOKafkaConsumer, "_coordinator"),
+        (AIOKafkaConsumer, "_group_id"),
         (AIOKafkaClient, "_conns"),
         (PartitionRecords, "_tp"),
         (PartitionRecords, "next_fetch_offset"),
@@ -167,6 +170,22 @@ def test_the_group_coordinator_sends_every_request_through_the_client_the_lease_
     assert set(adapter.NOT_A_MEMBER) == {22, 25, 82}  # illegal generation, unknown member, fenced
 
 
+def test_the_commits_and_committed_offsets_the_witness_wraps_are_aiokafkas_own() -> None:
+    """witness_metadata replaces the aiokafka consumer's ``commit`` and ``committed`` on the
+    instance: Faust must commit through ``commit`` with OffsetAndMetadata values, aiokafka's
+    seek to the committed offsets must ask ``self.committed`` (so the recovery's seek reads
+    the witness), and ``committed`` must be the coordinator's fetch the wrapper repeats."""
+    assert "await consumer.commit(aiokafka_offsets)" in inspect.getsource(
+        AIOKafkaConsumerThread._commit
+    )
+    assert "OffsetAndMetadata(offset, " in inspect.getsource(AIOKafkaConsumerThread._commit)
+    assert "await self.committed(tp)" in inspect.getsource(AIOKafkaConsumer.seek_to_committed)
+    committed = inspect.getsource(AIOKafkaConsumer.committed)
+    assert "await self._coordinator.fetch_committed_offsets([partition])" in committed
+    assert "committed == -1" in committed
+    assert _parameters(GroupCoordinator.fetch_committed_offsets) == ["self", "partitions"]
+
+
 def test_aiokafka_builds_its_fetcher_from_the_wait_the_adapter_sets() -> None:
     """tuned_fetching sets _fetch_max_wait_ms after construction: it must be read at start."""
     assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
@@ -177,7 +196,7 @@ def test_no_other_module_reads_a_private_attribute_of_either_library() -> None:
     private = re.compile(
         r"\.(_thread|_ensure_consumer|_subscription|_client|_conns|_crash|_committed_offset|"
         r"_fetch_max_wait_ms|_drain_messages|_new_offset|_n_acked|_acked|_read_offset|"
-        r"_commit_offsets|_unpack_records|_tp)\b"
+        r"_commit_offsets|_unpack_records|_tp|_coordinator|_group_id|_should_commit)\b"
     )
     offenders = []
     for path in (ROOT / "streamdp").rglob("*.py"):

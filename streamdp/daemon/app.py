@@ -29,6 +29,7 @@ import faust
 from streamdp import __version__
 from streamdp.daemon.batch_input import BatchQueue, InputStallWatch
 from streamdp.daemon.batches import BatchDriver
+from streamdp.daemon.close_witness import CloseWitnesses
 from streamdp.daemon.commit import CheckpointCommit
 from streamdp.daemon.fatal import exit_on_crash, worker_ender
 from streamdp.daemon.faust_setup import declare_topics, new_faust_app
@@ -121,16 +122,22 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         rebalance_timeout=settings.rebalance_timeout,
         margin=lease_margin(settings.session_timeout),
     )
+    # the periods closed, witnessed by the input group's commits (a restored state copy that
+    # closed fewer is refused: streamdp.daemon.close_witness)
+    witnesses = CloseWitnesses()
     consumer_class = honest_commits(
         tuned_fetching(
-            app.transport.Consumer, fetch_wait_seconds=settings.fetch_wait_seconds, lease=lease
+            app.transport.Consumer,
+            fetch_wait_seconds=settings.fetch_wait_seconds,
+            lease=lease,
+            witnesses=witnesses,
         )
     )
     if settings.input_path == "batch":
         queue = BatchQueue(input_names, settings.max_batch, clock=public_clock.now)
-        consumer_class = batching_consumer(consumer_class, queue)
+        consumer_class = batching_consumer(consumer_class, queue, witnesses)
     else:
-        consumer_class = acknowledged_commits(consumer_class)
+        consumer_class = acknowledged_commits(consumer_class, witnesses)
     app.transport.Consumer = consumer_class  # type: ignore[misc]
     topics = declare_topics(app, settings, input_names)
     state = topics.state
@@ -174,6 +181,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
             committed_offset=lambda topic, partition: committed_offset(
                 app.consumer, faust.types.TP(topic, partition)
             ),
+            closes_witnessed=witnesses.witnessed,
         )
 
     driver = BatchDriver(
@@ -185,6 +193,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         new_service=new_service,
         queue=queue,
         source_topics=source_topics,
+        witnesses=witnesses,
     )
 
     @app.agent(topics.inputs, name="streamdp-ingest")

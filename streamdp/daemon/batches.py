@@ -27,6 +27,7 @@ from faust.exceptions import NotReady, ProducerSendError
 from faust.types import TP
 
 from streamdp.daemon.batch_input import BatchQueue, last_offsets
+from streamdp.daemon.close_witness import CloseWitnesses, witness_text
 from streamdp.daemon.commit import CheckpointCommit
 from streamdp.daemon.fatal import EndWorker, worker_stopping
 from streamdp.daemon.observation import InputProgress
@@ -61,6 +62,7 @@ class BatchDriver:
         new_service: Callable[[], ReleaseService],
         queue: BatchQueue | None,
         source_topics: Collection[str],
+        witnesses: CloseWitnesses | None = None,
     ) -> None:
         self._app = app
         self._runtime = runtime
@@ -70,6 +72,7 @@ class BatchDriver:
         self._new_service = new_service
         self._queue = queue
         self._source_topics = source_topics
+        self._witnesses = witnesses
 
     def service(self) -> ReleaseService:
         """The worker's release service, built at the first call."""
@@ -323,3 +326,18 @@ class BatchDriver:
             outcome = service.tick(tick.reading, stamp=tick.wall)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
+                self._witness_closes(service)
+
+    def _witness_closes(self, service: ReleaseService) -> None:
+        """After a tick's checkpoint is durable: the periods each source has closed become
+        its home partition's witness, written with the partition's next commit
+        (:mod:`streamdp.daemon.close_witness`)."""
+        witnesses = self._witnesses
+        if witnesses is None:
+            return
+        consumer: Any = self._app.consumer  # faust_internals.acknowledged_commits
+        for (topic, partition), closed in service.closes_by_partition().items():
+            text = witness_text(closed)
+            if text and witnesses.to_write.get((topic, partition)) != text:
+                witnesses.to_write[topic, partition] = text
+                consumer.witness_closes(TP(topic, partition))

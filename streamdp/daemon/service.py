@@ -39,6 +39,7 @@ from streamdp.daemon.checkpoint_writer import (
     SourceSlot,
     write_checkpoint,
 )
+from streamdp.daemon.close_witness import check_closes
 from streamdp.daemon.outcome import BatchOutcome, Publication
 from streamdp.daemon.recovery import load_slot
 from streamdp.daemon.resume_check import check_resume
@@ -88,12 +89,17 @@ class ReleaseService:
         reading_at: Callable[[float], float] | None = None,
         allowance: float = 0.0,
         committed_offset: Callable[[str, int], int] | None = None,
+        closes_witnessed: Callable[[str, int], Mapping[str, int]] | None = None,
     ) -> None:
         self.spec = spec
         # the input group's committed offset of (topic, partition), the next offset to read
         # (0: none), as the consumer learned it when the partition was assigned: a source's
         # stored state must have applied every record below it (see _check_resume)
         self.committed_offset = committed_offset
+        # the closes (source -> periods closed) the input group's commit of (topic,
+        # partition) witnesses, as read when the partition was assigned: a source's stored
+        # state must have closed at least as many (see :mod:`streamdp.daemon.close_witness`)
+        self.closes_witnessed = closes_witnessed
         # the public clock's reading at a wall-clock instant: with it, a record is judged at
         # its Kafka timestamp's reading, or at its receipt less ``allowance`` (public-clock
         # seconds from a close instant to the release) when that is later (see process_runs)
@@ -147,23 +153,43 @@ class ReleaseService:
         if self.skipped_offsets is not None:
             engine.known_holes = self.skipped_offsets.covers
         slot = load_slot(self.state, source, engine, home, hot, outcome)
-        self._check_resume(source, slot)
+        self._check_resume(source, slot, stored=hot is not None)
         self.slots[source] = slot
         return slot
 
-    def _check_resume(self, source: str, slot: SourceSlot) -> None:
-        """Refuse a source whose stored state is behind the input group's commits (see
-        :mod:`streamdp.daemon.resume_check`); without ``committed_offset``, nothing to check."""
-        if self.committed_offset is None:
-            return
+    def _check_resume(self, source: str, slot: SourceSlot, *, stored: bool) -> None:
+        """Refuse a source whose state (``stored``: loaded from the table, else new) is
+        behind the input group's commits: their offsets (:mod:`streamdp.daemon.resume_check`)
+        or the closes they witness (:mod:`streamdp.daemon.close_witness`); without the
+        callbacks, nothing to check."""
         topic = self.spec.sources[source].topic
-        check_resume(
-            source,
-            topic,
-            slot.home,
-            committed=self.committed_offset(topic, slot.home),
-            applied=slot.engine.applied_offset(topic, slot.home),
-        )
+        if self.committed_offset is not None:
+            check_resume(
+                source,
+                topic,
+                slot.home,
+                committed=self.committed_offset(topic, slot.home),
+                applied=slot.engine.applied_offset(topic, slot.home),
+            )
+        if self.closes_witnessed is not None:
+            witnessed = self.closes_witnessed(topic, slot.home).get(source)
+            if witnessed is not None:
+                check_closes(
+                    source,
+                    topic,
+                    slot.home,
+                    witnessed=witnessed,
+                    stored=slot.engine.periods_closed() if stored else None,
+                )
+
+    def closes_by_partition(self) -> dict[tuple[str, int], dict[str, int]]:
+        """Per input partition ``(topic, home)``, the periods each source homed there and
+        loaded here has closed (the witness its commits carry)."""
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for name, slot in self.slots.items():
+            topic = self.spec.sources[name].topic
+            out.setdefault((topic, slot.home), {})[name] = slot.engine.periods_closed()
+        return out
 
     def drop(self, partitions: Iterable[int]) -> list[str]:
         """Forget the sources whose home partition was revoked (their state stays in the table

@@ -47,9 +47,9 @@ from streamdp.errors import StateError
 #: missed closes the clock made while no record arrived.
 RESTORE_ADVICE = (
     "restore the state topic only from a copy taken while every worker was stopped, after "
-    "their last commit (an older copy would release published periods again with new noise, "
-    "and is refused only when input was committed after it), or start afresh under a new "
-    "--app-id"
+    "their last commit (an older copy would release published periods again with new noise; "
+    "it is refused when input was committed or periods were closed after it), or start "
+    "afresh under a new --app-id"
 )
 
 #: The longest hot state kept in one record, bytes of its JSON.

@@ -245,6 +245,11 @@ class Engine(RecordIntake, EnginePersistence):
         action from code: no clock bound, no pacing)."""
         return self._count(self.streams[stream].close_through(through, self.now))
 
+    def periods_closed(self) -> int:
+        """How many periods the engine's streams have closed, summed over them (it only grows:
+        the worker's witness of its closes, :mod:`streamdp.daemon.close_witness`)."""
+        return sum(runtime.closed for runtime in self.streams.values())
+
     def due(self, at: float | None = None) -> bool:
         """True when some stream has a period to close at ``at`` (default: the clock's
         reading)."""
