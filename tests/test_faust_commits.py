@@ -21,12 +21,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import faust
 import pytest
 from faust.transport.drivers.aiokafka import Consumer as FaustAIOKafkaConsumer
 from faust.types import TP
 
 from streamdp.faust_internals import honest_commits
+from tests.faust_stand_in import stand_in_consumer
 
 ORDERS = TP("orders", 1)
 FIRST_COMMIT = 1031  # what the broker has: the partition's last commit it took
@@ -38,16 +38,11 @@ class _Producer:
         return None
 
 
-async def _no_callback(*_args: Any) -> None:
-    return None
-
-
-async def _consumer(
+def _one_broker_step(
     broker_step: Callable[[Any, dict[TP, int]], Awaitable[bool]], *, honest: bool
-) -> Any:
-    """A Faust aiokafka consumer (upstream ``_commit_offsets``) whose broker step is
-    ``broker_step(consumer, offsets)``; with ``honest``, under ``honest_commits``; built in
-    the running loop."""
+) -> type:
+    """A Faust aiokafka consumer class (upstream ``_commit_offsets``) whose broker step is
+    ``broker_step(consumer, offsets)``; with ``honest``, under ``honest_commits``."""
 
     class OneBrokerStep(FaustAIOKafkaConsumer):  # type: ignore[misc]
         def assignment(self) -> set[TP]:
@@ -64,19 +59,7 @@ async def _consumer(
         async def on_partitions_assigned(self, assigned: set[TP], generation_id: int = 0) -> None:
             return None
 
-    loop = asyncio.get_running_loop()
-    app = faust.App("honest-commits-test", broker="kafka://127.0.0.1:9", loop=loop)
-    app._producer = _Producer()
-    cls = honest_commits(OneBrokerStep) if honest else OneBrokerStep
-    consumer = cls(
-        app.transport,
-        callback=_no_callback,
-        on_partitions_revoked=_no_callback,
-        on_partitions_assigned=_no_callback,
-        loop=loop,
-    )
-    consumer._committed_offset[ORDERS] = FIRST_COMMIT
-    return consumer
+    return honest_commits(OneBrokerStep) if honest else OneBrokerStep
 
 
 async def _refused(_consumer: Any, _offsets: dict[TP, int]) -> bool:
@@ -105,15 +88,15 @@ def _overtaken_by_a_rebalance(accepted: bool) -> Callable[[Any, dict[TP, int]], 
 def _commit_end(
     broker_step: Callable[[Any, dict[TP, int]], Awaitable[bool]], *, honest: bool
 ) -> tuple[Any, bool]:
-    """The consumer after it committed END through ``broker_step``, and what the commit
-    returned."""
+    """The consumer after it committed END through ``broker_step`` (the record at
+    FIRST_COMMIT before), and what the commit returned."""
 
     async def go() -> tuple[Any, bool]:
-        consumer = await _consumer(broker_step, honest=honest)
-        try:
+        cls = _one_broker_step(broker_step, honest=honest)
+        with stand_in_consumer(cls, "honest-commits-test") as consumer:
+            consumer.app._producer = _Producer()
+            consumer._committed_offset[ORDERS] = FIRST_COMMIT
             return consumer, bool(await consumer._commit_offsets({ORDERS: END}))
-        finally:
-            consumer._thread.thread_loop.close()  # the client thread's loop, never started
 
     return asyncio.run(go())
 
