@@ -342,6 +342,8 @@ def acknowledged_commits(base: type, witnesses: CloseWitnesses | None = None) ->
             self._processed_until.clear()
             for tp in [tp for tp in self._acked if tp not in assigned]:
                 del self._acked[tp]
+            if witnesses is not None:  # (a witness set after the revocation forgot them)
+                witnesses.keep_only({(tp.topic, tp.partition) for tp in assigned})
             await super().on_partitions_assigned(assigned, generation_id)
 
     AcknowledgedCommits.__name__ = f"AcknowledgedCommits{base.__name__}"

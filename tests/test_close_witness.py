@@ -142,3 +142,6 @@ def test_a_commit_writes_this_workers_witness_else_keeps_the_groups() -> None:
     assert witnesses.witnessed("t", 0) == {"s": 4}
     witnesses.forget({("t", 0)})
     assert witnesses.metadata_for("t", 0, "") == PREFIX + '{"s":4}'
+    witnesses.to_write.update({("t", 0): "a", ("t", 1): "b"})
+    witnesses.keep_only({("t", 1)})  # a new assignment
+    assert witnesses.to_write == {("t", 1): "b"}

@@ -42,6 +42,9 @@ from streamdp.errors import BudgetError, ConfigError, InputGapError, StateError
 log = logging.getLogger("streamdp.daemon")
 __all__ = ["BatchDriver"]
 
+#: How often the batch task looks again while a rebalance is under way (seconds).
+REBALANCE_POLL_SECONDS = 0.05
+
 
 class BatchDriver:
     """The worker's steps between Faust and the release service (see the module docstring).
@@ -88,13 +91,14 @@ class BatchDriver:
         async for events in stream.take_events(settings.max_batch, within=settings.batch_seconds):
             runs = runs_of([e.message for e in events])
             try:
-                await self._process_and_commit(runs)
+                processed = await self._process_and_commit(runs)
             except Exception as error:  # an agent would be restarted: the error would repeat
                 self._end_worker(error)
                 raise
             # take_events acknowledges the events after this; the input topics take no
             # per-record acknowledgements (faust_setup), their commits take these offsets
-            self._acknowledge(last_offsets(runs))
+            if processed:
+                self._acknowledge(last_offsets(runs))
 
     def _process(
         self, runs: Sequence[Run], readings: Sequence[float] | None = None
@@ -109,14 +113,20 @@ class BatchDriver:
             self._end_worker(error, even_when_stopping=True)
             raise
 
-    async def _process_and_commit(self, runs: Sequence[Run]) -> None:
-        """The checkpoint protocol on one batch, start to end (the stream input path)."""
+    async def _process_and_commit(self, runs: Sequence[Run]) -> bool:
+        """The checkpoint protocol on one batch, start to end (the stream input path). False,
+        and nothing done, during a rebalance (Faust forgot the committed offsets, so a source
+        loaded now would be checked against none): the batch stays unacknowledged, and the
+        recovery's seek reads it again from the committed offset."""
         runtime = self._runtime
         async with runtime.lock:
+            if getattr(self._app, "rebalancing", False):
+                return False
             await self.settle()
             await self._commit(self._process(runs))
             runtime.batches += 1
             runtime.records += sum(len(run) for run in runs)
+        return True
 
     async def settle(self) -> None:
         """Wait until the batch in flight is durable, published and acknowledged."""
@@ -157,11 +167,19 @@ class BatchDriver:
                 if runtime.in_flight is not None and runtime.in_flight.done():
                     await self.settle()  # surfaces its error, if any
                 continue
+            if getattr(app, "rebalancing", False):
+                # Faust forgot the committed offsets at the revocation (a source loaded now
+                # would be checked against none): the revocation hook drops the revoked
+                # partitions' records, the rest wait for the rebalance to end
+                await asyncio.sleep(REBALANCE_POLL_SECONDS)
+                continue
             try:
                 async with runtime.lock:
                     if runtime.shutting_down:
                         log.info("stopping: last input batch left unacknowledged")
                         return
+                    if getattr(app, "rebalancing", False):
+                        continue  # (see above; looked at again under the lock)
                     # taken under the lock, so a tick never finds records received before its
                     # instant out of the queue and not yet processed (it processes those first)
                     stamped = batches.take_now()
@@ -202,7 +220,10 @@ class BatchDriver:
         async with runtime.lock:
             # the batch in flight is durable before the partitions' next owner reads them
             await self.settle()
-            dropped = self._release(service, {(tp.topic, tp.partition) for tp in revoked})
+            gone = {(tp.topic, tp.partition) for tp in revoked}
+            if self._witnesses is not None:  # (a tick may have set them after Faust's revoke)
+                self._witnesses.forget(gone)
+            dropped = self._release(service, gone)
         if dropped:
             log.info("partitions revoked: released sources %s", ", ".join(sorted(dropped)))
 
@@ -318,6 +339,9 @@ class BatchDriver:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
+            # every loaded source's closes are durable now (loaded from the table, or closed
+            # by a tick whose checkpoint was awaited): a new owner witnesses them at once
+            self._witness_closes(service)
             await self._process_received_before(tick.received)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds

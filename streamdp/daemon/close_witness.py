@@ -11,9 +11,12 @@ last durable checkpoint; the group's commits live in ``__consumer_offsets``, apa
 state changelog a restore replaces. A worker loading a source compares the stored state's
 closes with the witness the group holds and refuses a state that closed fewer.
 
-The witness is never ahead of the durable state: it is written only after the checkpoint of the
-closes it counts is acknowledged (a tick's, awaited before the next step), and it may lag by a
-commit interval (a copy missing only the closes of the last few seconds is not caught). Closes
+The witness is never ahead of the durable state: it counts only closes whose checkpoint is
+acknowledged (a tick's, awaited before the next step; a loaded source's, read from the table),
+and a worker sets it at every tick once its sources are loaded, so after a rebalance or a
+restart the next owner writes it again. It lags by a commit interval: a copy missing only the
+closes of the last second or so before a commit (or before a crash or a rebalance that kept
+them from being committed, until the next owner's first tick) is not caught. Closes
 depend on the public clock alone, so the witness holds nothing derived from records; it is
 still protected state, like every commit. Metadata written by another program (not
 :data:`PREFIX`) is no witness.
@@ -37,14 +40,22 @@ PREFIX = "streamdp-closed:"
 MAX_WITNESS_BYTES = 3_000
 
 
+#: the source sets whose witness was too long, each warned about once
+_TOO_LONG: set[tuple[str, ...]] = set()
+
+
 def witness_text(closed: Mapping[str, int]) -> str:
     """The commit metadata witnessing ``closed`` (source -> periods closed over its streams);
     empty when there is nothing to witness or the text would pass :data:`MAX_WITNESS_BYTES`
-    (then logged: those sources' restores are checked by input offsets alone)."""
+    (then logged once: those sources' restores are checked by input offsets alone)."""
     if not closed:
         return ""
     text = PREFIX + json.dumps(dict(sorted(closed.items())), separators=(",", ":"))
     if len(text.encode()) > MAX_WITNESS_BYTES:
+        sources = tuple(sorted(closed))
+        if sources in _TOO_LONG:
+            return ""
+        _TOO_LONG.add(sources)
         log.warning(
             "the close witness of sources %s would be %d bytes, more than the %d commit "
             "metadata may hold: not written (a restored state of these sources is checked "
@@ -109,14 +120,17 @@ class CloseWitnesses:
         """What a commit of ``topic[partition]`` writes: this worker's latest witness, else the
         group's as read (a commit never erases a witness), else ``default``."""
         key = (topic, partition)
-        if key in self.to_write:
-            return self.to_write[key]
+        # single reads (the consumer's thread reads while the worker's loop writes)
+        written = self.to_write.get(key)
+        if written is not None:
+            return written
         return self.on_broker.get(key, default)
 
     def pending(self, topic: str, partition: int) -> bool:
         """Whether this worker's witness of ``topic[partition]`` is not yet on the broker."""
         key = (topic, partition)
-        return key in self.to_write and self.to_write[key] != self.on_broker.get(key)
+        written = self.to_write.get(key)
+        return written is not None and written != self.on_broker.get(key)
 
     def witnessed(self, topic: str, partition: int) -> dict[str, int]:
         """The closes the group's commit of ``topic[partition]`` witnesses, as last read."""
@@ -127,3 +141,8 @@ class CloseWitnesses:
         writes its own)."""
         for key in partitions:
             self.to_write.pop(key, None)
+
+    def keep_only(self, partitions: set[tuple[str, int]]) -> None:
+        """Drop what this worker would write for any partition but ``partitions`` (its new
+        assignment)."""
+        self.forget(set(self.to_write) - partitions)
