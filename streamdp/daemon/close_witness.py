@@ -20,6 +20,12 @@ them from being committed, until the next owner's first tick) is not caught. Clo
 depend on the public clock alone, so the witness holds nothing derived from records; it is
 still protected state, like every commit. Metadata written by another program (not
 :data:`PREFIX`) is no witness.
+
+Where the group has committed nothing for a partition (a source that never received a record),
+the witness is committed at offset 0. That reads as no commit for the offset check, and the
+consumer's reset to the log start is where a missing commit would have put the reader anyway;
+a commit above 0 is never moved back to it (:func:`streamdp.faust_internals.witness_metadata`
+asks the broker first).
 """
 
 from __future__ import annotations
