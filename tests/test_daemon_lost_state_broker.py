@@ -52,6 +52,18 @@ def _tombstone(bootstrap: str, topic: str, partition: int, key: bytes) -> None:
     asyncio.run(go())
 
 
+def _refused(worker: Worker) -> str:
+    """The log of ``worker``, which must exit 78 (a refused state) within two minutes."""
+    try:
+        status = worker.process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"still running: {worker.log_tail()}") from None
+    worker.stop()
+    log = worker.log_path.read_text(errors="replace")
+    assert status == EXIT_CONFIG, log[-3000:]
+    return log
+
+
 def _published(broker, T: OutputTopics) -> int:  # type: ignore[no-untyped-def]
     """Every record on the release topics (read for 8 s from the beginning)."""
     topics = [T.releases, T.consistent]
@@ -95,14 +107,7 @@ def test_a_worker_refuses_a_source_whose_state_lost_what_the_group_committed(
     _tombstone(
         broker.bootstrap, f"{app_id}-state-changelog", home, json.dumps(source.name).encode()
     )
-    second = worker("w2")
-    try:
-        status = second.process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"still running: {second.log_tail()}") from None
-    second.stop()
-    log = second.log_path.read_text(errors="replace")
-    assert status == EXIT_CONFIG, log[-3000:]
+    log = _refused(worker("w2"))
     assert "restored from an older copy" in log, log[-3000:]
     assert _published(broker, T) == released, "the refused worker published something"
 
@@ -217,14 +222,7 @@ def test_a_worker_refuses_a_state_copy_that_missed_only_closes_made_by_the_clock
     released = _published(broker, T)
 
     assert _restore(broker.bootstrap, changelog, older) > 0
-    second = worker("w2")
-    try:
-        status = second.process.wait(timeout=120)
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"still running: {second.log_tail()}") from None
-    second.stop()
-    log = second.log_path.read_text(errors="replace")
-    assert status == EXIT_CONFIG, log[-3000:]
+    log = _refused(worker("w2"))
     assert "witnesses" in log, log[-3000:]
     assert "restored from an older copy" in log, log[-3000:]
     assert _published(broker, T) == released, "the refused worker published something"

@@ -27,7 +27,7 @@ from faust.exceptions import NotReady, ProducerSendError
 from faust.types import TP
 
 from streamdp.daemon.batch_input import BatchQueue, last_offsets
-from streamdp.daemon.close_witness import CloseWitnesses, witness_text
+from streamdp.daemon.close_witness import CloseWitnesses
 from streamdp.daemon.commit import CheckpointCommit
 from streamdp.daemon.fatal import EndWorker, worker_stopping
 from streamdp.daemon.observation import InputProgress
@@ -339,9 +339,6 @@ class BatchDriver:
             outcome = service.assign(homes)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
-            # every loaded source's closes are durable now (loaded from the table, or closed
-            # by a tick whose checkpoint was awaited): a new owner witnesses them at once
-            self._witness_closes(service)
             await self._process_received_before(tick.received)
             # one paced step (32 periods per stream at most): after downtime the backlog of
             # due periods is worked off over the following ticks, one per --tick seconds
@@ -350,18 +347,11 @@ class BatchDriver:
             outcome = service.tick(tick.reading, stamp=tick.wall)
             if outcome.writes or outcome.publications:
                 await self._commit(outcome)
-                self._witness_closes(service)
-
-    def _witness_closes(self, service: ReleaseService) -> None:
-        """After a tick's checkpoint is durable: the periods each source has closed become
-        its home partition's witness, written with the partition's next commit
-        (:mod:`streamdp.daemon.close_witness`)."""
-        witnesses = self._witnesses
-        if witnesses is None:
-            return
-        consumer: Any = self._app.consumer  # faust_internals.acknowledged_commits
-        for (topic, partition), closed in service.closes_by_partition().items():
-            text = witness_text(closed)
-            if text and witnesses.to_write.get((topic, partition)) != text:
-                witnesses.to_write[topic, partition] = text
-                consumer.witness_closes(TP(topic, partition))
+            # every loaded source's closes are durable now (loaded from the table, or closed
+            # by a tick whose checkpoint was awaited): they become its home partition's
+            # witness, written with the partition's next commit (streamdp.daemon.close_witness;
+            # a new owner writes it at its first tick)
+            if self._witnesses is not None:
+                consumer: Any = self._app.consumer  # faust_internals.acknowledged_commits
+                for topic, partition in self._witnesses.note(service.closes_by_partition()):
+                    consumer.witness_closes(TP(topic, partition))

@@ -142,6 +142,18 @@ class CloseWitnesses:
         """The closes the group's commit of ``topic[partition]`` witnesses, as last read."""
         return witnessed_closes(self.on_broker.get((topic, partition)))
 
+    def note(self, closed: Mapping[tuple[str, int], Mapping[str, int]]) -> list[tuple[str, int]]:
+        """Take ``closed`` (per input partition, the durable closes of each source homed
+        there) as this worker's witnesses; returns the partitions whose witness changed (to be
+        written with their next commit)."""
+        changed = []
+        for key, sources in closed.items():
+            text = witness_text(sources)
+            if text and self.to_write.get(key) != text:
+                self.to_write[key] = text
+                changed.append(key)
+        return changed
+
     def forget(self, partitions: set[tuple[str, int]]) -> None:
         """Drop what this worker would write for ``partitions`` (revoked: their next owner
         writes its own)."""
