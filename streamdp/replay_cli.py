@@ -10,6 +10,7 @@ import time
 from streamdp.engine.periods import format_instant, parse_instant
 from streamdp.engine.privacy_unit import load_unit_key
 from streamdp.engine.replay import replay
+from streamdp.engine.replay_check import check_input
 from streamdp.engine.spec_loading import load_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, NoiseSampler, production_sampler
@@ -24,14 +25,16 @@ def register(parser: argparse.ArgumentParser) -> None:
         required=True,
         metavar="EVENTS",
         help="events, JSON Lines: one JSON object per line (UTF-8; a leading byte-order mark is "
-        "skipped); an empty file, or one whose first line is not a JSON object, is refused "
-        "before anything is spent",
+        "skipped). A name ending in another format (.csv, .toml, .gz, ...) is refused; the "
+        "records are never looked at before the replay (one record must not decide whether "
+        "anything is published): check a file first with --check-input",
     )
     parser.add_argument(
         "--output-dir",
-        required=True,
+        default=None,
         metavar="DIR",
-        help="writes releases.jsonl, consistent.jsonl, dead_letter.jsonl, ledger.jsonl, "
+        help="(required unless --check-input) writes releases.jsonl, consistent.jsonl, "
+        "dead_letter.jsonl, ledger.jsonl, "
         "snapshot.json (the last two and the dead letters are protected like the input)",
     )
     parser.add_argument(
@@ -42,6 +45,13 @@ def register(parser: argparse.ArgumentParser) -> None:
         "lateness is at or before it is released (RFC 3339 with offset, e.g. "
         "2025-01-01T00:00:00Z, or 'now'); the file is one batch and every valid event in it "
         "counts, whatever the other events' times",
+    )
+    parser.add_argument(
+        "--check-input",
+        action="store_true",
+        help="judge every line as the replay would and print the numbers it would count and "
+        "reject, by reason, with a hint when the file looks like another format; spends "
+        "nothing and writes nothing (the numbers come from raw records: protected)",
     )
     parser.add_argument(
         "--show-counts",
@@ -69,8 +79,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--progress",
         action="store_true",
-        help="report progress on stderr even when it is not a terminal (on a terminal: always, "
-        "for inputs over 1 MB)",
+        help="report progress on stderr even when it is not a terminal (on a terminal: always); "
+        "the share of the input read over time reflects the input's size, like --show-counts",
     )
 
 
@@ -93,6 +103,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         sampler = production_sampler()
     as_of = parse_as_of(args.as_of)
+    unit_key = None if args.unit_key_file is None else load_unit_key(args.unit_key_file)
+    if args.check_input:
+        check = check_input(spec, args.input, as_of=as_of, unit_key=unit_key)
+        sys.stdout.write(f"as of {format_instant(as_of)}\n{check.render()}\n")
+        return 0
+    if args.output_dir is None:
+        raise ConfigError(
+            "--output-dir is required: the directory the releases, the ledger and the snapshot "
+            "are written to (or give --check-input to check the input without a replay)"
+        )
     summary = replay(
         spec,
         args.input,
@@ -100,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         as_of=as_of,
         sampler=sampler,
         progress=progress_stream(args.progress),
-        unit_key=None if args.unit_key_file is None else load_unit_key(args.unit_key_file),
+        unit_key=unit_key,
     )
     for name, epochs in summary.many_epochs().items():
         sys.stderr.write(

@@ -107,10 +107,10 @@ SYNTH = ["synth", "--scenario", "hiv", "--periods", "2", "--rate", "1"]
          "--output-dir 'README.md' exists and is not a directory"),
         ([*REPLAY, "--input", "{events}", "--output-dir", "/proc/streamdp-x"],
          "--output-dir '/proc/streamdp-x' cannot be created"),
-        ([*REPLAY, "--input", "{empty}", "--output-dir", "{tmp}/o"],
-         "--input '{empty}' holds no records (it is empty); expected JSON Lines"),
         ([*REPLAY, "--input", "{csv}", "--output-dir", "{tmp}/o"],
-         "--input '{csv}' is not JSON Lines: its first non-blank line is not a JSON object"),
+         "--input '{csv}' is named as comma-separated values (.csv), not JSON Lines"),
+        ([*REPLAY, "--input", "{events}"],
+         "--output-dir is required: the directory the releases, the ledger and the snapshot"),
         ([*SYNTH, "--output", "{tmp}"], "--output '{tmp}' is a directory; give a file name"),
         ([*SYNTH, "--output", "{tmp}/s.jsonl", "--rate", "1e12"],
          "--rate must be a number of events per period from 0 to 10,000,000, got 1e+12"),
@@ -143,7 +143,6 @@ def test_bad_files_and_values_give_one_line_and_status_2(
     files = {
         "latin1": tmp_path / "spec.toml",
         "events": tmp_path / "events.jsonl",
-        "empty": tmp_path / "empty.jsonl",
         "csv": tmp_path / "events.csv",
         "huge": tmp_path / "huge.toml",
     }
@@ -155,7 +154,6 @@ def test_bad_files_and_values_give_one_line_and_status_2(
     )
     files["latin1"].write_bytes(b'# d\xe9j\xe0 vu\n[sources.a]\nkind = "person"\n')
     files["events"].write_text('{"event_id": "a"}\n')
-    files["empty"].write_bytes(b"")
     files["csv"].write_text("event_id,event_time\na,2024-01-02T00:00:00Z\n")
     names = {name: str(path) for name, path in files.items()} | {"tmp": str(tmp_path)}
     before = set(tmp_path.iterdir())

@@ -1,5 +1,6 @@
-"""A replay refuses an input that is not JSON Lines before it spends any budget, and reads a file
-that starts with a UTF-8 byte-order mark like the same file without it (audit item 1)."""
+"""A replay refuses an input named as another format before it spends any budget, never decides
+from a record whether to run, checks a file on request without spending, and reads a file that
+starts with a UTF-8 byte-order mark like the same file without it."""
 
 from __future__ import annotations
 
@@ -33,32 +34,99 @@ def _replay(events: Path, out: Path, as_of: str = "2024-06-01T00:00:00Z") -> int
     )
 
 
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        (b"", "holds no records (it is empty)"),
-        (b"\n  \n\r\n", "holds no records (it is empty)"),
-        (b"\xef\xbb\xbf", "holds no records (it is empty)"),
-        (b"event_id,time,hiv_positive\n1,2024-01-02,true\n", "is not JSON Lines"),
-        (b'[{"event_id": "a"}]\n', "is not JSON Lines"),
-        (b"\xff\xfe{\x00}\x00\n", "is not JSON Lines"),
-        (b'\n\n"just a string"\n{"event_id": "a"}\n', "is not JSON Lines"),
-    ],
-)
-def test_an_input_that_is_not_json_lines_is_refused_before_any_spend(
-    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("name", ["events.csv", "events.TSV", "spec.toml", "events.jsonl.gz"])
+def test_a_file_named_as_another_format_is_refused_before_any_spend(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    events = tmp_path / "events.txt"
-    events.write_bytes(content)
+    """The refusal reads the name (the operator's choice), never a record: valid JSON Lines
+    named .csv is refused all the same."""
+    events = tmp_path / name
+    events.write_text("\n".join(line.text for line in generate("hiv", 2, 5)) + "\n")
     out = tmp_path / "out"
     assert _replay(events, out) == 2
     err = capsys.readouterr().err
-    assert message in err
-    assert str(events) in err
-    assert "one JSON object per line" in err
+    assert f"--input {str(events)!r} is named as" in err
+    assert "not JSON Lines" in err
+    assert "--check-input" in err
     assert len(err.strip().splitlines()) == 2  # the insecure-seed warning, then the error
     assert not (out / "ledger.jsonl").exists()
     assert not (out / "releases.jsonl").exists()
+
+
+VALID = [line.text.encode() for line in generate("hiv", periods=3, rate=20, seed=4)]
+CSV = [b"event_id,time,hiv_positive", b"1,2024-01-02,true"]
+HOSTILE_FIRST_LINES = {
+    "a CSV header": b"event_id,time,hiv_positive",
+    "a JSON array": b'[{"event_id": "a"}]',
+    "a JSON string": b'"just a string"',
+    "nesting past the parser": b"[" * 200_000,
+    "a valid event": VALID[0],
+}
+
+
+@pytest.mark.parametrize("base", ["empty", "csv", "valid"])
+@pytest.mark.parametrize("hostile", sorted(HOSTILE_FIRST_LINES))
+def test_whether_a_replay_publishes_never_depends_on_one_record(
+    base: str, hostile: str, tmp_path: Path
+) -> None:
+    """Audit of 2026-11-28: the first non-blank line decided whether the whole file was refused
+    (exit 2, nothing published) or replayed, so one record put first switched every release on
+    or off. D and D plus one record r put first, same seeded noise: both are replayed and
+    publish the same releases (the same bytes when r is not a valid event, which is
+    dead-lettered; the same keys when it is one)."""
+    lines = {"empty": [], "csv": CSV, "valid": VALID[1:]}[base]
+    as_of = format_instant(release_instant(example_spec("hiv"), 3))
+    outputs = []
+    for name, content in (("d", lines), ("d_plus_r", [HOSTILE_FIRST_LINES[hostile], *lines])):
+        events = tmp_path / f"{name}.jsonl"
+        events.write_bytes(b"".join(line + b"\n" for line in content))
+        assert _replay(events, tmp_path / name, as_of) == 0
+        outputs.append(read_jsonl(tmp_path / name / "releases.jsonl"))
+    without, with_r = outputs
+    assert len(without) == 3  # every due month is released, from noise alone if need be
+    if hostile == "a valid event":
+        assert [r["key"] for r in with_r] == [r["key"] for r in without]
+    else:
+        assert with_r == without
+
+
+def test_check_input_says_what_a_replay_would_count_and_spends_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    as_of = format_instant(release_instant(example_spec("hiv"), 3))
+    csv = tmp_path / "events.txt"
+    csv.write_bytes(b"".join(line + b"\n" for line in CSV))
+    valid = tmp_path / "events.jsonl"
+    valid.write_bytes(b"".join(line + b"\n" for line in VALID))
+    argv = ["replay", "--config", SPEC, "--as-of", as_of, "--check-input"]
+    assert main([*argv, "--input", str(csv)]) == 0
+    shown = capsys.readouterr().out
+    assert "lines read: 2" in shown
+    assert "events a replay would count: 0" in shown
+    assert "looks wrong: its first non-blank line is not a JSON object" in shown
+    assert "no event would count" in shown
+    assert main([*argv, "--input", str(valid)]) == 0
+    shown = capsys.readouterr().out
+    assert "looks wrong" not in shown
+    # the check counts what the replay counts
+    assert (
+        main(
+            [
+                *argv[:-1],
+                "--input",
+                str(valid),
+                "--output-dir",
+                str(tmp_path / "out"),
+                "--show-counts",
+            ]
+        )
+        == 0
+    )
+    replayed = capsys.readouterr().out
+    counted = [line for line in shown.splitlines() if line.startswith("events a replay")]
+    accepted = [line for line in replayed.splitlines() if line.startswith("events accepted")]
+    assert counted[0].split(": ")[1] == accepted[0].split(": ")[1] != "0"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["events.jsonl", "events.txt", "out"]
 
 
 def test_a_byte_order_mark_is_skipped(tmp_path: Path) -> None:
