@@ -200,7 +200,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     from streamdp.daemon.app import create_app
-    from streamdp.daemon.topology import required_topics
+    from streamdp.daemon.topology import input_topics, required_topics
 
     if not 0 < args.stop_deadline <= 600:
         raise ConfigError(
@@ -211,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
         # before the broker (which may be waited for) and again after it, just before Faust
         # binds the port: a taken port is one line and status 78, not Faust's traceback
         check_web_port(settings.web_host, settings.web_port)
-        check_topics(settings, required_topics(runtime.spec, settings))
+        check_topics(settings, required_topics(runtime.spec, settings), input_topics(runtime.spec))
         check_web_port(settings.web_host, settings.web_port)
     except ConfigError as error:
         say(f"fatal configuration problem, exit status {EXIT_CONFIG}: {error}")

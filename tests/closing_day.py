@@ -41,7 +41,9 @@ def admission(
     return InputRecord(SOURCE, 0, offset, SOURCE.encode(), json.dumps(value).encode(), stamp)
 
 
-def release_service(now: list[float], *, by_timestamp: bool) -> ReleaseService:
+def release_service(
+    now: list[float], *, by_timestamp: bool, warn_broker_stamps: bool = False
+) -> ReleaseService:
     """The service on clock ``now[0]``: judging records at receipt, or (``by_timestamp``) as
     the worker does, at their Kafka timestamps with :data:`ALLOWANCE`."""
     service = ReleaseService(
@@ -52,6 +54,7 @@ def release_service(now: list[float], *, by_timestamp: bool) -> ReleaseService:
         topic_partitions={SOURCE: 1},
         reading_at=PublicClock().at if by_timestamp else None,
         allowance=ALLOWANCE if by_timestamp else 0.0,
+        warn_broker_stamps=warn_broker_stamps,
     )
     service.assign([0])
     return service

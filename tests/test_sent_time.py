@@ -237,14 +237,18 @@ def test_every_instant_lies_in_the_bounds_of_its_period() -> None:
                 assert lo <= t < hi, (clock.spec, j, t)
 
 
-def test_an_input_topic_stamped_by_the_broker_is_warned_about_once(
-    caplog: pytest.LogCaptureFixture,
+@pytest.mark.parametrize("protected_logs", [False, True])
+def test_an_input_topic_stamped_by_the_broker_is_warned_about_once_where_logs_are_protected(
+    protected_logs: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A LogAppendTime stamp moves with the records queued at the broker ahead of it: the
-    worker judges it like any stamp but warns once per topic (naming the topic, no count) that
-    the topic should keep CreateTime; CreateTime records are not warned about."""
+    worker judges it like any stamp. Where its logs are protected (--input-volume-metrics) it
+    warns once per topic on arrival (naming the topic, no count); with public logs it does not
+    (the warning's moment would say a record arrived; audit of 2026-11-28), and the start-up
+    check warns from the topic's configuration instead. CreateTime records are never warned
+    about."""
     now = [CLOSE - 30.0]
-    service = release_service(now, by_timestamp=True)
+    service = release_service(now, by_timestamp=True, warn_broker_stamps=protected_logs)
     created = admission("c1", 0, sent=CLOSE - 31.0)
     service.process([created])
     assert "LogAppendTime" not in caplog.text
@@ -253,6 +257,9 @@ def test_an_input_topic_stamped_by_the_broker_is_warned_about_once(
         outcome = service.process([appended])
         assert outcome.accepted == 1  # judged like any stamp
     warnings = [r for r in caplog.records if "LogAppendTime" in r.getMessage()]
+    if not protected_logs:
+        assert warnings == []
+        return
     assert len(warnings) == 1
     assert warnings[0].levelname == "WARNING"
     assert SOURCE in warnings[0].getMessage()

@@ -182,6 +182,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
                 app.consumer, faust.types.TP(topic, partition)
             ),
             closes_witnessed=witnesses.witnessed,
+            warn_broker_stamps=settings.metrics_input_volume,
         )
 
     driver = BatchDriver(

@@ -79,7 +79,10 @@ class BrokerStampWarning:
     """Warns once per input topic whose records carry ``LogAppendTime`` stamps: such a stamp
     is the broker's append, after the records queued in front of it, so near a close instant
     other records can move a record across it. The worker judges it like any other stamp;
-    the warning (public: it names the topic only) tells the operator to keep ``CreateTime``."""
+    the warning tells the operator to keep ``CreateTime``. Its moment says that a record
+    arrived on the topic, so the worker uses it only where its logs are protected
+    (``--input-volume-metrics``); at start it warns from the topic's configuration
+    (:func:`streamdp.daemon.topic_check.broker_stamped_topics`)."""
 
     __slots__ = ("_warned",)
 

@@ -13,11 +13,13 @@ from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.settings import DaemonSettings, env_settings
 from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, start_stop_deadline
 from streamdp.daemon.topic_check import verify_topics_at_start
-from streamdp.daemon.topology import required_topics
+from streamdp.daemon.topology import input_topics, required_topics
 
 settings = DaemonSettings(**env_settings(None)).validate()  # type: ignore[arg-type]
 app, runtime = create_app(settings)
-verify_topics_at_start(app, settings, required_topics(runtime.spec, settings))
+verify_topics_at_start(
+    app, settings, required_topics(runtime.spec, settings), input_topics(runtime.spec)
+)
 tune_garbage_collector()
 
 

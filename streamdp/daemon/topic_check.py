@@ -3,6 +3,11 @@
 Asked of the broker (one metadata request, which creates no topic) before Faust subscribes, so a
 broker that creates topics on demand never creates a missing one with its default partition
 count. While no broker answers, the check waits and says so every 30 s.
+
+Then the input topics' timestamp type: a topic set to ``LogAppendTime`` is warned about here,
+from its configuration, once at start (public: it names the topic only). Warning when the
+first such record arrived, as the worker used to, told anyone reading the logs that a record
+had arrived, and when (audit of 2026-11-28).
 """
 
 from __future__ import annotations
@@ -12,23 +17,33 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.errors import EXIT_CONFIG, ConfigError
 
+#: The topic configuration that says who stamps a record: its producer or the broker.
+TIMESTAMP_TYPE = "message.timestamp.type"
 
-def check_topics(settings: DaemonSettings, required: dict[str, int]) -> None:
+
+def check_topics(
+    settings: DaemonSettings, required: dict[str, int], inputs: Sequence[str] = ()
+) -> None:
     """:func:`verify_topics` before Faust starts (on a loop of its own)."""
     loop = asyncio.new_event_loop()  # leaves the thread's current loop alone for Faust
     try:
-        loop.run_until_complete(verify_topics(settings, required))
+        loop.run_until_complete(verify_topics(settings, required, inputs))
     finally:
         loop.close()
 
 
 async def verify_topics(
-    settings: DaemonSettings, required: dict[str, int], *, retry_seconds: float = 2.0
+    settings: DaemonSettings,
+    required: dict[str, int],
+    inputs: Sequence[str] = (),
+    *,
+    retry_seconds: float = 2.0,
 ) -> None:
     """Raise :class:`ConfigError` unless every topic the worker uses exists, with the configured
     partition count for the co-partitioned ones (inputs, control, state changelog). Asked before
@@ -61,6 +76,54 @@ async def verify_topics(
             f"topics read together must have --partitions {settings.partitions} partitions, "
             f"but {listing}; recreate them or start the worker with the topics' count"
         )
+    for topic in await broker_stamped_topics(settings, inputs):
+        say(
+            f"WARNING: input topic {topic} is configured with message.timestamp.type="
+            "LogAppendTime: a broker's append time moves with the records queued ahead of a "
+            "record, so near a close instant one record can decide whether another counts; set "
+            "message.timestamp.type=CreateTime on it (docs/operating.md, section 2)"
+        )
+
+
+async def broker_stamped_topics(settings: DaemonSettings, topics: Sequence[str]) -> list[str]:
+    """The ``topics`` whose configuration stamps records with the broker's append time, as
+    the broker describes them (one DescribeConfigs request). A broker that cannot describe
+    topic configurations (the embedded one, say) gives none, and says so in one line."""
+    if not topics:
+        return []
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=[b.strip() for b in settings.bootstrap.split(",")],
+        request_timeout_ms=10_000,
+        **_client_security(settings),
+    )
+    wanted = {TIMESTAMP_TYPE: None}
+    try:
+        await asyncio.wait_for(admin.start(), timeout=15.0)
+        responses = await asyncio.wait_for(
+            admin.describe_configs(
+                [ConfigResource(ConfigResourceType.TOPIC, t, wanted) for t in topics]
+            ),
+            timeout=15.0,
+        )
+    except Exception as error:  # advice only: never stops the worker
+        say(
+            f"the broker at {settings.bootstrap} does not describe topic configurations "
+            f"({type(error).__name__}), so the input topics' {TIMESTAMP_TYPE} is not checked; "
+            "keep it CreateTime (docs/operating.md, section 2)"
+        )
+        return []
+    finally:
+        await admin.close()
+    return sorted(
+        name
+        for response in responses
+        for _error, _message, _kind, name, entries in response.resources
+        for entry in entries
+        if entry[0] == TIMESTAMP_TYPE and entry[1] == "LogAppendTime"
+    )
 
 
 async def _wait_for_topics(
@@ -81,14 +144,16 @@ async def _wait_for_topics(
             await asyncio.sleep(retry_seconds)
 
 
-def verify_topics_at_start(app: Any, settings: DaemonSettings, required: dict[str, int]) -> None:
+def verify_topics_at_start(
+    app: Any, settings: DaemonSettings, required: dict[str, int], inputs: Sequence[str] = ()
+) -> None:
     """Run :func:`verify_topics` first thing when ``app`` (a ``faust.App``) starts, for workers
     started by Faust's own CLI; a problem ends the process with status 78 and one line."""
     first_start = app.on_first_start
 
     async def verify_then_start() -> None:
         try:
-            await verify_topics(settings, required)
+            await verify_topics(settings, required, inputs)
         except ConfigError as error:
             say(f"fatal configuration problem, exit status {EXIT_CONFIG}: {error}")
             os._exit(EXIT_CONFIG)

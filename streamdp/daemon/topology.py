@@ -28,6 +28,11 @@ def required_topics(spec: EngineSpec, settings: DaemonSettings) -> dict[str, int
     return topics
 
 
+def input_topics(spec: EngineSpec) -> list[str]:
+    """The topics the worker reads events from, one per source, in the spec's order."""
+    return [source.topic for source in spec.sources.values()]
+
+
 def broker_credentials(settings: DaemonSettings) -> Any:
     """Faust credentials for the configured security protocol (None for PLAINTEXT)."""
     if settings.security_protocol == "PLAINTEXT":

@@ -180,7 +180,7 @@ def replay(
     source = Path(input_path)
     if not source.is_file():
         raise ConfigError(f"--input {str(source)!r} is not a readable file")
-    start = events_start(source)  # refuses a file that is not JSON Lines: nothing spent yet
+    start = events_start(source)  # refuses a file named as another format (never by a record)
     out = Path(output_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
