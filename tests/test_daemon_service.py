@@ -449,6 +449,47 @@ def test_records_of_a_source_on_another_partition_than_its_home_are_refused() ->
     assert again.accepted == 0
 
 
+@pytest.mark.parametrize("committed", [0, 10])
+def test_a_control_record_off_the_home_partition_never_makes_a_second_owner(
+    committed: int,
+) -> None:
+    """Audit of 2026-11-28: a close record keyed by the source but placed by another client's
+    partitioner on a control partition that is not the source's home reached a worker that did
+    not own the home; it started the source there, and both workers released the same periods
+    with independent noise (averaging them halves the variance), or, where that partition had
+    commits, the worker refused its state and crash-looped. The record is dead-lettered as
+    misplaced; the owner alone releases."""
+    spec = example_spec("restaurant")
+    source, n = "restaurant-orders", 4
+    home = home_partition(source, n)
+    other = (home + 1) % n
+    clock = StepClock()
+    clock.value = START + 4 * 86400 + 12 * 3600
+
+    def worker(seed: int) -> ReleaseService:
+        return ReleaseService(
+            spec,
+            sampler=InsecureSeededSampler(seed),
+            state={},
+            topic_partitions={source: n, TOPICS.control: n},
+            clock=clock,
+            # the bystander's partition has commits of its own (or none)
+            committed_offset=lambda _topic, partition: committed if partition == other else 0,
+        )
+
+    owner, bystander = worker(1), worker(2)
+    _apply(owner.state, owner.assign([home]).writes)
+    _apply(bystander.state, bystander.assign([other]).writes)
+    value = {"type": "control", "action": "close", "stream": "restaurant-items"}
+    value["through"] = "2024-01-03T00:00:00Z"
+    misplaced = InputRecord(TOPICS.control, other, 0, source.encode(), json.dumps(value).encode())
+    outcome = bystander.process([misplaced])
+    assert [d.reason for d in outcome.dead_letters] == ["wrong_partition_key"]
+    assert source not in bystander.slots
+    assert bystander.tick().releases == []
+    assert owner.tick().releases != []  # the owner releases the due days, alone
+
+
 def test_an_assigned_home_partition_starts_its_sources_and_the_clock_releases_them() -> None:
     """Periods are released on schedule even when no record ever arrives."""
     spec = example_spec("restaurant")

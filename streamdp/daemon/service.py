@@ -365,6 +365,14 @@ class ReleaseService:
             return
         name = source.name
         topic, partition = record.topic, record.partition
+        home = self._homes.get(name)
+        if home is not None and partition != home:
+            # the control topic is co-partitioned with the inputs: a control record off the
+            # source's home partition (another client's partitioner) must not start the source
+            # here, or a worker that does not own its home would become a second owner,
+            # releasing the same periods with noise of its own (audit of 2026-11-28)
+            self._emit_unrouted(misplaced(record, source), outcome)
+            return
         keyed = record.key == self._source_keys[name] or topic in self._unkeyed_topics
         slot = self.slots.get(name) or self._load(name, partition, outcome, create=keyed)
         if not keyed or slot is None or partition != slot.home:
