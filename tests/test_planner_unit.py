@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 
 from streamdp.cli import main
+from streamdp.engine.privacy_unit import unit_multiplier
 from streamdp.engine.spec_loading import parse_spec
 from streamdp.planner import spec_plan
 from streamdp.planner.accuracy import Plan, plan
 from streamdp.planner.target import epsilon_for_std
-from streamdp.planner.unit_cost import alternative_bounds
+from streamdp.planner.unit_cost import alternative_bounds, render_unit_costs, unit_costs
 from streamdp.planner.zcdp import plan_zcdp
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "streamdp" / "examples" / "hospital_patients.toml"
@@ -134,13 +135,27 @@ def test_the_table_names_the_unit_and_marks_the_chosen_bounds(
     assert out.count("<- chosen") == 2
 
 
-def test_alternative_bounds_stay_within_the_horizon_and_start_at_one_event() -> None:
+def test_alternative_bounds_stay_within_the_horizon_in_increasing_multiplier() -> None:
     pairs = alternative_bounds(2, 6, 8)
-    assert pairs[0] == (1, 1)
     assert (2, 6) in pairs
     assert all(1 <= b <= 8 for _, b in pairs)
     assert (4, 8) in pairs  # 2b capped at the horizon
+    multipliers = [unit_multiplier(a, b) for a, b in pairs]
+    assert multipliers == sorted(multipliers)
     assert alternative_bounds(1, 1, 1) == [(1, 1), (2, 1)]  # b/2 floored at 1, 2b capped
+    # one period per epoch costs what two do: one record under a unit's identifier can move
+    # its records to another period (tests/test_privacy_unit_forgery.py)
+    assert [unit_multiplier(a, b) for a, b in alternative_bounds(1, 1, 1)] == [2, 4]
+
+
+def test_the_cost_table_starts_at_one_event_and_says_so() -> None:
+    rows = unit_costs(lambda m: plan("fda", "total", 8, 1.0, float(m)), 1, 1, 8)
+    assert [(r.per_period, r.periods, r.multiplier, r.chosen) for r in rows[:2]] == [
+        (1, 1, 1, False),
+        (1, 1, 2, True),
+    ]
+    table = render_unit_costs(rows)
+    assert table.splitlines()[2].lstrip().startswith("one event")
 
 
 # --- plan --max-events-per-period A --max-periods-per-epoch B ---------------------------------

@@ -6,10 +6,20 @@ at most ``max_events_per_period`` records in any one period and records in at mo
 ``max_periods_per_epoch`` periods of an epoch (:class:`PrivacyUnit`). A record beyond a bound
 is dropped, in arrival order: whether it counts depends on that record and on the unit's own
 earlier records only, never on another unit's. A unit then adds at most
-``M = max_events_per_period x max_periods_per_epoch`` records to an epoch, so the stream's noise
-is calibrated on ``M`` times the event-level sensitivity (:attr:`PrivacyUnit.multiplier`; L1
-and L2 alike, by the triangle inequality over the unit's records), and the guarantee holds per
+``a x b = max_events_per_period x max_periods_per_epoch`` records to an epoch. The stream's
+noise is calibrated on ``M`` times the event-level sensitivity (:func:`unit_multiplier`; L1 and
+L2 alike, by the triangle inequality over the records that change), and the guarantee holds per
 unit per epoch; over the stream's life a unit's losses compose across epochs.
+
+``M = a x max(b, 2)``, not ``a x b``: one record carrying a unit's identifier (forged, or the
+unit's own) can also change which of that unit's other records count. Put first in a period the
+unit had not used, it takes one of the unit's ``b`` periods, so a period the unit used later is
+dropped whole (up to ``a`` records out) while the new period's records count (up to ``a`` in):
+``2a`` records move (audit of 2026-11-28: with ``b = 1``, ``a + 1`` records moved against a
+calibration on ``a``). In a period the unit already used it displaces at most one record (2
+move). No other unit's decision changes. So one record moves at most ``2a`` records and one
+unit's presence at most ``a b``: ``max(a b, 2a)`` covers both, and only ``b = 1`` pays for it (it
+costs what ``b = 2`` does).
 
 Identifiers are kept only as keyed hashes (:func:`unit_digest`: HMAC-SHA-256 under a secret
 key from the worker's configuration, truncated to 16 bytes), in protected state, and every
@@ -54,9 +64,15 @@ class PrivacyUnit:
 
     @property
     def multiplier(self) -> int:
-        """``M``: the most records one unit adds to one epoch; the event-level sensitivity
-        times ``M`` is the unit-level one."""
-        return self.max_events_per_period * self.max_periods_per_epoch
+        """``M`` (:func:`unit_multiplier`): the event-level sensitivity times ``M`` is the
+        stream's."""
+        return unit_multiplier(self.max_events_per_period, self.max_periods_per_epoch)
+
+
+def unit_multiplier(per_period: int, periods: int) -> int:
+    """``M = a x max(b, 2)``: the most records that one unit's presence (``a b``), or one record
+    carrying its identifier (``2a``), changes the fate of within an epoch (module docstring)."""
+    return per_period * max(periods, 2)
 
 
 def unit_digest(key: bytes, unit_id: str) -> bytes:

@@ -4,8 +4,8 @@ One configuration from flags, or every stream of a spec (``--config``, planned b
 :mod:`streamdp.planner.spec_plan`); ``--target-std`` turns the question round and answers with
 the epsilon needed for a standard deviation.
 ``--max-events-per-period A --max-periods-per-epoch B`` (a spec's ``privacy_unit``) plans per
-privacy unit: the noise calibrated on ``M = A x B`` times one event's sensitivity, with a table
-of what other bounds would cost (:mod:`streamdp.planner.unit_cost`).
+privacy unit: the noise calibrated on ``M = A x max(B, 2)`` times one event's sensitivity, with
+a table of what other bounds would cost (:mod:`streamdp.planner.unit_cost`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 
 from streamdp.continual.strategy import ALL_MECHANISMS, objectives_for
+from streamdp.engine.privacy_unit import unit_multiplier
 from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import Plan, compare, plan
 from streamdp.planner.flags import CONFIGURATION_FLAGS, register
@@ -73,8 +74,9 @@ def _unit_bounds(args: argparse.Namespace) -> tuple[int, int] | None:
 
 
 def _unit_multiplier(bounds: tuple[int, int] | None) -> int:
-    """``M = A x B``, the most records one unit contributes to an epoch (1 per event)."""
-    return 1 if bounds is None else bounds[0] * bounds[1]
+    """``M = A x max(B, 2)`` (:func:`~streamdp.engine.privacy_unit.unit_multiplier`; 1 per
+    event)."""
+    return 1 if bounds is None else unit_multiplier(*bounds)
 
 
 def _unit_text(bounds: tuple[int, int] | None, event_sensitivity: float, *, l2: bool) -> str:

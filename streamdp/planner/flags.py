@@ -113,7 +113,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         help=(
             "plan per privacy unit (a patient, a device) instead of per event: at most A records "
             "of one unit count in a period (with --max-periods-per-epoch; the noise is then "
-            "calibrated on M = A x B times --sensitivity, and a table shows what other bounds "
+            "calibrated on M = A x max(B, 2) times --sensitivity, and a table shows what other "
+            "bounds "
             "would cost)"
         ),
     )

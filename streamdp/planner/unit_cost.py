@@ -1,13 +1,15 @@
 """What a privacy unit's bounds cost in accuracy (issue 28).
 
 A stream protecting a unit (a patient) counts at most ``a`` records of it per period in at most
-``b`` periods of an epoch, and calibrates its noise on ``M = a b`` times one event's
-sensitivity. Tight bounds drop the records of heavy units; loose ones add noise for every
-count. :func:`unit_costs` plans the stream at alternative bounds around the chosen ones, through
-the planner's own computation (``plan_at(M)``: the plan at multiplier ``M``), so an operator
-sees the trade before choosing. :func:`describe_unit` says in words what the plan protects and
-what its noise is calibrated on (``plan --max-events-per-period A --max-periods-per-epoch B``,
-or a spec's ``privacy_unit``).
+``b`` periods of an epoch, and calibrates its noise on ``M = a max(b, 2)`` times one event's
+sensitivity (:func:`streamdp.engine.privacy_unit.unit_multiplier`: one record carrying a
+unit's identifier can move ``2a`` of its records). Tight bounds drop the records of heavy
+units; loose ones add noise for every count. :func:`unit_costs` plans the stream at
+alternative bounds around the chosen ones, through the planner's own computation
+(``plan_at(M)``: the plan at multiplier ``M``), so an operator sees the trade before
+choosing. :func:`describe_unit` says in words what the plan protects and what its noise is
+calibrated on (``plan --max-events-per-period A --max-periods-per-epoch B``, or a spec's
+``privacy_unit``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from streamdp.engine.privacy_unit import unit_multiplier
 from streamdp.planner.accuracy import Plan
 
 
@@ -48,32 +51,36 @@ class UnitCost:
 
 
 def alternative_bounds(per_period: int, periods: int, horizon: int) -> list[tuple[int, int]]:
-    """The bounds to compare: one event (1, 1), then per period in {1, a, 2a} times periods
-    in {b/2, b, 2b} (at least 1, at most the horizon), in increasing multiplier."""
-    pairs = {(1, 1)}
+    """The unit bounds to compare: per period in {1, a, 2a} times periods in {b/2, b, 2b} (at
+    least 1, at most the horizon), in increasing multiplier."""
+    pairs = set()
     for a in {1, per_period, 2 * per_period}:
         for b in {max(1, periods // 2), periods, min(horizon, 2 * periods)}:
             pairs.add((a, b))
-    return sorted(pairs, key=lambda p: (p[0] * p[1], p))
+    return sorted(pairs, key=lambda p: (unit_multiplier(*p), p))
 
 
 def unit_costs(
     plan_at: Callable[[int], Plan], per_period: int, periods: int, horizon: int
 ) -> list[UnitCost]:
-    """The plan at every :func:`alternative_bounds`, computed by ``plan_at(M)``."""
+    """The plan for one event (the first row: ``M = 1``, shown as bounds 1 x 1), then at every
+    :func:`alternative_bounds`, each computed by ``plan_at(M)``."""
     rows = []
-    for a, b in alternative_bounds(per_period, periods, horizon):
-        result = plan_at(a * b)
+    bounds = [(1, 1, 1)] + [
+        (a, b, unit_multiplier(a, b)) for a, b in alternative_bounds(per_period, periods, horizon)
+    ]
+    for index, (a, b, multiplier) in enumerate(bounds):
+        result = plan_at(multiplier)
         last = [r.error95 for r in result.releases if r.t == result.horizon]
         rows.append(
             UnitCost(
                 a,
                 b,
-                a * b,
+                multiplier,
                 result.sensitivity,
                 math.sqrt(result.mean_variance),
                 math.sqrt(result.max_variance),
-                (a, b) == (per_period, periods),
+                index > 0 and (a, b) == (per_period, periods),
                 last[0] if last else math.nan,
             )
         )
@@ -94,14 +101,16 @@ def render_unit_costs(rows: list[UnitCost], field: str | None = None) -> str:
     ]
     for r in rows:
         mark = "  <- chosen" if r.chosen else ""
+        bounds = "one event" if r is event else f"{r.per_period:>10} {r.periods:>8}"
         lines.append(
-            f"{r.per_period:>10} {r.periods:>8} {r.multiplier:>5} {r.sensitivity:>7.4g} "
+            f"{bounds:>19} {r.multiplier:>5} {r.sensitivity:>7.4g} "
             f"{r.mean_std:>9.4g} {r.max_std:>9.4g} {r.error95:>9.4g} "
             f"{r.mean_std / event.mean_std:>8.3g}{mark}"
         )
     lines += [
-        "M = per period x periods: the most records one unit adds to an epoch. The noise is",
-        "calibrated on M x one event's sensitivity, so every standard deviation grows with M;",
+        "M = per period x max(periods, 2): the most records one unit adds to an epoch, or one",
+        "record under its identifier moves (2 x per period). The noise is calibrated on M x one",
+        "event's sensitivity, so every standard deviation grows with M;",
         "records beyond the bounds are not counted at all (tight bounds undercount heavy units).",
         "x event: mean std over one event's (M = 1); 95% at N: the running total's 95% error",
         "bound at the horizon",
@@ -124,7 +133,7 @@ def describe_unit(
     """Three lines saying what a plan at bounds ``(per_period, periods)`` protects and what its
     noise is calibrated on: ``M`` times one event's sensitivity (``l2``: its L2 bound, under
     zCDP, whose square is ``M^2`` times the event's)."""
-    multiplier = per_period * periods
+    multiplier = unit_multiplier(per_period, periods)
     who = f"one {field}" if field else "one privacy unit (a patient, a device)"
     if l2:
         calibrated = (
@@ -141,7 +150,13 @@ def describe_unit(
         f"protects {who} per epoch, not one event: at most {_count(per_period, 'record')} in "
         f"each of at most {_count(periods, 'period')},"
     )
-    records = f"M = {per_period} x {periods} = {_count(multiplier, 'record')} per unit per epoch"
+    records = (
+        f"M = {per_period} x {periods} = {_count(multiplier, 'record')} per unit per epoch"
+        if periods >= 2
+        else f"M = {per_period} x 2 = {_count(multiplier, 'record')} (one period per epoch: a "
+        "record under a unit's identifier can move its records to another period, as many "
+        "as 2 periods' worth)"
+    )
     return "\n".join(
         (who_and_bounds, f"{records}; {calibrated}", "(every error shown is the unit-level plan's)")
     )
@@ -157,6 +172,6 @@ def unit_summary(
         **data,
         "max_events_per_period": per_period,
         "max_periods_per_epoch": periods,
-        "multiplier": per_period * periods,
+        "multiplier": unit_multiplier(per_period, periods),
         "event_sensitivity": event_sensitivity,
     }

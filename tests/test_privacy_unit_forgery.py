@@ -1,0 +1,121 @@
+"""One record carrying a unit's identifier (forged, or the unit's own) moves at most
+``M = a x max(b, 2)`` records, the multiplier the noise is calibrated on.
+
+Audit of 2026-11-28: admission is first come, first counted per unit, so a record put first in a
+period the unit had not used takes one of its ``b`` periods, and a period the unit used later is
+dropped whole. With ``b = 1`` that moved ``a + 1`` records (and up to ``2a``) against a
+calibration on ``a b = a``. Here every arrival order of a unit's records over a short epoch, with
+one more record inserted at every place, is run through the real bookkeeping; then the same
+forgery runs end to end on both paths with the same seeded noise.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from streamdp.engine import EngineSpec, parse_spec
+from streamdp.engine.privacy_unit import PrivacyUnit, UnitBookkeeping, unit_multiplier
+from tests.test_privacy_unit_streams import (
+    SOURCE_PURE,
+    START,
+    STREAMS,
+    _assert_within_unit_sensitivity,
+    _background,
+    _event,
+    _moves,
+    _via_daemon,
+    _via_replay,
+)
+
+DIGEST = b"u" * 16
+HORIZON = 4
+
+
+def _counted(unit: PrivacyUnit, periods: list[int]) -> list[bool]:
+    """Which of one unit's records, arriving with these periods in this order, count."""
+    book = UnitBookkeeping(unit, HORIZON, "check")
+    return [book.admit(DIGEST, period) for period in periods]
+
+
+def _moved(unit: PrivacyUnit, periods: list[int], at: int, period: int) -> int:
+    """Records whose fate changes when one more record of ``period`` arrives at ``at``."""
+    without = _counted(unit, periods)
+    with_r = _counted(unit, [*periods[:at], period, *periods[at:]])
+    others = with_r[:at] + with_r[at + 1 :]
+    return int(with_r[at]) + sum(a != b for a, b in zip(without, others, strict=True))
+
+
+@pytest.mark.parametrize(("a", "b"), list(itertools.product((1, 2, 3), (1, 2, 3))))
+def test_one_more_record_moves_at_most_the_multiplier_and_b_1_reaches_2a(a: int, b: int) -> None:
+    unit = PrivacyUnit("patient_id", a, b)
+    assert unit.multiplier == unit_multiplier(a, b) == a * max(b, 2)
+    worst = 0
+    for length in range(6):
+        for periods in itertools.product(range(HORIZON), repeat=length):
+            for at in range(length + 1):
+                for period in range(HORIZON):
+                    worst = max(worst, _moved(unit, list(periods), at, period))
+    assert worst <= unit.multiplier
+    if b == 1:
+        # the calibration before the audit (a x b = a) is exceeded: the check has power
+        assert worst == 2 * a > a * b
+    # and the unit's presence: all of its records count at most a x b
+    for periods in itertools.product(range(HORIZON), repeat=5):
+        assert sum(_counted(unit, list(periods))) <= a * b <= unit.multiplier
+
+
+def _forgery_spec(a: int, b: int, mechanism: str = "fda") -> EngineSpec:
+    text = SOURCE_PURE + STREAMS.format(
+        budget="epsilon = 0.5",
+        mechanism=mechanism,
+        unit_hiv=(
+            'privacy_unit = { field = "patient_id", '
+            f"max_events_per_period = {a}, max_periods_per_epoch = {b} }}"
+        ),
+        unit_census=(
+            'privacy_unit = { field = "patient_id", max_events_per_period = 1, '
+            "max_periods_per_epoch = 4 }"
+        ),
+        weights="",
+    )
+    return parse_spec(text)
+
+
+def _victim_and_forgery(a: int) -> tuple[list[tuple[float, str]], tuple[float, str]]:
+    """The victim's ``a`` admissions on day 3 (HIV+), and one forged record under the victim's
+    identifier on day 1, arriving first."""
+    day = 86400.0
+    victim = []
+    for i in range(a):
+        ts = START + 3 * day + 600.0 * (i + 1)
+        victim.append((ts + 60.0, json.dumps(_event(3000 + i, ts, "victim", True))))
+    forged_at = START + 1 * day + 600.0
+    return victim, (forged_at + 60.0, json.dumps(_event(4000, forged_at, "victim", True)))
+
+
+@pytest.mark.parametrize("path", ["replay", "daemon"])
+@pytest.mark.parametrize("a", [1, 2])
+def test_a_forged_record_under_a_victims_identifier_stays_within_the_sensitivity(
+    path: str, a: int, tmp_path: Path
+) -> None:
+    """b = 1: the forged day-1 record takes the victim's one period of the epoch, so the
+    victim's a day-3 admissions stop counting and the forged one counts: a + 1 records move
+    in the hiv stream, within its calibration M x Delta = 2a (it was a before the audit)."""
+    spec = _forgery_spec(a, 1)
+    assert spec.streams["hiv"].noise_sensitivity == 2 * a
+    victim, forged = _victim_and_forgery(a)
+    base_records = sorted(_background() + victim, key=lambda r: r[0])
+    with_forged = sorted([*base_records, forged], key=lambda r: r[0])
+    if path == "replay":
+        base = _via_replay(spec, base_records, tmp_path / "d")
+        other = _via_replay(spec, with_forged, tmp_path / "d1")
+    else:
+        base = _via_daemon(spec, base_records)
+        other = _via_daemon(spec, with_forged, restart_after=5)
+    counts, _ = _moves(base, other)
+    assert counts[("hiv", 0)] == a + 1 > a  # the power: beyond the old calibration
+    _assert_within_unit_sensitivity(spec, base, other)
