@@ -120,3 +120,13 @@ def test_bad_bounds_and_short_keys_are_refused(tmp_path: Path) -> None:
     good = tmp_path / "good.key"
     good.write_bytes(b"0123456789abcdef0123\n")
     assert load_unit_key(str(good)) == b"0123456789abcdef0123"
+
+
+def test_canonically_equivalent_spellings_of_an_identifier_are_one_unit() -> None:
+    """Audit of 2026-11-28: "é" as one code point and as "e" plus a combining accent were two
+    units, so one person written both ways had twice the bound."""
+    key = b"k" * 32
+    composed, decomposed = "jos\u00e9", "jose\u0301"
+    assert composed != decomposed
+    assert unit_digest(key, composed) == unit_digest(key, decomposed)
+    assert unit_digest(key, composed) != unit_digest(key, "jose")

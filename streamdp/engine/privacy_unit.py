@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,11 @@ def unit_multiplier(per_period: int, periods: int) -> int:
 
 
 def unit_digest(key: bytes, unit_id: str) -> bytes:
-    """The keyed hash a unit is known by in state: HMAC-SHA-256(key, id), first 16 bytes."""
+    """The keyed hash a unit is known by in state: HMAC-SHA-256(key, id), first 16 bytes, of the
+    identifier in Unicode normal form C, so that canonically equivalent spellings of one
+    identifier ("é" as one code point, or "e" and a combining accent) are one unit (merging
+    spellings only tightens a bound; an integer id and its decimal text are one unit too)."""
+    unit_id = unicodedata.normalize("NFC", unit_id)
     if len(key) < MIN_KEY_BYTES:
         raise ConfigError(
             f"the privacy-unit key must hold at least {MIN_KEY_BYTES} bytes of secret, got "
