@@ -10,9 +10,10 @@ Privacy. Every value exported here is a function of the configuration, the clock
 published noisy outputs — except the *input-volume* metrics
 (:data:`streamdp.metrics_catalogue.INPUT_VOLUME_METRICS`): records read, records rejected and
 consumer lag reveal how many records arrived on the input topics, exactly like the topics'
-offsets do. They are registered only when ``input_volume=True``; operators whose Prometheus
-sits outside the trust zone of the input topics must turn them off (see
-``docs/operating.md``). No raw count is ever exported.
+offsets do, and two timings grow with them (period-close latency, consistency duration).
+They are registered only when ``input_volume=True``; operators whose Prometheus sits outside
+the trust zone of the input topics must turn them off (see ``docs/operating.md``). No raw count
+is ever exported.
 
 The module depends on ``prometheus_client`` only (no Faust), so the engine, the file replayer and
 the tests can all use it.
@@ -266,9 +267,10 @@ class StreamdpMetrics:
         """Record one finished consistency run (one published revision)."""
         self._counters["streamdp_consistency_runs_total"].labels(stream).inc()
         self._gauges["streamdp_consistency_residual"].labels(stream).set(residual)
-        self._histograms["streamdp_consistency_duration_seconds"].labels(stream).observe(
-            duration_seconds
-        )
+        if self.input_volume:  # its wall time holds GC pauses that grow with the records held
+            self._histograms["streamdp_consistency_duration_seconds"].labels(stream).observe(
+                duration_seconds
+            )
         consistent = self._gauges["streamdp_consistent_cumulative"]
         for counter, value in consistent_running_totals.items():
             consistent.labels(stream, counter).set(value)

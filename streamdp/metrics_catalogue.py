@@ -248,13 +248,16 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "Largest absolute constraint violation |C y - b| of the latest consistent revision "
         "(counts; the projection is exact, so only floating-point rounding, far below 1e-3).",
     ),
+    # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(
         "streamdp_consistency_duration_seconds",
         "histogram",
         ("stream",),
-        "Wall time of consistency runs.",
+        "Wall time of consistency runs. The solve reads noisy values only, but its wall time "
+        "also holds the garbage collector's pauses, which grow with the records the worker "
+        "holds: an input-volume metric.",
+        input_volume=True,
     ),
-    # --- input volume: reveals record counts like topic offsets do (optional) -------------------
     MetricSpec(
         "streamdp_period_close_latency_seconds",
         "histogram",

@@ -67,8 +67,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--input-volume-metrics",
         action="store_true",
-        help="export records read, rejected by reason, dropped by a privacy unit's bounds and "
-        "consumer lag on /metrics (and batches_processed on /status), and show input offsets "
+        help="export records read, rejected by reason, dropped by a privacy unit's bounds, "
+        "consumer lag, the period-close latency and the consistency runs' duration on /metrics "
+        "(and batches_processed on /status), and show input offsets "
         "in stall and gap log lines and the SIGUSR1 dump, and the state changelog's offsets "
         "in Faust's recovery lines: they reveal input volume, so "
         "/metrics, /status and the logs become PROTECTED surfaces (default off; or "

@@ -104,8 +104,8 @@ class DaemonSettings:
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
     # input-volume metrics (records read, rejected by reason, dropped by a privacy unit's
-    # bounds, consumer lag) reveal how many records arrived: off by default so that /metrics
-    # carries nothing derived from raw data
+    # bounds, consumer lag, and two timings that grow with them) reveal how many records
+    # arrived: off by default so that /metrics carries nothing derived from raw data
     metrics_input_volume: bool = False
     log_level: str = "info"
     # the file holding the secret key privacy-unit identifiers are hashed under (needed when
