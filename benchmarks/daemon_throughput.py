@@ -75,6 +75,7 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 from results_dir import COMMITTED, add_write_flag, output_dir
+from run_conditions import conditions_at_start, conditions_text, finish
 
 from streamdp.broker import EmbeddedBroker, KafkaBroker, free_loopback_port
 from streamdp.daemon.routing import InputRecord
@@ -682,6 +683,7 @@ def main() -> int:
             raw["service_eps"],
             raw["engine_eps"],
             raw.get("engine_python_eps"),
+            raw.get("conditions"),
         )
         out = output_dir(args.write)
         (out / f"{stem}.md").write_text(report)
@@ -691,6 +693,7 @@ def main() -> int:
         print(f"wrote {out / f'{stem}.png'}")
         return 0
 
+    conditions = conditions_at_start()
     lines = list(generate("restaurant", args.periods, args.rate, seed=1, spec=parse_spec(SPEC)))
     values = [line.text.encode() for line in lines]
     baseline_name, measure_bare = bare_consumer()
@@ -742,7 +745,9 @@ def main() -> int:
         f"engine on its Python path {engine_python_eps:,.0f}/s"
     )
     out = output_dir(args.write)
+    conditions = finish(conditions)
     raw = {
+        "conditions": conditions,
         "events": len(values),
         "baseline": baseline_name,
         "service_eps": service_eps,
@@ -758,7 +763,14 @@ def main() -> int:
     }
     (out / f"{stem}.json").write_text(json.dumps(raw, indent=1))
     report = summarise(
-        results, len(values), baseline_name, args, service_eps, engine_eps, engine_python_eps
+        results,
+        len(values),
+        baseline_name,
+        args,
+        service_eps,
+        engine_eps,
+        engine_python_eps,
+        conditions,
     )
     print(report)
     (out / f"{stem}.md").write_text(report)
@@ -781,6 +793,7 @@ def summarise(
     service_eps: float,
     engine_eps: float,
     engine_python_eps: float | None = None,
+    conditions: dict[str, Any] | None = None,
 ) -> str:
     command = "`./run bench daemon_throughput --write"
     engine = getattr(args, "engine", "tansu")
@@ -802,8 +815,7 @@ def summarise(
         "starts and just after it caught up (the ratio uses their mean); the stricter baseline "
         "decodes with orjson, as the worker's fast path does (measured once, after). "
         f"Median of {args.runs} runs per configuration, each on a fresh "
-        "broker. Shared 2-core machine (other engineers' jobs running): compare ratios, not "
-        "absolute numbers."
+        f"broker. {conditions_text(conditions)}: compare ratios, not absolute numbers."
     )
     columns = (
         "| configuration | bare consumer events/s | daemon events/s | daemon / bare "

@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from daemon_throughput import (
     SPEC,
@@ -57,6 +58,7 @@ from daemon_throughput import (
     stop_worker,
 )
 from results_dir import COMMITTED, add_write_flag, output_dir
+from run_conditions import conditions_at_start, conditions_text, finish
 
 from streamdp.broker import KafkaBroker, free_loopback_port
 from streamdp.daemon.routing import home_partition
@@ -254,7 +256,12 @@ def run_once(
     return windows
 
 
-def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[Discarded]) -> str:
+def report(
+    runs: list[list[Window]],
+    args: argparse.Namespace,
+    discarded: list[Discarded],
+    conditions: dict[str, Any] | None = None,
+) -> str:
     command = "`./run bench scale_out --write"
     if (args.runs, args.sources, args.partitions, args.periods, args.rate) != (3, 8, 4, 100, 2000):
         command += (
@@ -273,10 +280,10 @@ def report(runs: list[list[Window]], args: argparse.Namespace, discarded: list[D
             f"{args.periods} days x ~{args.rate:g} "
             "orders pre-produced to every source; one `streamdp worker`, then two in one consumer "
             "group, read all of it from the beginning (frozen public clock, insecure seeded "
-            f"sampler). Median of {args.runs} runs, each on a fresh broker. Shared 2-core machine "
-            "(the broker and other engineers' jobs run on the same cores), so the total rate of "
-            "two workers is bounded by the cores left to them; events per worker CPU-second "
-            "says whether the work splits without overhead."
+            f"sampler). Median of {args.runs} runs, each on a fresh broker. "
+            f"{conditions_text(conditions)}. The broker runs on the same cores, so the total "
+            "rate of two workers is bounded by the cores left to them; events per worker "
+            "CPU-second says whether the work splits without overhead."
         ),
         "",
         (
@@ -374,14 +381,16 @@ def main() -> int:
         stored = [[Window(**w) for w in run] for run in raw["runs"]]
         gone = [Discarded(**d) for d in raw.get("discarded", [])]
         target = output_dir(args.write) / "scale_out.md"
-        target.write_text(report(stored, args, gone))
-        print(report(stored, args, gone))
+        text = report(stored, args, gone, raw.get("conditions"))
+        target.write_text(text)
+        print(text)
         print(f"wrote {target}")
         return 0
     if args.partitions < 4 or args.sources < args.partitions:
         parser.error("scale-out needs --partitions >= 4 and at least one source per partition")
     runs = []
     discarded: list[Discarded] = []
+    conditions = conditions_at_start()
     with tempfile.TemporaryDirectory(prefix="streamdp-scale-") as tmp:
         for number in range(args.runs):
             windows = run_once(args, Path(tmp), number + 1, discarded)
@@ -393,11 +402,13 @@ def main() -> int:
                     f"{[round(s, 2) for s in w.shares]}",
                     flush=True,
                 )
-    text = report(runs, args, discarded)
+    conditions = finish(conditions)
+    text = report(runs, args, discarded, conditions)
     print(text)
     out = output_dir(args.write)
     (out / "scale_out.md").write_text(text)
     raw = {
+        "conditions": conditions,
         "args": vars(args),
         "runs": [[vars(w) for w in run] for run in runs],
         "discarded": [vars(d) for d in discarded],
