@@ -6,10 +6,10 @@ one line per assigned input partition as the stall watchdog sees it (the next of
 effects are durable, the committed offset, the end and fetch position the client knows, the
 leader and whether it is connected) and whether the watchdog's clocks run now.
 
-mode's worker, which Faust's is, answers SIGUSR1 with a dump of every task's frames *with their
-local variables* (record bytes and raw counts among them, printed past the log-safety filter of
-``streamdp.daemon.log_safety``) and SIGUSR2 by starting ``pdb`` in the event loop, which freezes
-a daemon; :func:`install_dump_signals` replaces both.
+The worker of the ``mode`` library, which Faust's worker is, answers SIGUSR1 with a dump of
+every task's frames *with their local variables* (record bytes and raw counts among them,
+printed past the log-safety filter of ``streamdp.daemon.log_safety``) and SIGUSR2 by starting
+``pdb`` in the event loop, which freezes a daemon; :func:`install_dump_signals` replaces both.
 """
 
 from __future__ import annotations

@@ -87,7 +87,8 @@ def render_table(result: Plan) -> str:
     ]
     lines.append("")
     how = (
-        "the normal quantile of the exact variance (discrete Gaussian noise)"
+        "the exact discrete Gaussian noise law (normal quantile when more than 64 noise terms "
+        "are combined; the BLT's rounding bias added)"
         if result.privacy.get("definition") == "zcdp"
         else "the exact noise distribution (normal quantile when more than 64 nodes are combined)"
     )
