@@ -279,7 +279,7 @@ def test_static_copy_equals_what_is_served(
         "feed", "--from", str(replay_dir), "--output-dir", str(tmp_path / "site"), cwd=tmp_path
     )
     for name in ("feed.json", "releases.csv", "consistent.csv"):
-        assert (tmp_path / "site" / name).read_text() == served.get(name), name
+        assert (tmp_path / "site" / name).read_bytes().decode() == served.get(name), name
     page = (tmp_path / "site" / "index.html").read_text()
     assert SECRET not in page
     embedded = re.search(r'id="feed-data">(.*?)</script>', page, re.DOTALL)

@@ -1,9 +1,11 @@
 """The feed's published view: parsed public records in, page data and CSV out (pure).
 
-The view keeps, per stream, counter, epoch and period, the latest release (a re-publication after
-a restart carries the same values), and per stream, epoch and period the consistent record of the
-highest revision seen (a compacted topic keeps the same). Records are parsed by
-:mod:`streamdp.feed.records`, which drops anything that is not a well-formed public record.
+The view keeps, per stream, counter, epoch and period, the first release read (a re-publication
+after a restart carries the same values; one that differs is not the worker's and is counted as
+ignored, as docs/consuming.md advises every consumer), and per stream, epoch and period the
+consistent record of the highest revision seen (a compacted topic keeps the same). Records are
+parsed by :mod:`streamdp.feed.records`, which drops anything that is not a well-formed public
+record.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from streamdp.feed.records import (
 from streamdp.feed.tables import CONSISTENT_COLUMNS, RELEASE_COLUMNS, to_csv
 
 V = TypeVar("V")
+
+#: Why a release whose key was already read, with other values, is ignored.
+CONFLICTING_REPUBLICATION = "a release of a key already read, with other values (the first kept)"
 
 #: the CSV downloads' columns and writer live in :mod:`streamdp.feed.tables`
 __all__ = ["CONSISTENT_COLUMNS", "RELEASE_COLUMNS", "FeedView", "StreamIndex", "to_csv"]
@@ -122,9 +127,13 @@ class FeedView:
                 self._ignore(record, expected_kind)
                 return
             key = (release.stream, release.counter, release.epoch, release.period)
-            if self.releases.get(key) != release:
+            held = self.releases.get(key)
+            if held is None:
                 self.releases[key] = release
                 self.version += 1
+            elif held != release:  # the worker re-publishes the same values: not its record
+                reason = CONFLICTING_REPUBLICATION
+                self.ignored_by_reason[reason] = self.ignored_by_reason.get(reason, 0) + 1
             return
         revision = parse_consistent(record)
         if revision is None:

@@ -59,11 +59,15 @@ CONSISTENT_COLUMNS = (
 def to_csv(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> str:
     """``rows`` as CSV text with a header; floats written with ``repr`` (exact round trip)."""
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(columns)
     for row in rows:
         writer.writerow(["" if row.get(c) is None else _cell(row[c]) for c in columns])
     return buffer.getvalue()
+
+
+#: How a text cell may start that a spreadsheet would read as a formula (CSV injection).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _cell(value: object) -> str:
@@ -71,4 +75,9 @@ def _cell(value: object) -> str:
         return ""
     if isinstance(value, float):
         return repr(value)
-    return str(value)
+    text = str(value)
+    if isinstance(value, str) and text.startswith(FORMULA_STARTS):
+        # a text (a counter's name, a spec's field) a spreadsheet would run as a formula is
+        # written with a leading apostrophe, which spreadsheets show as text; numbers never
+        return "'" + text
+    return text
