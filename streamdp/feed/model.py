@@ -127,11 +127,11 @@ class FeedView:
                 self._ignore(record, expected_kind)
                 return
             key = (release.stream, release.counter, release.epoch, release.period)
-            held = self.releases.get(key)
-            if held is None:
+            first = self.releases.get(key)
+            if first is None:
                 self.releases[key] = release
                 self.version += 1
-            elif held != release:  # the worker re-publishes the same values: not its record
+            elif first != release:  # the worker re-publishes the same values: not its record
                 reason = CONFLICTING_REPUBLICATION
                 self.ignored_by_reason[reason] = self.ignored_by_reason.get(reason, 0) + 1
             return
