@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from streamdp.feed.model import RELEASE_COLUMNS, FeedView, to_csv
+from streamdp.feed.model import CONFLICTING_REPUBLICATION, RELEASE_COLUMNS, FeedView, to_csv
 from streamdp.feed.sources import ReplayDirectory
 from tests.test_feed import EXAMPLES, SECRET, Served
 
@@ -317,3 +317,20 @@ def test_downloads_say_which_share_of_the_budget_a_weighted_counter_spent() -> N
     assert plain is not None
     assert plain.row()["budget_group"] is None
     assert plain.row()["budget_share"] is None
+
+
+def test_the_first_release_of_a_key_is_kept_and_a_differing_one_counted() -> None:
+    """The worker re-publishes a release with the same values; a record of the same key with
+    other values (forged, or from another deployment on the topic) is not shown: the first is
+    kept, as docs/consuming.md advises every consumer, and the other counted as ignored (audit
+    of 2026-11-28: the feed kept the latest, so a forged noisy_count of 999999 replaced the
+    original)."""
+    view = FeedView()
+    first = _release(1, 14)
+    view.add(first, "release")
+    view.add(dict(first), "release")  # the worker's re-publication: the same values
+    assert view.ignored_by_reason == {}
+    view.add({**first, "noisy_count": 999_999}, "release")
+    (kept,) = view.releases.values()
+    assert kept.noisy_count == 14
+    assert view.ignored_by_reason == {CONFLICTING_REPUBLICATION: 1}
