@@ -135,12 +135,19 @@ def zcdp_epsilon(rho: Fraction | float | str, delta: Fraction | float | str) -> 
         exact_rho = max(exact_rho, Fraction(rho))
     if isinstance(delta, float):  # the smaller: either way the bound only grows
         exact_delta = min(exact_delta, Fraction(delta))
-    r, d = _decimal(exact_rho), _decimal(exact_delta)
     up = Context(prec=50, rounding=ROUND_CEILING)
+    down = Context(prec=50, rounding=ROUND_FLOOR)
+    # every step rounds the bound up: rho up, delta down (so ln(1/delta) up), the sum, the
+    # product and the margin in the rounding-up context (a step in the default context, which
+    # rounds to nearest, could land below the exact value: an audit found the margin below
+    # lost there, 1 + 10^-45 being 1 at 28 digits)
+    r = up.divide(Decimal(exact_rho.numerator), Decimal(exact_rho.denominator))
+    d = down.divide(Decimal(exact_delta.numerator), Decimal(exact_delta.denominator))
     log_inverse = up.ln(up.divide(Decimal(1), d))
     # ln and sqrt are correctly rounded to 50 digits; one unit in the 45th digit covers both
-    value = r + 2 * up.sqrt(up.multiply(r, log_inverse))
-    return float_at_least(up.plus(value * (1 + Decimal(10) ** -45)))
+    value = up.add(r, up.multiply(Decimal(2), up.sqrt(up.multiply(r, log_inverse))))
+    margin = up.add(Decimal(1), up.scaleb(Decimal(1), -45))
+    return float_at_least(up.multiply(value, margin))
 
 
 def rho_for_epsilon(epsilon: Fraction | float | str, delta: Fraction | float | str) -> float:

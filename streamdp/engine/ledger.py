@@ -17,22 +17,34 @@ epoch. The daemon uses :class:`MemoryLedgerBackend` and makes the ledger durable
 of the source's state: the ledger is part of the engine snapshot, and the daemon stores that
 snapshot (its changelog-backed table) before it publishes any output of the batch, so a spend
 is durable before anything that used it is public (docs/architecture.md, the commit protocol).
-Amounts are exact decimals. A zCDP source (issue 27) spends rho by the same rules: zCDP
-composes additively across streams like pure DP, and epochs of disjoint events in parallel;
-its entries say ``"rho"`` where a pure source's say ``"epsilon"``.
+Amounts are exact decimals, and every sum of them is exact (:func:`exact_sum`: Python's default
+context keeps 28 digits and rounds to nearest, so a sum of two 31-digit rhos could land on the
+cap; an audit found one 2e-31 over it accepted). A zCDP source (issue 27) spends rho by the
+same rules: zCDP composes additively across streams like pure DP, and epochs of disjoint events
+in parallel; its entries say ``"rho"`` where a pure source's say ``"epsilon"``, and an entry in
+the other unit than its source's is refused.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, Inexact, localcontext
 from pathlib import Path
 from typing import Any, Protocol
 
 from streamdp.errors import BudgetError, StateError
+
+#: Decimal arithmetic that never rounds: a rounding would raise :class:`decimal.Inexact`.
+_EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN, traps=[Inexact])
+
+
+def exact_sum(amounts: Iterable[Decimal]) -> Decimal:
+    """The exact sum of budget amounts (no rounding at any number of digits)."""
+    with localcontext(_EXACT):
+        return sum(amounts, Decimal(0))
 
 
 @dataclass(frozen=True)
@@ -154,6 +166,14 @@ class BudgetLedger:
             self._add(LedgerEntry.from_dict(raw))
 
     def _add(self, entry: LedgerEntry) -> None:
+        expected = self.units.get(entry.source)
+        if expected is not None and entry.unit != expected:
+            raise StateError(
+                f"ledger entry of stream {entry.stream!r} epoch {entry.epoch} spends "
+                f"{entry.unit} on source {entry.source!r}, whose budget is in {expected}: the "
+                "losses of two privacy definitions do not add; this ledger belongs to another "
+                "configuration"
+            )
         key = (entry.stream, entry.epoch)
         known = self._index.get(key)
         if known is not None:
@@ -183,12 +203,12 @@ class BudgetLedger:
     def spent(self, source: str) -> Decimal:
         """Event-level amount (epsilon, or rho for a zCDP source) spent on ``source``: sum over
         streams of max over epochs. O(streams): the maxima are kept as entries are added."""
-        return sum(self._largest.get(source, {}).values(), Decimal(0))
+        return exact_sum(self._largest.get(source, {}).values())
 
     def sequential_spent(self, source: str) -> Decimal:
         """Sum of every epoch's amount on ``source``: the loss of one event in every epoch, or
         of one privacy unit over the epochs (see the module docstring)."""
-        return sum((e.amount for e in self._entries if e.source == source), Decimal(0))
+        return exact_sum(e.amount for e in self._entries if e.source == source)
 
     def record_epoch(self, source: str, stream: str, epoch: int, amount: Decimal) -> bool:
         """Durably record that ``stream`` spends ``amount`` (epsilon, or rho for a zCDP
@@ -211,7 +231,7 @@ class BudgetLedger:
         if cap is None:
             raise BudgetError(f"source {source!r} has no {unit} cap configured")
         previous = self._largest.get(source, {}).get(stream, Decimal(0))
-        after = self.spent(source) - previous + max(previous, amount)
+        after = exact_sum((self.spent(source), -previous, max(previous, amount)))
         if after > cap:
             raise BudgetError(
                 f"stream {stream!r} epoch {epoch} would bring source {source!r} to {unit} "

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from streamdp.engine.config_reader import ConfigReader
+from streamdp.engine.ledger import exact_sum
 from streamdp.engine.spec import EngineSpec, SourceKind, SourceSpec, StreamSpec
 from streamdp.engine.stream_table import read_stream
 from streamdp.errors import ConfigError
@@ -109,7 +110,7 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
     for source in sources.values():
         members = [s for s in streams.values() if s.source == source.name]
         unit = "rho" if source.definition == "zcdp" else "epsilon"
-        total = sum((s.budget for s in members), Decimal(0))
+        total = exact_sum(s.budget for s in members)
         if total > source.cap:
             listing = " + ".join(f"{s.name} ({s.budget})" for s in members)
             raise ConfigError(

@@ -1,0 +1,101 @@
+"""Budgets add exactly at any number of digits, one source never mixes definitions, and the
+zCDP -> (epsilon, delta) conversion rounds up at every step (audit of 2026-11-28).
+
+Python's default decimal context keeps 28 digits and rounds to nearest: two streams of rho
+0.2500000000000000000000000000001 on a source capped at 0.5 summed to exactly 0.5 and were
+accepted, 2e-31 over the cap, by the spec check and by the ledger. A ledger loaded from a
+backend took an epsilon entry into a rho source's total.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Context, Decimal
+from fractions import Fraction
+
+import pytest
+
+from streamdp.continual.definitions import zcdp_epsilon
+from streamdp.engine import BudgetLedger, parse_spec
+from streamdp.engine.ledger import MemoryLedgerBackend, exact_sum
+from streamdp.errors import BudgetError, ConfigError, StateError
+
+OVER = "0.2500000000000000000000000000001"  # 31 significant digits; two of them exceed 0.5
+
+TWO_STREAMS = """
+[sources.s]
+topic = "t"
+kind = "person"
+rho_cap = 0.5
+""" + "".join(
+    f"""
+[streams.{name}]
+source = "s"
+privacy = {{ definition = "zcdp", rho = "{OVER}" }}
+mechanism = "binary"
+sensitivity = 1
+horizon = 12
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "hiv_positive" }}
+"""
+    for name in ("f", "g")
+)
+
+
+def test_exact_sum_never_rounds() -> None:
+    assert sum([Decimal(OVER)] * 2, Decimal(0)) == Decimal("0.5")  # the default context rounds
+    assert exact_sum([Decimal(OVER)] * 2) == Decimal("0.5000000000000000000000000000002")
+    assert exact_sum([Decimal("1e-400"), Decimal("1e400")]) > Decimal("1e400")
+
+
+def test_a_spec_a_hair_over_its_rho_cap_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"over its rho_cap 0\.5"):
+        parse_spec(TWO_STREAMS)
+
+
+def test_the_ledger_refuses_a_spend_a_hair_over_the_cap() -> None:
+    ledger = BudgetLedger({"s": Decimal("0.5")}, MemoryLedgerBackend(), units={"s": "rho"})
+    assert ledger.record_epoch("s", "f", 0, Decimal(OVER))
+    with pytest.raises(BudgetError, match=r"over its cap 0\.5"):
+        ledger.record_epoch("s", "g", 0, Decimal(OVER))
+    assert ledger.spent("s") == Decimal(OVER)
+
+
+def test_a_ledger_entry_in_the_other_definitions_unit_is_refused() -> None:
+    backend = MemoryLedgerBackend()
+    BudgetLedger({"s": Decimal(3)}, backend).record_epoch("s", "f", 0, Decimal(3))  # epsilon
+    with pytest.raises(StateError, match="spends epsilon on source 's', whose budget is in rho"):
+        BudgetLedger({"s": Decimal(5)}, backend, units={"s": "rho"})
+
+
+_FLOOR = Context(prec=200, rounding="ROUND_FLOOR")
+
+
+def _below_bound(rho: Fraction, delta: Fraction) -> Decimal:
+    """rho + 2 sqrt(rho ln(1/delta)), every step rounded DOWN at 200 digits: a value at or
+    below the exact bound, so a conversion under it would claim less loss than the bound."""
+    c = _FLOOR
+    r = c.divide(Decimal(rho.numerator), Decimal(rho.denominator))
+    d_up = Context(prec=200, rounding="ROUND_CEILING").divide(
+        Decimal(delta.numerator), Decimal(delta.denominator)
+    )
+    return c.add(r, c.multiply(2, c.sqrt(c.multiply(r, c.ln(c.divide(1, d_up))))))
+
+
+@pytest.mark.parametrize(
+    ("rho", "delta"),
+    [
+        (Fraction(1, 3), Fraction(1, 10**10)),
+        (Fraction(2, 7), Fraction(1, 3 * 10**6)),
+        (Fraction(10**-9).limit_denominator(10**12), Fraction(1, 7 * 10**5)),
+        (Fraction(123456789, 10**8), Fraction(1, 10**15)),
+        (Fraction(1, 2), Fraction(1, 10**10)),
+    ],
+)
+def test_the_conversion_is_never_below_the_bound_with_inexact_inputs(
+    rho: Fraction, delta: Fraction
+) -> None:
+    converted = zcdp_epsilon(rho, delta)
+    assert Decimal(converted) >= _below_bound(rho, delta)
+    exact = float(rho) + 2 * math.sqrt(float(rho) * math.log(1 / float(delta)))
+    assert converted == pytest.approx(exact, rel=1e-13)
