@@ -99,3 +99,13 @@ def test_the_conversion_is_never_below_the_bound_with_inexact_inputs(
     assert Decimal(converted) >= _below_bound(rho, delta)
     exact = float(rho) + 2 * math.sqrt(float(rho) * math.log(1 / float(delta)))
     assert converted == pytest.approx(exact, rel=1e-13)
+
+
+def test_the_feed_shows_a_sum_of_budgets_never_below_it() -> None:
+    """The feed's summed losses are exact sums shown as the float whose printed decimal is the
+    nearest at or above them (budget fields are read as the decimals they print as)."""
+    from streamdp.feed.privacy_loss import _shown_at_least
+
+    assert _shown_at_least(Decimal("0.6")) == 0.6
+    two = exact_sum([Decimal(OVER)] * 2)
+    assert Decimal(repr(_shown_at_least(two))) >= two > Decimal("0.5")

@@ -16,12 +16,14 @@ Sums are exact: the released floats are added as the decimals they print as.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from streamdp.continual.definitions import zcdp_epsilon
+from streamdp.engine.ledger import exact_sum
 from streamdp.feed.records import Release
 
 
@@ -54,21 +56,21 @@ class StreamLoss:
         """The stream's figures in ``feed.json``: epsilon per epoch and summed over epochs
         (what one event in each epoch, or one unit present in every epoch, could lose through
         this stream alone) and, for zCDP, rho likewise with the sum as (epsilon, delta)."""
-        rho_sum = sum(self.budgets(), Decimal(0)) if self.rho_per_epoch else None
+        rho_sum = exact_sum(self.budgets()) if self.rho_per_epoch else None
         return {
             "source": self.source,
             "epsilon_per_epoch": [
                 {"epoch": e, "epsilon": self.epsilon_per_epoch[e]}
                 for e in sorted(self.epsilon_per_epoch)
             ],
-            "epsilon_sum_over_epochs": float(
-                sum((_exact(v) for v in self.epsilon_per_epoch.values()), Decimal(0))
+            "epsilon_sum_over_epochs": _shown_at_least(
+                exact_sum(_exact(v) for v in self.epsilon_per_epoch.values())
             ),
             "rho_per_epoch": [
                 {"epoch": e, "rho": rho, "delta": delta}
                 for e, (rho, delta) in sorted(self.rho_per_epoch.items())
             ],
-            "rho_sum_over_epochs": None if rho_sum is None else float(rho_sum),
+            "rho_sum_over_epochs": None if rho_sum is None else _shown_at_least(rho_sum),
             # that sum as (epsilon, delta) at the epochs' delta (the smallest one)
             "rho_sum_over_epochs_epsilon": (
                 None if rho_sum is None else zcdp_epsilon(str(rho_sum), min(self.deltas()))
@@ -111,8 +113,8 @@ def source_losses(losses: Iterable[StreamLoss]) -> list[dict[str, Any]]:
         members.sort(key=lambda m: m.stream)
         zcdp = definition == "zcdp"
         delta = min((d for m in members for d in m.deltas()), default=None)
-        per_epoch = sum((max(m.budgets()) for m in members), Decimal(0))
-        lifetime = sum((b for m in members for b in m.budgets()), Decimal(0))
+        per_epoch = exact_sum(max(m.budgets()) for m in members)
+        lifetime = exact_sum(b for m in members for b in m.budgets())
         fields = {m.unit_field for m in members}
         unit_fields = sorted(f for f in fields if f is not None)
         out.append(
@@ -145,13 +147,23 @@ def source_losses(losses: Iterable[StreamLoss]) -> list[dict[str, Any]]:
 
 def _loss(amount: Decimal, zcdp: bool, delta: float | None) -> dict[str, float]:
     if not zcdp:
-        return {"epsilon": float(amount)}
+        return {"epsilon": _shown_at_least(amount)}
     assert delta is not None  # a zCDP stream's records carry it
     return {
-        "rho": float(amount),
+        "rho": _shown_at_least(amount),
         "epsilon": zcdp_epsilon(str(amount), delta),
         "delta": delta,
     }
+
+
+def _shown_at_least(amount: Decimal) -> float:
+    """The float whose printed decimal (the convention of every budget field: :func:`_exact`)
+    is the nearest at or above ``amount``: ``0.6`` for 0.6, one step up when the sum has more
+    digits than a float prints."""
+    value = float(amount)
+    if Decimal(repr(value)) < amount:
+        value = math.nextafter(value, math.inf)
+    return value
 
 
 def _exact(value: float) -> Decimal:
