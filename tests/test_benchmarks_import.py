@@ -23,7 +23,7 @@ if not PYTHON.exists():  # another checkout layout: the interpreter running the 
 
 
 #: Modules of benchmarks/ that are shared helpers, not programs (no main()).
-HELPERS = {"results_dir"}
+HELPERS = {"results_dir", "run_conditions"}
 
 
 @pytest.mark.parametrize("path", sorted(BENCHMARKS.glob("*.py")), ids=lambda p: p.stem)
@@ -43,6 +43,7 @@ def test_the_benchmark_imports(path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 WRITES_NOTHING = {
     "bare_consumer": "a helper of daemon_throughput: prints its rate, writes nothing",
     "results_dir": "the shared --write helper itself, not a benchmark",
+    "run_conditions": "the shared record of a run's date, commit and load, not a benchmark",
 }
 
 
@@ -91,3 +92,20 @@ def test_the_shared_flag_writes_the_committed_results_only_when_asked(
     assert (tmp_path / "out").is_dir()
     ignored = (REPO / ".gitignore").read_text().splitlines()
     assert "/benchmarks/out/" in ignored
+
+
+def test_a_results_file_states_the_recorded_conditions_or_that_there_were_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Results files used to say "other engineers' jobs running" whatever ran; the text now
+    comes from what the run recorded (date, commit, load average), or says nothing was."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import run_conditions
+
+    recorded = run_conditions.finish(run_conditions.conditions_at_start())
+    assert set(recorded) == {"date", "commit", "load_average_start", "load_average_end"}
+    assert len(recorded["date"]) == 10
+    text = run_conditions.conditions_text(recorded)
+    assert f"measured {recorded['date']} at commit {recorded['commit']}" in text
+    assert "other engineers" not in text
+    assert "were not recorded" in run_conditions.conditions_text(None)
