@@ -50,20 +50,13 @@ def conditions_text(conditions: dict[str, Any] | None) -> str:
 
 def _commit() -> str:
     try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=HERE,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = _git("rev-parse", "--short", "HEAD")
+        dirty = _git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return head + ("+dirty" if dirty else "")
+
+
+def _git(*args: str) -> str:
+    done = subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True, check=True)
+    return done.stdout.strip()

@@ -215,7 +215,7 @@ def replay(
     try:
         with source.open("rb") as lines:
             lines.seek(start)
-            summary = _drive(engine, lines, outputs, bar)
+            summary = ingest_lines(engine, lines, outputs, bar)
         write_all(outputs, engine.advance_clock(as_of))
         # a final revision, so that every released period has a consistent value too
         for name in spec.streams:
@@ -243,9 +243,15 @@ def replay(
     return summary
 
 
-def _drive(
-    engine: Engine, lines: Iterable[bytes], sink: RecordSink, bar: _Progress
+def ingest_lines(
+    engine: Engine,
+    lines: Iterable[bytes],
+    sink: RecordSink | None = None,
+    bar: _Progress | None = None,
 ) -> ReplaySummary:
+    """Judge every non-blank line of a replay's input (numbered from 1 as its offset), writing
+    the dead letters to ``sink``; the replay and ``--check-input`` both read a file this way,
+    so the check counts what the replay counts. Only ``lines`` of the summary is set."""
     summary = ReplaySummary()
     done = 0
     for number, line in enumerate(lines, start=1):
@@ -254,8 +260,9 @@ def _drive(
             continue
         summary.lines += 1
         result = engine.ingest(line.rstrip(b"\r\n"), offset=number)
-        write_all(sink, result.dead_letters)
-        if number % 4096 == 0:
+        if sink is not None:
+            write_all(sink, result.dead_letters)
+        if bar is not None and number % 4096 == 0:
             bar.update(done)
     return summary
 

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from streamdp.engine.engine import Engine
 from streamdp.engine.ledger import MemoryLedgerBackend
+from streamdp.engine.replay import ingest_lines
 from streamdp.engine.replay_input import events_start, first_line_hint
 from streamdp.engine.spec import EngineSpec
 from streamdp.errors import ConfigError
@@ -99,10 +100,7 @@ def check_input(
     check = InputCheck(path=str(source), hint=first_line_hint(source, start))
     with source.open("rb") as handle:
         handle.seek(start)
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                check.lines += 1
-                engine.ingest(line.rstrip(b"\r\n"), offset=number)
+        check.lines = ingest_lines(engine, handle).lines
     check.accepted = engine.stats.events_accepted
     check.rejected_by_reason = dict(engine.stats.rejected_by_reason)
     check.dropped_over_unit_bound = dict(engine.stats.dropped_over_unit_bound)
