@@ -15,6 +15,12 @@ They are registered only when ``input_volume=True``; operators whose Prometheus 
 the trust zone of the input topics must turn them off (see ``docs/operating.md``). No raw count
 is ever exported.
 
+Nor is any moment but the clock's: prometheus_client gives every counter and histogram series a
+``_created`` sample, the wall time at which the series was first touched. The first release
+of a stream, or the first close after records arrived, touches its series when the worker got
+to it, which a record arriving just before a tick delays (audit of 2026-11-28: 0.55 s later with
+one more record). :meth:`StreamdpMetrics.exposition` leaves every ``_created`` sample out.
+
 The module depends on ``prometheus_client`` only (no Faust), so the engine, the file replayer and
 the tests can all use it.
 """
@@ -26,7 +32,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from streamdp.budget_view import BudgetProvider, BudgetView, Epsilon
@@ -302,5 +308,21 @@ class StreamdpMetrics:
 
     # --- exposition ----------------------------------------------------------------------------
     def exposition(self) -> bytes:
-        """The Prometheus text exposition of this registry (serve with ``CONTENT_TYPE_LATEST``)."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of this registry (serve with ``CONTENT_TYPE_LATEST``),
+        without the ``_created`` samples (the module's "Privacy")."""
+        return generate_latest(_WithoutCreated(self.registry))
+
+
+class _WithoutCreated:
+    """A view of ``registry`` whose metrics carry every sample but the ``_created`` ones (the
+    wall time a series was first touched; per view, not prometheus_client's process-wide
+    switch, which another library in the process could turn back on)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._registry.collect():
+            kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            kept.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield kept

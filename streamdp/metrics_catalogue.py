@@ -330,23 +330,17 @@ def spec(name: str) -> MetricSpec:
     raise KeyError(f"{name!r} is not a streamdp metric; see streamdp.metrics_catalogue.CATALOGUE")
 
 
-def exported_sample_names(*, include_created: bool = True) -> frozenset[str]:
+def exported_sample_names() -> frozenset[str]:
     """Every sample name a streamdp ``/metrics`` page can contain.
 
-    Histograms expand to ``_bucket``, ``_sum`` and ``_count``; counters and histograms also get
-    the ``_created`` timestamp that prometheus_client exports (``include_created``).
+    Histograms expand to ``_bucket``, ``_sum`` and ``_count``. No ``_created`` sample: the
+    page leaves out prometheus_client's first-touch wall times (:mod:`streamdp.metrics`).
     These are the names a PromQL expression may select.
     """
     names: set[str] = set()
     for entry in CATALOGUE:
-        if entry.kind == "gauge":
+        if entry.kind in ("gauge", "counter"):
             names.add(entry.name)
-        elif entry.kind == "counter":
-            names.add(entry.name)
-            if include_created:
-                names.add(entry.name.removesuffix("_total") + "_created")
         else:
             names.update(entry.name + suffix for suffix in ("_bucket", "_sum", "_count"))
-            if include_created:
-                names.add(entry.name + "_created")
     return frozenset(names)
