@@ -365,3 +365,34 @@ def test_published_non_negative_integers_are_shown_labelled_beside_the_unbiased_
     expected = {places.ids[i]: integers[names[2 * i]] for i in range(5)}  # nation + 4 states
     assert {place: int(text.replace(",", "")) for place, text in cells} == expected
     assert "biased" in dom
+
+
+@pytest.mark.parametrize("name", ["../../escaped", "<absolute>", "a/b", "..", ""])
+def test_a_stream_named_like_a_path_is_not_shown_nor_written_outside_the_site(
+    small_replay: Path, tmp_path: Path, name: str
+) -> None:
+    """The static site names a folder after each places stream: a record whose ``stream`` is
+    a path (anyone who can write to a release topic) must not reach the file system (security
+    audit of 2026-11-28: it wrote series files outside ``--output-dir``)."""
+    if name == "<absolute>":
+        name = str(tmp_path / "escaped")
+    view = FeedView()
+    shown = 0
+    for kind, file in (("release", "releases.jsonl"), ("consistent", "consistent.jsonl")):
+        for record in read_jsonl(small_replay / file):
+            if record["kind"] != kind:
+                continue
+            view.add({**record, "stream": name}, kind)
+            shown += 1
+    assert shown  # the records themselves are well formed: only the name is refused
+    assert view.places_streams() == {}
+    site = tmp_path / "a" / "site"
+    written = write_static(view, "test", site)
+    assert written
+    assert all(site in path.parents for path in written)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file()) == sorted(
+        p.relative_to(tmp_path) for p in written
+    )
+    # the same records under their own name are shown: the refusal is the name's
+    good = _view(small_replay)
+    assert STREAM in good.places_streams()

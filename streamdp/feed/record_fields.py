@@ -8,6 +8,8 @@ import math
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from streamdp.engine.config_reader import NAME_PATTERN
+
 V = TypeVar("V")
 
 #: The ``schema_version``s the feed reads (docs/consuming.md, section 6): 2, the current one
@@ -66,6 +68,13 @@ def number_field(value: object) -> float | None:
 
 def text_field(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def name_field(value: object) -> str | None:
+    """A stream name as a spec may declare one (``NAME_PATTERN``), else None: the static
+    site names a folder after it, so a record naming ``../x`` or ``/tmp/x`` is not shown
+    rather than written outside ``--output-dir`` (security audit of 2026-11-28)."""
+    return value if isinstance(value, str) and NAME_PATTERN.match(value) else None
 
 
 def number_map(value: object) -> dict[str, float] | None:

@@ -3,7 +3,8 @@
 Only the fields of the public record schemas (``schemas/release.schema.json``,
 ``schemas/consistent.schema.json``) are copied, by name: a record of another kind (a dead letter
 published to a release topic by mistake), a missing or mistyped field, or a field the schema
-does not define never gets past :func:`parse_release` / :func:`parse_consistent`. Values are kept
+does not define never gets past :func:`parse_release` / :func:`parse_consistent`; nor does a
+stream name no spec could declare (the static site names a folder after it). Values are kept
 exactly as released; nothing is clipped or rounded.
 """
 
@@ -18,6 +19,7 @@ from streamdp.feed.record_fields import (
     count_field,
     count_map,
     int_field,
+    name_field,
     number_field,
     number_map,
     text_field,
@@ -261,7 +263,7 @@ def parse_release(record: object) -> Release | None:
     if unreadable(record, "release") is not None:
         return None
     assert isinstance(record, dict)
-    stream, counter = text_field(record.get("stream")), text_field(record.get("counter"))
+    stream, counter = name_field(record.get("stream")), text_field(record.get("counter"))
     epoch, period = int_field(record.get("epoch")), int_field(record.get("period"))
     start, end = text_field(record.get("period_start")), text_field(record.get("period_end"))
     count, total = count_field(record.get("noisy_count")), count_field(record.get("noisy_total"))
@@ -316,7 +318,7 @@ def parse_consistent(record: object) -> Consistent | None:
     if unreadable(record, "consistent") is not None:
         return None
     assert isinstance(record, dict)
-    stream = text_field(record.get("stream"))
+    stream = name_field(record.get("stream"))
     revision, covered = int_field(record.get("revision")), int_field(record.get("periods_covered"))
     epoch, period = int_field(record.get("epoch")), int_field(record.get("period"))
     start, end = text_field(record.get("period_start")), text_field(record.get("period_end"))

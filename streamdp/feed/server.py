@@ -121,8 +121,11 @@ def write_static(view: FeedView, source: str, output_dir: Path) -> list[Path]:
         path = output_dir / name
         path.write_text(text, encoding="utf-8")
         written.append(path)
+    series_root = (output_dir / "series").resolve()
     for stream, places in view.places_streams().items():
         folder = output_dir / "series" / stream
+        if folder.resolve().parent != series_root:  # the records' parsers refuse such names
+            raise ConfigError(f"stream name {stream!r} is not a folder name; nothing written")
         folder.mkdir(parents=True, exist_ok=True)
         for place in range(places):
             series = view.series(stream, place)
