@@ -60,6 +60,7 @@ HOSTILE_FIRST_LINES = {
     "a JSON array": b'[{"event_id": "a"}]',
     "a JSON string": b'"just a string"',
     "nesting past the parser": b"[" * 200_000,
+    "a line longer than a record may be": b'{"event_id": "' + b"x" * 100_000 + b'"}',
     "a valid event": VALID[0],
 }
 

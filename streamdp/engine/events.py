@@ -172,6 +172,13 @@ _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGIT_RUN = b"0" * 19
 
 
+def too_large_message(size: int) -> str:
+    """The dead letter's message for a record of ``size`` bytes over :data:`MAX_RECORD_BYTES`."""
+    return (
+        f"record is {size} bytes; records larger than {MAX_RECORD_BYTES} bytes are refused unread"
+    )
+
+
 def decode(record: bytes | bytearray | str | Mapping[str, Any]) -> dict[str, Any]:
     """The record as a dict; raises :class:`RejectedError` ("too_large" over
     :data:`MAX_RECORD_BYTES`, else "malformed") unless it is one strict JSON object of Unicode
@@ -208,11 +215,7 @@ def decode_with_stdlib(record: bytes | bytearray | str | Mapping[str, Any]) -> d
     ):
         size = record_size(record)
         if size > MAX_RECORD_BYTES:
-            raise RejectedError(
-                "too_large",
-                f"record is {size} bytes; records larger than {MAX_RECORD_BYTES} bytes are "
-                "refused unread",
-            )
+            raise RejectedError("too_large", too_large_message(size))
     try:
         # UTF-8 is the only encoding we accept; decoding first skips json's encoding sniffing
         if isinstance(record, str):

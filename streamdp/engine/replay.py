@@ -21,13 +21,14 @@ import json
 import secrets
 import sys
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
+from streamdp.engine.bounded_lines import bounded_lines
 from streamdp.engine.engine import Engine
+from streamdp.engine.events import MAX_RECORD_BYTES, too_large_message
 from streamdp.engine.ledger import JsonLinesLedgerBackend
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
 from streamdp.engine.replay_input import events_start
@@ -213,9 +214,9 @@ def replay(
     started = time.perf_counter()
     outputs = JsonLinesDirectorySink(out) if sink is None else sink
     try:
-        with source.open("rb") as lines:
-            lines.seek(start)
-            summary = ingest_lines(engine, lines, outputs, bar)
+        with source.open("rb") as handle:
+            handle.seek(start)
+            summary = ingest_lines(engine, handle, outputs, bar)
         write_all(outputs, engine.advance_clock(as_of))
         # a final revision, so that every released period has a consistent value too
         for name in spec.streams:
@@ -245,23 +246,38 @@ def replay(
 
 def ingest_lines(
     engine: Engine,
-    lines: Iterable[bytes],
+    handle: IO[bytes],
     sink: RecordSink | None = None,
     bar: _Progress | None = None,
 ) -> ReplaySummary:
-    """Judge every non-blank line of a replay's input (numbered from 1 as its offset), writing
-    the dead letters to ``sink``; the replay and ``--check-input`` both read a file this way,
-    so the check counts what the replay counts. Only ``lines`` of the summary is set."""
+    """Judge every non-blank line of a replay's input (read from ``handle``'s position,
+    numbered from 1 as its offset), writing the dead letters to ``sink``; the replay and
+    ``--check-input`` both read a file this way, so the check counts what the replay counts.
+    Only ``lines`` of the summary is set. No line is held whole beyond what a record may be
+    (:mod:`streamdp.engine.bounded_lines`): an overlong one is judged by its first bytes
+    (``too_large``), its dead letter giving the whole line's length and digest."""
     summary = ReplaySummary()
     done = 0
-    for number, line in enumerate(lines, start=1):
-        done += len(line)
-        if not line.strip():
+    for number, line in enumerate(bounded_lines(handle, MAX_RECORD_BYTES), start=1):
+        done += line.bytes_read
+        if line.blank:
             continue
         summary.lines += 1
-        result = engine.ingest(line.rstrip(b"\r\n"), offset=number)
+        result = engine.ingest(line.content, offset=number)
+        letters = result.dead_letters
+        if line.cut:
+            letters = tuple(
+                replace(
+                    letter,
+                    message=too_large_message(line.length),
+                    raw_length=line.length,
+                    raw_sha256=line.sha256,
+                    raw_truncated=True,
+                )
+                for letter in letters
+            )
         if sink is not None:
-            write_all(sink, result.dead_letters)
+            write_all(sink, letters)
         if bar is not None and number % 4096 == 0:
             bar.update(done)
     return summary

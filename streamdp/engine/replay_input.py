@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from streamdp.engine.bounded_lines import bounded_lines
+from streamdp.engine.events import MAX_RECORD_BYTES
 from streamdp.errors import ConfigError
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -71,10 +73,17 @@ def first_line_hint(path: Path, start: int) -> str | None:
     another format, or None when its first non-blank line is a JSON object."""
     with path.open("rb") as handle:
         handle.seek(start)
-        first = next((line for line in handle if line.strip()), None)
+        first = next(
+            (line for line in bounded_lines(handle, MAX_RECORD_BYTES) if not line.blank), None
+        )
     if first is None:
         return f"the file holds no records (it is empty); {_EXPECTED}"
-    if not _is_json_object(first):
+    if first.cut:
+        return (
+            f"its first non-blank line is {first.length} bytes, more than a record may be "
+            f"({MAX_RECORD_BYTES}); {_EXPECTED}"
+        )
+    if not _is_json_object(first.content):
         return f"its first non-blank line is not a JSON object (a CSV header?); {_EXPECTED}"
     return None
 
