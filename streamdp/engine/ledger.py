@@ -35,6 +35,7 @@ from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal, Inexact, loc
 from pathlib import Path
 from typing import Any, Protocol
 
+from streamdp.engine.protected_files import open_protected
 from streamdp.errors import BudgetError, StateError
 
 #: Decimal arithmetic that never rounds: a rounding would raise :class:`decimal.Inexact`.
@@ -135,7 +136,7 @@ class JsonLinesLedgerBackend:
 
     def append(self, entry: dict[str, Any]) -> None:
         line = json.dumps(entry, sort_keys=True) + "\n"
-        with self.path.open("a", encoding="utf-8") as handle:
+        with open_protected(self.path, append=True) as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())

@@ -30,6 +30,7 @@ from streamdp.engine.bounded_lines import bounded_lines
 from streamdp.engine.engine import Engine
 from streamdp.engine.events import MAX_RECORD_BYTES, too_large_message
 from streamdp.engine.ledger import JsonLinesLedgerBackend
+from streamdp.engine.protected_files import PROTECTED_DIRECTORY_MODE, open_protected
 from streamdp.engine.records import ConsistentRecord, DeadLetterRecord, ReleaseRecord
 from streamdp.engine.replay_input import events_start
 from streamdp.engine.sinks import FILE_OF_KIND, JsonLinesDirectorySink, RecordSink, write_all
@@ -184,7 +185,7 @@ def replay(
     start = events_start(source)  # refuses a file named as another format (never by a record)
     out = Path(output_dir)
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        out.mkdir(mode=PROTECTED_DIRECTORY_MODE, parents=True, exist_ok=True)
     except FileExistsError:
         raise ConfigError(
             f"--output-dir {str(out)!r} exists and is not a directory; give a new directory"
@@ -224,7 +225,8 @@ def replay(
     finally:
         outputs.close()
         bar.finish()
-    (out / SNAPSHOT_FILE).write_text(json.dumps(engine.snapshot()), encoding="utf-8")
+    with open_protected(out / SNAPSHOT_FILE) as snapshot:
+        snapshot.write(json.dumps(engine.snapshot()))
     summary.seconds = time.perf_counter() - started
     summary.accepted = engine.stats.events_accepted
     summary.rejected_by_reason = dict(engine.stats.rejected_by_reason)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Protocol
 
+from streamdp.engine.protected_files import open_protected
 from streamdp.engine.records import AnyRecord, RecordKind
 
 #: The file of each record kind in a replay's output directory.
@@ -25,6 +26,8 @@ FILE_OF_KIND: Mapping[RecordKind, str] = {
     "consistent": "consistent.jsonl",
     "dead_letter": "dead_letter.jsonl",
 }
+#: The kinds whose records hold raw input (their files are created readable by the owner only).
+PROTECTED_KINDS: frozenset[RecordKind] = frozenset({"dead_letter"})
 
 
 class RecordSink(Protocol):
@@ -45,14 +48,20 @@ def write_all(sink: RecordSink, records: Iterable[AnyRecord]) -> None:
 
 class JsonLinesDirectorySink:
     """One JSON-lines file per record kind in ``directory`` (:data:`FILE_OF_KIND`), each record
-    on its own line as :meth:`to_json` gives it. Creates (truncates) the three files."""
+    on its own line as :meth:`to_json` gives it. Creates (truncates) the three files, those of
+    :data:`PROTECTED_KINDS` readable by the owner only."""
 
     def __init__(self, directory: str | Path) -> None:
         self.directory = Path(directory)
         self._files: dict[RecordKind, IO[str]] = {}
         try:
             for kind, name in FILE_OF_KIND.items():
-                self._files[kind] = (self.directory / name).open("w", encoding="utf-8")
+                path = self.directory / name
+                self._files[kind] = (
+                    open_protected(path)
+                    if kind in PROTECTED_KINDS
+                    else path.open("w", encoding="utf-8")
+                )
         except OSError:
             self.close()
             raise
