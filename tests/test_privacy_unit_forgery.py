@@ -68,6 +68,45 @@ def test_one_more_record_moves_at_most_the_multiplier_and_b_1_reaches_2a(a: int,
         assert sum(_counted(unit, list(periods))) <= a * b <= unit.multiplier
 
 
+def _per_period(unit: PrivacyUnit, records: list[tuple[str, int]]) -> list[int]:
+    """Counted records per period when ``records`` (owner, period) all carry one identifier."""
+    counted = _counted(unit, [period for _, period in records])
+    return [
+        sum(c for c, (_, p) in zip(counted, records, strict=True) if p == period)
+        for period in range(HORIZON)
+    ]
+
+
+def _removing_p_moves(unit: PrivacyUnit, records: list[tuple[str, int]]) -> int:
+    both = _per_period(unit, records)
+    only_q = _per_period(unit, [r for r in records if r[0] == "Q"])
+    return sum(abs(x - y) for x, y in zip(both, only_q, strict=True))
+
+
+@pytest.mark.parametrize(("a", "b"), [(1, 1), (1, 2), (2, 2)])
+def test_two_people_under_one_identifier_are_each_protected_at_twice_the_change(
+    a: int, b: int
+) -> None:
+    """What operating.md says of identifiers that read alike (``123`` and ``"123"``, NFC and
+    NFD spellings, a collision, records written under someone else's identifier): removing
+    one person P of two sharing an identifier with Q moves at most ``2ab <= 2M`` counted
+    records (P's own, and Q's that P's had crowded out), and ``2ab`` is reached, beyond the
+    ``M`` one unit is calibrated on whenever ``b >= 2``."""
+    unit = PrivacyUnit("patient_id", a, b)
+    worst = 0
+    for length in range(6):
+        for owners in itertools.product("PQ", repeat=length):
+            for periods in itertools.product(range(HORIZON), repeat=length):
+                worst = max(worst, _removing_p_moves(unit, list(zip(owners, periods, strict=True))))
+    assert worst <= 2 * a * b <= 2 * unit.multiplier
+    # reached: P's records first fill a periods' worth in b periods, Q's in b others are dropped
+    crowding = [("P", p) for p in range(b) for _ in range(a)]
+    crowding += [("Q", p) for p in range(b, 2 * b) for _ in range(a)]
+    assert _removing_p_moves(unit, crowding) == 2 * a * b
+    if b >= 2:
+        assert 2 * a * b > unit.multiplier
+
+
 def _forgery_spec(a: int, b: int, mechanism: str = "fda") -> EngineSpec:
     text = SOURCE_PURE + STREAMS.format(
         budget="epsilon = 0.5",

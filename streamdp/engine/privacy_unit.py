@@ -41,7 +41,9 @@ from streamdp.errors import ConfigError, StateError
 from streamdp.shown_value import shown
 
 #: Bytes of a unit's keyed digest kept (128 bits: collisions among 10^9 units have
-#: probability below 10^-20; a collision only makes two units share one bound, never loosens it).
+#: probability below 10^-20; a collision makes two units share one bound: the merged unit stays
+#: within it, but each of the two is protected at twice the calibrated change, as for two ids
+#: that normalise alike, see :func:`unit_digest`).
 DIGEST_BYTES = 16
 #: The shortest secret key accepted (bytes).
 MIN_KEY_BYTES = 16
@@ -79,8 +81,11 @@ def unit_multiplier(per_period: int, periods: int) -> int:
 def unit_digest(key: bytes, unit_id: str) -> bytes:
     """The keyed hash a unit is known by in state: HMAC-SHA-256(key, id), first 16 bytes, of the
     identifier in Unicode normal form C, so that canonically equivalent spellings of one
-    identifier ("é" as one code point, or "e" and a combining accent) are one unit (merging
-    spellings only tightens a bound; an integer id and its decimal text are one unit too)."""
+    identifier ("é" as one code point, or "e" and a combining accent) are one unit; an integer
+    id and its decimal text are one unit too. One person written two ways then has one
+    allowance (two would let their records move twice the calibrated change); two people whose
+    ids normalise alike share one, and removing either may move the releases by twice the
+    calibrated change (audit of 2026-11-28; docs/operating.md, "Protecting people")."""
     unit_id = unicodedata.normalize("NFC", unit_id)
     if len(key) < MIN_KEY_BYTES:
         raise ConfigError(
