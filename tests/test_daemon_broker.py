@@ -522,7 +522,7 @@ def test_sigusr1_and_sigusr2_log_where_the_worker_waits_and_leave_it_running(bro
             # count the partition's records), only how they relate
             mine = [line for line in partitions if line.startswith(f"{topic}[")]
             assert len(mine) == PARTITIONS, partitions
-            assert all("caught up, none fetched past it, leader" in line for line in mine), mine
+            assert all("end known to the client, leader" in line for line in mine), mine
             shape = r"[\w.-]+\[\d\]: \D+ leader \d+ \((not )?connected\)"
             assert all(re.fullmatch(shape, line.strip()) for line in mine), mine
         assert not any(value.decode() in dump for _, _, value in records[:200])

@@ -176,7 +176,9 @@ class BatchDriver:
             try:
                 async with runtime.lock:
                     if runtime.shutting_down:
-                        log.info("stopping: last input batch left unacknowledged")
+                        # DEBUG: whether a batch was waiting says whether input was (INFO is
+                        # public without --input-volume-metrics; audit of 2026-11-28)
+                        log.debug("stopping: last input batch left unacknowledged")
                         return
                     if getattr(app, "rebalancing", False):
                         continue  # (see above; looked at again under the lock)
@@ -198,7 +200,7 @@ class BatchDriver:
                 # the worker is stopping (its producer is closing): leave the batch
                 # unacknowledged; the next owner re-reads it from the committed offset
                 # and the checkpoint protocol makes that exact
-                log.info("stopping: last input batch left unacknowledged")
+                log.debug("stopping: last input batch left unacknowledged")
                 return
 
     async def finish_in_flight(self) -> None:
@@ -209,7 +211,7 @@ class BatchDriver:
             try:
                 await self.settle()
             except (NotReady, ProducerSendError) as exc:
-                log.info("stopping: last input batch left unacknowledged (%r)", exc)
+                log.debug("stopping: last input batch left unacknowledged (%r)", exc)
 
     async def revoke(self, revoked: Collection[TP]) -> None:
         """Partitions ``revoked`` left this worker: drop their queued records and sources."""

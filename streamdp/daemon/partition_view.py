@@ -35,8 +35,10 @@ class PartitionView:
         return max(self.processed, self.committed)
 
     def summary(self, *, offsets: bool) -> str:
-        """What the watchdog sees of this partition; its offsets only when ``offsets`` (they
-        count the partition's records: input volume, only under ``--input-volume-metrics``)."""
+        """What the watchdog sees of this partition; its offsets, and whether records wait past
+        the durable position or were fetched past it, only when ``offsets`` (input volume, only
+        under ``--input-volume-metrics``: even "caught up" against "records past the durable
+        position" tells a log reader whether input is waiting; audit of 2026-11-28)."""
         view = self.view
         leader = (
             ""
@@ -50,16 +52,8 @@ class PartitionView:
         elif offsets:
             client = f"end {view.end}, fetch position {view.fetched}, {leader}"
         else:
-            end = view.end
-            behind = (
-                "end unknown to the client"
-                if end is None
-                else "records past the durable position"
-                if end > self.done
-                else "caught up"
-            )
-            fetched = view.fetched is not None and view.fetched > self.done
-            client = f"{behind}, {'fetched' if fetched else 'none fetched'} past it, {leader}"
+            known = "end unknown to the client" if view.end is None else "end known to the client"
+            client = f"{known}, {leader}"
         if not offsets:
             behind = (
                 ", the broker's committed offset behind faust-streaming's record"
