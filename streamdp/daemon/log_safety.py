@@ -21,9 +21,10 @@ table recovery logs, at INFO on every start and rebalance, tables of the state c
 highwaters and offsets and how many changes remain to read: the changelog takes a fixed number
 of writes per record, so those numbers count the input. Unless ``show_offsets``, the factory
 withholds every number from the records of :data:`OFFSET_LOGGERS` (``Highwater ... | 13 |``
-becomes ``| # |``); the lines still say what recovery is doing. At ``--log-level debug`` the
-same goes for every DEBUG record of Faust, mode and aiokafka (:data:`OFFSET_DEBUG_LOGGERS`),
-whose fetch, seek and commit lines name input offsets.
+becomes ``| # |``); the lines still say what recovery is doing. The same goes for the few
+INFO lines of Faust's consumer and aiokafka's fetcher that name an input offset. At
+``--log-level debug`` the same goes for every DEBUG record of Faust, mode and aiokafka
+(:data:`OFFSET_DEBUG_LOGGERS`), whose fetch, seek and commit lines name input offsets.
 
 Faust's worker also sets the root logger to DEBUG when it shows its start-up spinner (the
 spinner turns once per log record), so every DEBUG call of Faust, mode and aiokafka builds a
@@ -44,8 +45,11 @@ Worker = TypeVar("Worker")
 #: Loggers whose DEBUG lines carry record keys, values or batches.
 VALUE_LOGGERS = ("faust.topics", "aiokafka.producer.producer", "aiokafka.conn")
 
-#: Loggers (and their children) whose lines carry state changelog offsets and highwaters.
-OFFSET_LOGGERS = ("faust.tables",)
+#: Loggers (and their children) whose lines carry state changelog offsets and highwaters, or
+#: input offsets at INFO and above (Faust's consumer: "Discarded commit for revoked partitions
+#: that will be eventually processed again: {TP(...): 123456}"; aiokafka's fetcher: "Fetch
+#: offset 123456 is out of range for partition ..."; audit of 2026-11-28).
+OFFSET_LOGGERS = ("faust.tables", "faust.transport.consumer", "aiokafka.consumer.fetcher")
 
 #: Libraries (and their children) whose DEBUG lines carry input and changelog offsets
 #: (``Adding fetch request for partition ... at offset ...``, commits, seeks).
