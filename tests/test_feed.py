@@ -35,6 +35,7 @@ from streamdp.error_band import half_width95
 from streamdp.feed.model import FeedView
 from streamdp.feed.records import parse_release
 from streamdp.feed.sources import KafkaTopics, ReplayDirectory
+from tests.page_probe import with_probe
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "schemas" / "examples"
@@ -756,7 +757,7 @@ def test_the_page_fits_a_phone_and_a_desktop(
     else:
         site = hospital_site if example == "hospital" else census_site
     page = tmp_path / "measured.html"
-    page.write_text((site / "index.html").read_text().replace("</body>", _MEASURE + "</body>"))
+    page.write_text(with_probe((site / "index.html").read_text(), _MEASURE))
     # headless chromium's window is at least 500 px wide: the page is shown in a frame of the
     # width under test (a phone's 400 px), as a browser of that width would show it
     frame = tmp_path / "frame.html"

@@ -24,6 +24,7 @@ from streamdp.engine.periods import PeriodClock
 from streamdp.engine.spec import PeriodSpec
 from streamdp.feed.model import FeedView
 from streamdp.feed.page import render_page
+from tests.page_probe import with_probe
 from tests.test_feed import EXAMPLES, _browse, _chromium
 
 
@@ -51,7 +52,7 @@ def evaluate(
         else f"<script>({run})();</script>"
     )
     path = tmp_path / "probe.html"
-    path.write_text(page.replace("</body>", probe + "</body>"), encoding="utf-8")
+    path.write_text(with_probe(page, probe), encoding="utf-8")
     dom = _browse(
         _chromium(), tmp_path / "profile", f"--window-size={width},900", "--dump-dom", path.as_uri()
     )

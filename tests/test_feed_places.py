@@ -31,6 +31,7 @@ from streamdp.feed.model import FeedView
 from streamdp.feed.server import render_series, write_static
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import generate, release_instant
+from tests.page_probe import with_probe
 from tests.places_fixture import merged_parts, small_county_spec
 from tests.test_feed import ROOT, Served, _browse, _chromium, _streamdp
 
@@ -262,7 +263,7 @@ setTimeout(() => {
   }, 1500);
 }, 500);
 </script>"""
-    page = (county_site / "index.html").read_text().replace("</body>", clicking + "</body>")
+    page = with_probe((county_site / "index.html").read_text(), clicking)
     (county_site / "clicked.html").write_text(page)
     dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom", county_web + "clicked.html")
     assert f'data-done="#place={STREAM}/S12"' in dom
@@ -289,9 +290,7 @@ def test_the_places_page_fits_a_phone_and_a_desktop(
     from tests.test_feed import _MEASURE
 
     page = tmp_path / "measured.html"
-    page.write_text(
-        (county_site / "index.html").read_text().replace("</body>", _MEASURE + "</body>")
-    )
+    page.write_text(with_probe((county_site / "index.html").read_text(), _MEASURE))
     frame = tmp_path / "frame.html"
     frame.write_text(
         '<html><body style="margin:0"><iframe src="measured.html" '

@@ -9,6 +9,9 @@ inline SVG drawn by the page's script (:mod:`streamdp.feed.page_script`) with DO
 
 from __future__ import annotations
 
+import base64
+import functools
+import hashlib
 import json
 from typing import Any
 
@@ -111,6 +114,27 @@ carry their own standard deviation, the table shows their own 95% band).</dd>
 """
 
 
+def _source_hash(text: str) -> str:
+    """A CSP source expression allowing exactly the inline element whose content is ``text``."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return f"'sha256-{base64.b64encode(digest).decode('ascii')}'"
+
+
+@functools.cache
+def content_security_policy() -> str:
+    """The page's Content-Security-Policy: its own inline script and style (by hash) and
+    nothing else, fetches from its own origin only (``feed.json``, ``version.json``, the
+    places' series), no frames, forms or base URL. The page escapes what it shows (no markup
+    from a record ever becomes markup); the policy is the second wall, should that ever break
+    (security audit of 2026-11-28). The server also sends ``frame-ancestors 'none'``, which a
+    ``<meta>`` policy cannot carry."""
+    return (
+        f"default-src 'none'; script-src {_source_hash(page_script())}; "
+        f"style-src {_source_hash(_STYLE)}; connect-src 'self'; img-src 'self'; "
+        "base-uri 'none'; form-action 'none'"
+    )
+
+
 def render_page(document: dict[str, Any]) -> str:
     """The whole page with ``document`` (:meth:`FeedView.document`) embedded as its data."""
     # no "<" inside the script element ("</script>", "<!--" in a record's text would end or
@@ -120,6 +144,7 @@ def render_page(document: dict[str, Any]) -> str:
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta http-equiv="Content-Security-Policy" content="{content_security_policy()}">'
         "<title>Released statistics (differentially private)</title>"
         f"<style>{_STYLE}</style></head><body>{_BODY}"
         f'<script type="application/json" id="feed-data">{data}</script>'

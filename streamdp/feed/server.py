@@ -18,11 +18,20 @@ from pathlib import Path
 
 from streamdp.errors import ConfigError
 from streamdp.feed.model import FeedView
-from streamdp.feed.page import render_page
+from streamdp.feed.page import content_security_policy, render_page
 from streamdp.feed.tables import CONSISTENT_COLUMNS, RELEASE_COLUMNS, to_csv
 
 LOOPBACK = "127.0.0.1"
 _MAX_REQUEST_BYTES = 16_384
+#: The longest a client may take to send its request's headers, seconds; then the connection
+#: is closed (a client that sends a header line now and then held a connection for ever:
+#: security audit of 2026-11-28).
+REQUEST_TIMEOUT_SECONDS = 10.0
+#: The most connections answered at once; one more gets ``503`` at once (held connections
+#: used up the process's files, and honest readers waited behind them).
+MAX_CONNECTIONS = 64
+#: Every answer's Content-Security-Policy: the page's (see there), no framing.
+_POLICY = f"{content_security_policy()}; frame-ancestors 'none'"
 
 
 #: The names the feed publishes, and their content types.
@@ -150,6 +159,7 @@ class FeedServer:
         # rendered files of the view's current version (the page polls every few seconds)
         self._rendered: dict[str, bytes] = {}
         self._rendered_version = -1
+        self._open = 0  # connections being answered
 
     async def start(self, port: int) -> int:
         """Listen on 127.0.0.1:``port`` (0: any free port); returns the port."""
@@ -162,26 +172,41 @@ class FeedServer:
             await self._server.wait_closed()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open += 1
         try:
-            status, content_type, body, head_only = await self._respond(reader)
+            if self._open > MAX_CONNECTIONS:
+                # what the client sent is read first (closing on unread bytes resets the
+                # connection, and the answer with it), for a second at most
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reader.read(_MAX_REQUEST_BYTES), 1.0)
+                status, content_type, body, head_only = _BUSY
+            else:
+                status, content_type, body, head_only = await self._respond(reader)
             # HEAD: the headers GET would send (its Content-Length too), without the body
             head = (
                 f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n"
                 f"Content-Length: {len(body)}\r\nCache-Control: no-store\r\n"
+                f"Content-Security-Policy: {_POLICY}\r\n"
                 "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
             )
             writer.write(head.encode("ascii") + (b"" if head_only else body))
             await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (
+            ConnectionError,
+            asyncio.IncompleteReadError,
+            asyncio.LimitOverrunError,
+            TimeoutError,
+        ):
             pass
         finally:
+            self._open -= 1
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
     async def _respond(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes, bool]:
         """(status, content type, body, whether to send the headers only: HEAD)."""
-        head = await reader.readuntil(b"\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT_SECONDS)
         if len(head) > _MAX_REQUEST_BYTES:
             return (
                 "431 Request Header Fields Too Large",
@@ -218,6 +243,10 @@ class FeedServer:
             self._rendered[path] = body
         kind = FILES.get(path, "application/json")
         return "200 OK", kind, body, head_only
+
+
+#: The answer to a connection over :data:`MAX_CONNECTIONS`.
+_BUSY = ("503 Service Unavailable", "text/plain", b"busy; try again\n", False)
 
 
 async def serve_live(bootstrap: str, namespace: str, port: int, stop: asyncio.Event) -> None:
