@@ -28,6 +28,14 @@ from streamdp.engine.privacy_unit import UnitBookkeeping, key_check, unit_digest
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import ConfigError, StateError
 
+#: The most one counter's count in one period is taken as: a larger count is released as this
+#: (a public clamp, ``min(count, limit)``, which moves by at most what the count moves, so every
+#: sensitivity holds). Without it a count past 2^63 - 1 (about 2^23 records of the largest
+#: contribution, 2^40, in one period) made every close of the stream raise, and the worker
+#: met the same error after each restart (audit of 2026-11-28); with it the node sums of the
+#: longest horizon (10^7 periods, under 2^24) stay inside int64.
+COUNT_LIMIT = 2**39
+
 
 def _bounds_around(clock: PeriodClock, index: int) -> tuple[float, float]:
     """The instants of period ``index`` (``index_of`` is -1 for every instant before the
@@ -199,9 +207,14 @@ class OpenPeriods:
             row[i] += q
 
     def counts_of(self, j: int) -> npt.NDArray[np.int64]:
-        """The true counts of period ``j`` (zeros if nothing was counted in it)."""
+        """The true counts of period ``j`` (zeros if nothing was counted in it), each taken
+        as at most :data:`COUNT_LIMIT`."""
         row = self.counts.get(j)
-        return np.zeros(self.width, dtype=np.int64) if row is None else np.array(row, np.int64)
+        if row is None:
+            return np.zeros(self.width, dtype=np.int64)
+        if max(row, default=0) > COUNT_LIMIT:
+            row = [min(count, COUNT_LIMIT) for count in row]
+        return np.array(row, np.int64)
 
     def close(self, j: int) -> None:
         """Period ``j``, the oldest open one, is closed: forget its counts and content keys."""
