@@ -22,9 +22,14 @@ import threading
 
 __all__ = ["MAX_RANGES_PER_PARTITION", "SkippedOffsets"]
 
-#: Ranges kept per partition (oldest dropped first): the holes are checked right after the
-#: fetch that made them, so only the latest matter.
-MAX_RANGES_PER_PARTITION = 4096
+#: Ranges kept per partition at most (oldest dropped first), a bound on memory only: the
+#: ranges below a hole asked about are dropped then (:meth:`SkippedOffsets.covers`), so those
+#: kept are the ones of fetches not yet processed. It is above what one fetch can hold (a 4 MiB
+#: fetch of one-record transactions holds fewer than 30,000 markers): with 4,096, one producer
+#: writing small transactions filled a fetch with more markers than were kept, the first holes
+#: were taken for lost records and the worker stopped at the same place after every restart
+#: (audit of 2026-11-28).
+MAX_RANGES_PER_PARTITION = 65_536
 
 
 class SkippedOffsets:
@@ -60,12 +65,19 @@ class SkippedOffsets:
             del ranges[: len(ranges) - MAX_RANGES_PER_PARTITION]
 
     def covers(self, topic: str, partition: int, start: int, stop: int) -> bool:
-        """True when every offset from ``start`` to ``stop - 1`` is a skipped one."""
+        """True when every offset from ``start`` to ``stop - 1`` is a skipped one. The hole
+        asked about starts after the last offset applied: the ranges that end before it are
+        no longer needed and are dropped (a partition read again after a rebalance has its
+        fetches read, and their ranges noted, again)."""
         if stop <= start:
             return True
         with self._lock:
             ranges = self._ranges.get((topic, partition))
             if not ranges:
                 return False
+            done = 0  # the ranges are disjoint and sorted: those ending by ``start`` lead
+            while done < len(ranges) and ranges[done][1] <= start:
+                done += 1
+            del ranges[:done]
             i = bisect.bisect_right(ranges, (start, float("inf"))) - 1
             return i >= 0 and ranges[i][0] <= start and stop <= ranges[i][1]
