@@ -26,9 +26,9 @@ __all__ = ["MAX_RANGES_PER_PARTITION", "SkippedOffsets"]
 #: ranges below a hole asked about are dropped then (:meth:`SkippedOffsets.covers`), so those
 #: kept are the ones of fetches not yet processed. It is above what one fetch can hold (a 4 MiB
 #: fetch of one-record transactions holds fewer than 30,000 markers): with 4,096, one producer
-#: writing small transactions filled a fetch with more markers than were kept, the first holes
-#: were taken for lost records and the worker stopped at the same place after every restart
-#: (audit of 2026-11-28).
+#: writing small transactions could fill a fetch with more markers than were kept, the first
+#: holes would be taken for lost records and the worker would stop at the same place after
+#: every restart (audit of 2026-11-28).
 MAX_RANGES_PER_PARTITION = 65_536
 
 
