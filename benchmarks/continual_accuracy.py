@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from results_dir import add_write_flag, output_dir
+from run_conditions import conditions_at_start, conditions_text, finish
 
 from streamdp.continual import ContinualCounter, build_strategy
 from streamdp.continual.factored_counter import FactoredCounter
@@ -270,6 +271,7 @@ def main() -> None:
         print(text)
         lines.append(text)
 
+    conditions = conditions_at_start()
     fda, binary, naive = mse("fda", N), mse("binary", N), mse("naive", N)
     say(f"## Analytic per-release MSE at N = {N} (units 1/eps^2, Delta = 1, continuous Laplace)")
     say("| mechanism | mean MSE | max MSE | DESIGN §6 / paper |")
@@ -347,7 +349,8 @@ def main() -> None:
             f"{'yes' if abs(emp - ana) <= half else 'NO'} |"
         )
     say(
-        "Counter speed (shared 2-core machine): "
+        "Counter speed, one run each (a by-product of the trials above, not a benchmark of its "
+        f"own; {conditions_text(finish(conditions))}): "
         + ", ".join(f"{k} {N / v:.0f} closes/s at width {args.trials}" for k, v in times.items())
     )
 
