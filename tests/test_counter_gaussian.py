@@ -6,6 +6,7 @@ that restores the same counter."""
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -173,6 +174,22 @@ def test_kary_gls_levels_spend_at_most_rho_exactly_and_declare_the_simulated_var
         for t in range(horizon):
             release = counter.close_period(np.zeros(width, dtype=np.int64))
             noise[t, trial * width : (trial + 1) * width] = release.noisy_total
+    # what the counter draws, not what the budget functions say it should: one call per level
+    drawn: list[float] = []
+
+    class Recording(InsecureSeededSampler):
+        def discrete_gaussian(self, sigma: float, size: int, *, label: str = "") -> Any:
+            drawn.append(sigma)
+            return super().discrete_gaussian(sigma, size, label=label)
+
+    recorded = FactoredCounter(strategy, 1.0, 5.0, width, Recording(0), gaussian=BUDGET)
+    recorded.close_period(np.zeros(width, dtype=np.int64))
+    assert len(drawn) == len(strategy.blocks)
+    spent_drawn = sum(
+        (Fraction(BUDGET.l2_squared) / (2 * Fraction(s) ** 2) for s in drawn), Fraction(0)
+    )
+    assert spent_drawn <= BUDGET.rho
+    assert float(spent_drawn) == pytest.approx(0.3, rel=1e-9)
     probe = FactoredCounter(strategy, 1.0, 5.0, width, InsecureSeededSampler(0), gaussian=BUDGET)
     for t in (1, 5, 9):
         declared = probe.total_variance(t)

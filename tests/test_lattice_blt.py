@@ -6,6 +6,7 @@ power check)."""
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -119,11 +120,17 @@ def test_a_count_beyond_the_encodings_range_is_clipped_not_refused() -> None:
 def test_sigma_meets_rho_exactly_and_the_neighbours_couple_bit_for_bit() -> None:
     rho = Fraction(1, 2)
     sigma = lattice_sigma(BLT, HORIZON, rho, 5, 5)
-    limit = Fraction(
-        (BLT.sensitivity_squared_bound(HORIZON) * 5 * UNIT * UNIT) ** 0.5
-        + 2 * float(BLT.error_units) * (HORIZON * 5) ** 0.5
-    )
-    assert limit**2 / (2 * Fraction(sigma) ** 2) <= rho * Fraction(1_000_001, 1_000_000)
+    # L = sqrt(X) + sqrt(Y), X = sens(C) Delta_2^2 2^2G, Y = 4 E^2 N touched; rho-zCDP needs
+    # L^2 <= 2 rho sigma^2 =: Z, i.e. 2 sqrt(XY) <= Z - X - Y: checked in rationals, no root
+    x = BLT.sensitivity_squared_bound(HORIZON) * 5 * UNIT * UNIT
+    y = 4 * BLT.error_units**2 * HORIZON * 5
+
+    def meets_rho(candidate: float) -> bool:
+        room = 2 * rho * Fraction(candidate) ** 2 - x - y
+        return room >= 0 and 4 * x * y <= room**2
+
+    assert meets_rho(sigma)
+    assert not meets_rho(math.nextafter(sigma, 0.0))  # and not a float more than it needs
     rng = np.random.default_rng(9)
     counts = rng.integers(0, 300, size=(HORIZON, 5))
     neighbour = counts.copy()

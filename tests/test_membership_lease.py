@@ -14,6 +14,7 @@ sleeps, so nothing here depends on the machine's speed.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from types import SimpleNamespace
 
@@ -112,12 +113,19 @@ def test_a_new_generation_starts_its_own_lease() -> None:
     assert lease.valid_until() == 106.0 + SESSION - MARGIN
 
 
-def test_hold_returns_at_once_while_the_lease_holds() -> None:
+def test_hold_returns_at_once_while_the_lease_holds(caplog: pytest.LogCaptureFixture) -> None:
     clock = FakeClock(now=100.0)
     lease = make_lease(clock)
     lease.renew(3, sent=100.0)
     clock.now = 100.0 + SESSION - MARGIN - 0.001
-    asyncio.run(lease.hold("a checkpoint"))
+    caplog.set_level(logging.INFO, logger="streamdp")
+    # at once: the coroutine finishes on its first step, without waiting or polling
+    holding = lease.hold("a checkpoint")
+    with pytest.raises(StopIteration) as finished:
+        holding.send(None)
+    assert finished.value.value == 3  # the generation whose lease holds
+    assert clock.now == 100.0 + SESSION - MARGIN - 0.001
+    assert not caplog.records  # and without the "not confirmed lately" warning
 
 
 def test_hold_without_a_renewal_gives_up_after_a_session_timeout() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -70,7 +71,17 @@ def test_table_output_shows_error_bounds(capsys) -> None:
     assert main(["plan", "--horizon", "365", "--epsilon", "1", "--sensitivity", "5"]) == 0
     out = capsys.readouterr().out
     assert "95% error bound" in out
-    assert "365" in out
+    rows = [
+        line.split() for line in out.splitlines() if re.fullmatch(r"\s+\d+(\s+[\d.]+){3}", line)
+    ]
+    assert [int(row[0]) for row in rows] == [1, 91, 182, 273, 365]
+    for _, std, bound, band in rows:
+        # a 95% bound of the total's noise: beyond the normal's 1.64 std (a symmetric
+        # heavier-tailed sum), within the published band (2.12 std + 1, wider on purpose)
+        assert 1.64 * float(std) < float(bound) <= float(band)
+        assert float(band) == pytest.approx(
+            2.12 * float(std) + 1, abs=0.12
+        )  # std shown to 4 digits
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -59,13 +60,23 @@ def test_one_more_record_moves_at_most_the_multiplier_and_b_1_reaches_2a(a: int,
             for at in range(length + 1):
                 for period in range(HORIZON):
                     worst = max(worst, _moved(unit, list(periods), at, period))
+    # and sequences longer than the bounds (the exhaustive ones above hold at most 6 records,
+    # too few to exceed a multiplier of 6 or 9): random ones up to 3ab + 2 records
+    rng = random.Random(a * 10 + b)
+    longest = 0
+    for _ in range(3000):
+        periods = [rng.randrange(HORIZON) for _ in range(rng.randint(0, 3 * a * b + 2))]
+        at, period = rng.randint(0, len(periods)), rng.randrange(HORIZON)
+        worst = max(worst, _moved(unit, periods, at, period))
+        # the unit's presence: all of its records count at most a x b, and some fill it
+        counted = sum(_counted(unit, periods))
+        assert counted <= a * b <= unit.multiplier
+        longest = max(longest, counted)
+    assert longest == a * b  # the search reaches the bound, so the check above can fail
     assert worst <= unit.multiplier
     if b == 1:
         # the calibration before the audit (a x b = a) is exceeded: the check has power
         assert worst == 2 * a > a * b
-    # and the unit's presence: all of its records count at most a x b
-    for periods in itertools.product(range(HORIZON), repeat=5):
-        assert sum(_counted(unit, list(periods))) <= a * b <= unit.multiplier
 
 
 def _per_period(unit: PrivacyUnit, records: list[tuple[str, int]]) -> list[int]:
