@@ -350,7 +350,7 @@ def main() -> None:
         )
     say(
         "Counter speed, one run each (a by-product of the trials above, not a benchmark of its "
-        f"own; {conditions_text(finish(conditions))}): "
+        f"own; {conditions_text(finish(conditions), 'the benchmark itself')}): "
         + ", ".join(f"{k} {N / v:.0f} closes/s at width {args.trials}" for k, v in times.items())
     )
 

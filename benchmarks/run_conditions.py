@@ -33,8 +33,11 @@ def finish(conditions: dict[str, Any]) -> dict[str, Any]:
     return {**conditions, "load_average_end": round(os.getloadavg()[0], 2)}
 
 
-def conditions_text(conditions: dict[str, Any] | None) -> str:
-    """One sentence for a results file."""
+def conditions_text(
+    conditions: dict[str, Any] | None, own: str = "the benchmark's own broker and workers"
+) -> str:
+    """One sentence for a results file; ``own``: what of the benchmark's own the end's load
+    average counts."""
     if not conditions:
         return (
             "2-core machine; the date, commit and load of these runs were not recorded in this "
@@ -44,7 +47,7 @@ def conditions_text(conditions: dict[str, Any] | None) -> str:
         f"2-core machine; measured {conditions['date']} at commit {conditions['commit']}, "
         f"1-minute load average {conditions['load_average_start']:.2f} before the runs and "
         f"{conditions.get('load_average_end', float('nan')):.2f} at their end (the latter "
-        "counts the benchmark's own broker and workers)"
+        f"counts {own})"
     )
 
 
