@@ -117,6 +117,10 @@ def test_bad_bounds_and_short_keys_are_refused(tmp_path: Path) -> None:
         load_unit_key(str(short))
     with pytest.raises(ConfigError, match="cannot be read"):
         load_unit_key(str(tmp_path / "missing.key"))
+    weak = tmp_path / "weak.key"
+    weak.write_bytes(b"abababababababababababab\n")
+    with pytest.raises(ConfigError, match="only 2 different byte values"):
+        load_unit_key(str(weak))
     good = tmp_path / "good.key"
     good.write_bytes(b"0123456789abcdef0123\n")
     assert load_unit_key(str(good)) == b"0123456789abcdef0123"

@@ -47,6 +47,9 @@ from streamdp.shown_value import shown
 DIGEST_BYTES = 16
 #: The shortest secret key accepted (bytes).
 MIN_KEY_BYTES = 16
+#: The fewest different byte values a key file may hold: 16 random bytes hold about 15, their
+#: base64 text about 14; "aaaaaaaaaaaaaaaa" one (security audit of 2026-11-28: accepted).
+MIN_DISTINCT_KEY_BYTES = 8
 
 
 @dataclass(frozen=True)
@@ -231,5 +234,11 @@ def load_unit_key(path: str) -> bytes:
         raise ConfigError(
             f"--unit-key-file {path!r} holds {len(key)} bytes; a privacy-unit key needs at "
             f"least {MIN_KEY_BYTES} (e.g. head -c 32 /dev/urandom | base64 > {path})"
+        )
+    if len(set(key)) < MIN_DISTINCT_KEY_BYTES:
+        raise ConfigError(
+            f"--unit-key-file {path!r} holds only {len(set(key))} different byte values: not a "
+            f"random secret (a guessable key lets anyone test an identifier against the state's "
+            f"digests); make one with head -c 32 /dev/urandom | base64 > {path}"
         )
     return key
