@@ -10,10 +10,12 @@ nothing, so whether anything was published depended on one record (audit of 2026
 bytes (enough for the judge to see that it is over ``limit``), and of a longer line keeps that
 prefix and measures the rest as it streams past: its length and SHA-256 (of the line without
 its ending, as the dead letter of a line read whole gives them), and whether it is blank.
+Lines within the limit come out as plain ``bytes``, at the cost of the file's own iteration.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,41 +25,39 @@ from typing import IO, Any
 CHUNK_BYTES = 1 << 20
 #: What ends a line's content (``bytes.rstrip(LINE_ENDING)``).
 LINE_ENDING = b"\r\n"
+NEWLINE = ord("\n")
 
 
 @dataclass(frozen=True)
-class Line:
-    """One line of the file. ``content``: the line without its ending (``\\r``/``\\n``
-    characters at its end), whole, or its first ``limit + 1`` bytes when ``cut``; then
-    ``length`` and ``sha256`` are the whole content's."""
+class Overlong:
+    """A line whose content (the line without the ``\\r``/``\\n`` characters at its end) is
+    longer than the limit: its first ``limit + 1`` bytes, and the whole content's length and
+    SHA-256."""
 
-    content: bytes
+    head: bytes
     bytes_read: int  # of the file, ending included (for a progress bar)
     blank: bool  # nothing but ASCII whitespace (a replay skips it)
-    cut: bool = False
-    length: int = 0
-    sha256: str = ""
+    length: int
+    sha256: str
 
 
-def bounded_lines(handle: IO[bytes], limit: int) -> Iterator[Line]:
+def bounded_lines(handle: IO[bytes], limit: int) -> Iterator[bytes | Overlong]:
     """Every line of ``handle`` (read from its position), none held in more than about
-    ``limit + CHUNK_BYTES`` bytes. A line's ``content`` is whole when it is at most ``limit``
-    bytes, else its first ``limit + 1`` bytes (``cut``)."""
+    ``limit + CHUNK_BYTES`` bytes: a line whose content is at most ``limit`` bytes as the
+    file's own iteration gives it (its ending included), a longer one as :class:`Overlong`.
+    Whole lines cost what ``for line in handle`` costs, plus one length check."""
     keep = limit + 1
-    while True:
-        head = handle.readline(keep)
-        if not head:
-            return
-        if head.endswith(b"\n") or len(head) < keep:  # the whole line
-            yield Line(head.rstrip(LINE_ENDING), len(head), not head.strip())
-            continue
-        yield _overlong(handle, head, limit)
+    for head in iter(functools.partial(handle.readline, keep), b""):
+        if len(head) < keep or head[-1] == NEWLINE:  # the whole line
+            yield head
+        else:
+            yield _overlong(handle, head, limit)
 
 
-def _overlong(handle: IO[bytes], head: bytes, limit: int) -> Line:
+def _overlong(handle: IO[bytes], head: bytes, limit: int) -> bytes | Overlong:
     """The line whose first ``limit + 1`` bytes are ``head``, the rest streamed past. Its
-    content may still be within ``limit`` (``\r`` characters before its ``\n``): then it
-    is whole in ``head``."""
+    content may still be within ``limit`` (``\\r`` characters before its ``\\n``): then it
+    is given as that content and a newline."""
     digest = hashlib.sha256()
     read, length, blank = 0, 0, True
     held = 0  # line-ending characters not yet known to be inside the content
@@ -77,8 +77,8 @@ def _overlong(handle: IO[bytes], head: bytes, limit: int) -> Line:
             break
         chunk = handle.readline(CHUNK_BYTES)
     if length <= limit:
-        return Line(head[:length], read, blank)
-    return Line(head, read, blank, cut=True, length=length, sha256=digest.hexdigest())
+        return head[:length] + b"\n"
+    return Overlong(head, read, blank, length, digest.hexdigest())
 
 
 def _feed_held(digest: Any, held: int) -> None:

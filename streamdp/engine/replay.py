@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import IO, Any
 
-from streamdp.engine.bounded_lines import bounded_lines
+from streamdp.engine.bounded_lines import Overlong, bounded_lines
 from streamdp.engine.engine import Engine
 from streamdp.engine.events import MAX_RECORD_BYTES, too_large_message
 from streamdp.engine.ledger import JsonLinesLedgerBackend
@@ -261,13 +261,18 @@ def ingest_lines(
     summary = ReplaySummary()
     done = 0
     for number, line in enumerate(bounded_lines(handle, MAX_RECORD_BYTES), start=1):
-        done += line.bytes_read
-        if line.blank:
-            continue
-        summary.lines += 1
-        result = engine.ingest(line.content, offset=number)
-        letters = result.dead_letters
-        if line.cut:
+        if type(line) is bytes:  # the common case, as a file's own iteration gives it
+            done += len(line)
+            if not line.strip():
+                continue
+            summary.lines += 1
+            letters = engine.ingest(line.rstrip(b"\r\n"), offset=number).dead_letters
+        else:
+            assert isinstance(line, Overlong)
+            done += line.bytes_read
+            if line.blank:
+                continue
+            summary.lines += 1
             letters = tuple(
                 replace(
                     letter,
@@ -276,7 +281,7 @@ def ingest_lines(
                     raw_sha256=line.sha256,
                     raw_truncated=True,
                 )
-                for letter in letters
+                for letter in engine.ingest(line.head, offset=number).dead_letters
             )
         if sink is not None:
             write_all(sink, letters)

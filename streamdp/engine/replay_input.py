@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from streamdp.engine.bounded_lines import bounded_lines
+from streamdp.engine.bounded_lines import Overlong, bounded_lines
 from streamdp.engine.events import MAX_RECORD_BYTES
 from streamdp.errors import ConfigError
 
@@ -74,16 +74,21 @@ def first_line_hint(path: Path, start: int) -> str | None:
     with path.open("rb") as handle:
         handle.seek(start)
         first = next(
-            (line for line in bounded_lines(handle, MAX_RECORD_BYTES) if not line.blank), None
+            (
+                line
+                for line in bounded_lines(handle, MAX_RECORD_BYTES)
+                if (line.strip() if isinstance(line, bytes) else not line.blank)
+            ),
+            None,
         )
     if first is None:
         return f"the file holds no records (it is empty); {_EXPECTED}"
-    if first.cut:
+    if isinstance(first, Overlong):
         return (
             f"its first non-blank line is {first.length} bytes, more than a record may be "
             f"({MAX_RECORD_BYTES}); {_EXPECTED}"
         )
-    if not _is_json_object(first.content):
+    if not _is_json_object(first):
         return f"its first non-blank line is not a JSON object (a CSV header?); {_EXPECTED}"
     return None
 
