@@ -27,6 +27,9 @@ _MAX_REQUEST_BYTES = 16_384
 #: is closed (a client that sends a header line now and then held a connection for ever:
 #: security audit of 2026-11-28).
 REQUEST_TIMEOUT_SECONDS = 10.0
+#: The longest an answer may take to be taken by its client, seconds (a page of a few MB
+#: crosses loopback in milliseconds).
+SEND_TIMEOUT_SECONDS = 60.0
 #: The most connections answered at once; one more gets ``503`` at once (held connections
 #: used up the process's files, and honest readers waited behind them).
 MAX_CONNECTIONS = 64
@@ -190,7 +193,8 @@ class FeedServer:
                 "X-Content-Type-Options: nosniff\r\nConnection: close\r\n\r\n"
             )
             writer.write(head.encode("ascii") + (b"" if head_only else body))
-            await writer.drain()
+            # nor may a client that does not read the answer hold the connection for ever
+            await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_SECONDS)
         except (
             ConnectionError,
             asyncio.IncompleteReadError,
@@ -201,8 +205,12 @@ class FeedServer:
         finally:
             self._open -= 1
             writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            try:
+                await asyncio.wait_for(writer.wait_closed(), SEND_TIMEOUT_SECONDS)
+            except TimeoutError:
+                writer.transport.abort()  # the client never took the rest: drop it
+            except ConnectionError:
+                pass
 
     async def _respond(self, reader: asyncio.StreamReader) -> tuple[str, str, bytes, bool]:
         """(status, content type, body, whether to send the headers only: HEAD)."""
