@@ -134,6 +134,16 @@ def test_restore_refuses_another_configuration_and_garbage() -> None:
         Engine(spec, sampler=IndexedSampler(0)).restore(broken)
     with pytest.raises(StateError, match="not an engine snapshot"):
         engine.restore({"kind": "something else"})
+    # what a part of a stream's state finds wrong is said with the stream named
+    plain = json.loads(json.dumps(state))
+    for part, value, words in (
+        ("retired_carry", [0, [1.0]], "retired_carry must be"),
+        ("counter", {**plain["streams"]["hiv-monthly"]["counter"], "noisy_nodes": "x"}, ""),
+    ):
+        damaged = json.loads(json.dumps(plain))
+        damaged["streams"]["hiv-monthly"][part] = value
+        with pytest.raises(StateError, match=f"^stream 'hiv-monthly': {words}"):
+            Engine(spec, sampler=IndexedSampler(0)).restore(damaged)
 
 
 def test_replayed_offsets_are_skipped_not_counted_twice() -> None:

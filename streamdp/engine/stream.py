@@ -45,6 +45,7 @@ from streamdp.engine.stream_state import (
     decode_stream_state,
     encode_stream_state,
 )
+from streamdp.errors import StateError
 from streamdp.noise.sampler import NoiseSampler
 
 # (source, stream, epoch, epsilon) -> records the spend durably; raises BudgetError if capped.
@@ -384,7 +385,10 @@ class StreamRuntime:
         )
         self.nodes.restore(restored.counter, restored.past_nodes)
         self.periods.restore(restored.closed, restored.open, restored.seen)
-        self.periods.restore_units(state.get("units"))
+        try:
+            self.periods.restore_units(state.get("units"))
+        except StateError as error:  # the bookkeeping's own words, with the stream named
+            raise StateError(f"stream {self.spec.name!r}: {error}") from None
         self.revisions.restore(restored.revision, restored.revised_through, restored.retired_carry)
         self._close_target = restored.close_target
         self.next_deadline = self._deadline()

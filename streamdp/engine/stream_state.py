@@ -108,7 +108,10 @@ def decode_stream_state(
                 f"{data.get('version')!r}; expected {spec.name!r} version "
                 f"{STREAM_STATE_VERSION}"
             )
-        counter = restore_bank(dict(data["counter"]), sampler, projection=projection)
+        try:
+            counter = restore_bank(dict(data["counter"]), sampler, projection=projection)
+        except StateError as error:  # the counter's own words, with the stream named
+            raise StateError(f"stream {spec.name!r}: {error}") from None
         open_ = {int(j): [int(v) for v in row] for j, row in data["open"]}
         seen = {int(j): {str(i) for i in ids} for j, ids in data["seen"]}
         past = [np.asarray(n, dtype=np.int64).reshape(-1, width) for n in data["past_nodes"]]
@@ -116,7 +119,10 @@ def decode_stream_state(
         close_target = int(data.get("close_target", 0))
         revised_through = int(data.get("revised_through", 0))
         revision = int(data["revision"])
-        retired_carry = _retired_carry(data.get("retired_carry"), width)
+        try:
+            retired_carry = _retired_carry(data.get("retired_carry"), width)
+        except StateError as error:
+            raise StateError(f"stream {spec.name!r}: {error}") from None
     except StateError:
         raise
     except (KeyError, TypeError, ValueError) as error:
@@ -161,7 +167,10 @@ def _retired_carry(value: Any, width: int) -> tuple[int, npt.NDArray[np.float64]
     epoch, values = value
     carry = np.asarray([float(v) for v in values], dtype=np.float64)
     if int(epoch) < 1 or carry.shape != (width,) or not np.all(np.isfinite(carry)):
-        raise ValueError("retired_carry")
+        raise StateError(
+            f"retired_carry must be [epoch >= 1, {width} finite numbers], got epoch {epoch!r} "
+            f"and {carry.shape[0]} numbers"
+        )
     return int(epoch), carry
 
 
