@@ -17,6 +17,7 @@ from streamdp.daemon.stop_deadline import STOP_DEADLINE_SECONDS, arm_stop_deadli
 from streamdp.daemon.topic_check import check_topics, say
 from streamdp.daemon.web_port import check_web_port
 from streamdp.errors import EXIT_CONFIG, ConfigError
+from streamdp.topic_namespace import check_namespace
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -193,7 +194,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         values["metrics_input_volume"] = True
     namespace = values.pop("topic_namespace", None)
     if namespace is not None:
-        values["topics"] = OutputTopics.in_namespace(str(namespace))
+        values["topics"] = OutputTopics.in_namespace(check_namespace(str(namespace)))
     known = {f.name for f in dataclasses.fields(DaemonSettings)}
     return DaemonSettings(**{k: v for k, v in values.items() if k in known}).validate()  # type: ignore[arg-type]
 

@@ -3,6 +3,7 @@ secrets come from the environment only."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -271,3 +272,24 @@ def test_the_worker_serves_none_of_fausts_views(tmp_path: Path) -> None:
     app, _ = create_app(DaemonSettings(config=EXAMPLE, data_dir=tmp_path))
     mounted = [str(blueprint) for _, blueprint in app.web._enabled_blueprints()]
     assert all("production_index" in b or "index" in b for b in mounted), mounted
+
+
+@pytest.mark.parametrize("namespace", ["../x", "a b", "-lead", "x" * 202, "ns/releases"])
+def test_a_namespace_that_makes_no_topic_names_is_refused_however_given(
+    spec: Path, namespace: str
+) -> None:
+    """The worker took any namespace and failed later at the broker (review); the feed alone
+    checked it. Now the flag and the variable are checked alike, with the value named."""
+    from streamdp.cli import build_parser
+    from streamdp.worker_cli import settings_from_args
+
+    with pytest.raises(ConfigError, match="STREAMDP_TOPIC_NAMESPACE must be a topic name"):
+        env_settings(str(spec), {"STREAMDP_TOPIC_NAMESPACE": namespace})
+    args = build_parser().parse_args(
+        ["worker", "--config", str(spec), f"--topic-namespace={namespace}"]
+    )
+    with pytest.raises(
+        ConfigError, match=f"--topic-namespace must be .* got {re.escape(repr(namespace))}"
+    ):
+        settings_from_args(args)
+    assert env_settings(str(spec), {"STREAMDP_TOPIC_NAMESPACE": "feeds.v2"})

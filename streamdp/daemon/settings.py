@@ -20,6 +20,7 @@ from streamdp.engine.clock import parse_clock
 from streamdp.engine.dead_letter_bounds import MAX_DEAD_LETTER_BYTES
 from streamdp.errors import ConfigError
 from streamdp.noise.insecure import check_insecure_seed
+from streamdp.topic_namespace import check_namespace
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -239,7 +240,9 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
             except ValueError:
                 raise ConfigError(f"{name} must be an integer, got {e[name]!r}") from None
     if e.get("STREAMDP_TOPIC_NAMESPACE"):
-        out["topics"] = OutputTopics.in_namespace(e["STREAMDP_TOPIC_NAMESPACE"])
+        out["topics"] = OutputTopics.in_namespace(
+            check_namespace(e["STREAMDP_TOPIC_NAMESPACE"], "STREAMDP_TOPIC_NAMESPACE")
+        )
     if e.get("STREAMDP_UNIT_KEY_FILE"):
         out["unit_key_file"] = Path(e["STREAMDP_UNIT_KEY_FILE"])
     if e.get("STREAMDP_DATA_DIR"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,10 +19,9 @@ from streamdp.feed.console import IgnoredReporter
 from streamdp.feed.model import FeedView
 from streamdp.feed.server import LOOPBACK, FeedServer, check_output_dir, write_static
 from streamdp.feed.sources import KafkaTopics, ReplayDirectory
+from streamdp.topic_namespace import DEFAULT_NAMESPACE, check_namespace
 
 DEFAULT_PORT = 8750
-DEFAULT_NAMESPACE = "streamdp"
-_NAMESPACE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$")
 #: How long ``--output-dir`` with ``--bootstrap`` waits to read the topics up to their ends.
 CATCH_UP_SECONDS = 60.0
 
@@ -90,11 +88,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--port must be 0..65535, got {args.port}")
     if args.bootstrap is not None:
         check_bootstrap(args.bootstrap)
-    if not _NAMESPACE.match(args.topic_namespace):
-        raise ConfigError(
-            f"--topic-namespace must be a topic name prefix such as 'streamdp', "
-            f"got {args.topic_namespace!r}"
-        )
+    check_namespace(args.topic_namespace)
 
 
 def run(args: argparse.Namespace) -> int:
