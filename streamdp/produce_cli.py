@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             args.scenario, spec, seed=args.data_seed, bad_fraction=args.bad_fraction
         )
         first = next(events)
-    except ValueError as error:
+    except ConfigError as error:  # the spec does not fit the scenario (a bug stays a bug)
         raise ConfigError(f"--config {args.config}: {error}") from error
     try:
         return asyncio.run(_send(args, first, events))

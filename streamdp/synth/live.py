@@ -19,6 +19,7 @@ from pathlib import Path
 
 from streamdp.engine.periods import format_instant
 from streamdp.engine.spec import EngineSpec
+from streamdp.errors import ConfigError
 from streamdp.synth.generators import example_spec, generate
 
 __all__ = ["LiveEvent", "live_events", "live_lateness_seconds", "live_spec_text"]
@@ -142,7 +143,7 @@ def _source_of(scenario: str, spec: EngineSpec) -> str:
     kind = example_spec(scenario).sources[wanted].kind
     same_kind = [name for name, s in spec.sources.items() if s.kind == kind]
     if len(same_kind) != 1:
-        raise ValueError(
+        raise ConfigError(
             f"the spec has {len(same_kind)} sources of kind {kind!r} (the {scenario} scenario's): "
             "name the source like the example's, " + repr(wanted)
         )
