@@ -49,7 +49,11 @@ class ComboSpan:
         if c.ndim != 2 or c.shape[1] == 0 or c.shape[0] == 0:
             raise ConfigError(f"combos must have shape (combos, items), got {c.shape}")
         if not np.all(np.isfinite(c)):
-            raise ConfigError("combos must be finite numbers (units of each item per combo)")
+            bad = tuple(int(i) for i in np.argwhere(~np.isfinite(c))[0])
+            raise ConfigError(
+                "combos must be finite numbers (units of each item per combo), got "
+                f"{c[bad]} at (combo, item) {bad}"
+            )
         _, s, vt = np.linalg.svd(c, full_matrices=True)
         rank = int(np.sum(s > rtol * (s[0] if s.size else 0.0))) if s.size and s[0] > 0 else 0
         return cls(basis=vt[:rank].T.copy(), null=vt[rank:].T.copy())

@@ -166,7 +166,11 @@ def tree_variances(variances: npt.ArrayLike | None, tree: Tree) -> FloatArray:
             f"variances have shape {v.shape}, expected (..., {tree.size}): one per node"
         )
     if not np.all(np.isfinite(v)) or np.any(v <= 0):
-        raise ConfigError("node noise variances must be finite and > 0")
+        bad = np.flatnonzero(~np.isfinite(v.reshape(-1)) | (v.reshape(-1) <= 0))
+        raise ConfigError(
+            f"node noise variances must be finite and > 0, got {v.reshape(-1)[bad[0]]} at "
+            f"flat index {int(bad[0])} ({bad.size} such)"
+        )
     return v
 
 

@@ -204,7 +204,10 @@ def lattice_sigma(
     ``sigma^2 >= L^2 / (2 rho)``, ``L = 2^G (sens(C) Delta_2 + 2 E sqrt(N touched))``, with every
     square root rounded up and the inequality checked in exact rationals."""
     if rho <= 0 or l2_squared < 1 or touched < 1:
-        raise ConfigError("rho, the L2 bound and the counters touched must be positive")
+        raise ConfigError(
+            "rho, the L2 bound and the counters touched must be positive, got "
+            f"rho {rho}, l2_squared {l2_squared}, touched {touched}"
+        )
     unit = 1 << GRID_BITS
     exact_part = blt.sensitivity_squared_bound(horizon) * l2_squared * unit * unit
     rounding_part = Fraction(4) * blt.error_units**2 * horizon * touched

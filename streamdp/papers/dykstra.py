@@ -51,7 +51,10 @@ def dykstra(
         A :class:`DykstraResult`.
     """
     if not projections or tol <= 0 or max_iter < 1:
-        raise ConfigError("dykstra needs at least one projection, tol > 0 and max_iter >= 1")
+        raise ConfigError(
+            "dykstra needs at least one projection, tol > 0 and max_iter >= 1, got "
+            f"{len(projections)} projections, tol {tol}, max_iter {max_iter}"
+        )
     x = np.array(values, dtype=np.float64)
     corrections = [np.zeros_like(x) for _ in projections]
     for sweep in range(1, max_iter + 1):
