@@ -103,10 +103,6 @@ class KafkaCluster(KafkaTopics, BrokerLauncher):
             raise BrokerError("the Kafka cluster is not started: call start() first")
         return ",".join(f"{LOOPBACK}:{node.port}" for node in self._nodes)
 
-    def node_bootstrap(self, index: int) -> str:
-        """``127.0.0.1:PORT`` of one node."""
-        return f"{LOOPBACK}:{self._node(index).port}"
-
     @property
     def running(self) -> bool:
         """True while every node's JVM is alive."""
@@ -128,9 +124,6 @@ class KafkaCluster(KafkaTopics, BrokerLauncher):
                 else "the Kafka cluster is not started: call start() first"
             )
         return self._nodes[index]
-
-    def node_log_path(self, index: int) -> Path:
-        return self._node(index).log_path
 
     def _require_started(self) -> None:
         if not self._started:

@@ -178,7 +178,7 @@ class KafkaJvm:
         """Start ``node``'s JVM, its output appended to ``log_path`` (linked from the node's
         directory), in a process group of its own."""
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        # the node's directory links to its log so that node_log_path() is one place to look
+        # the node's directory links to its log, so that the node's log_path is one place to look
         link = node.log_path
         if link != log_path and not link.exists():
             link.symlink_to(log_path)

@@ -29,7 +29,6 @@ from streamdp.errors import ConfigError
 from streamdp.shown_value import shown
 
 Definition = Literal["pure", "zcdp"]
-DEFINITIONS: tuple[Definition, ...] = ("pure", "zcdp")
 #: The delta zCDP losses are reported at unless a configuration names another: below one over
 #: any plausible count of people in a feed (cf. the 2020 US Census's 10^-10).
 DEFAULT_DELTA = Fraction(1, 10**10)

@@ -189,11 +189,6 @@ def seen_key(source: str, stream: str, period: int, chunk: int) -> str:
     return SEPARATOR.join((source, "seen", stream, str(period), str(chunk)))
 
 
-def seen_prefix(source: str) -> str:
-    """Prefix of every event-id chunk key of ``source``."""
-    return f"{source}{SEPARATOR}seen{SEPARATOR}"
-
-
 def parse_seen_key(source: str, key: str) -> tuple[str, int, int] | None:
     """``(stream, period, chunk)`` of a :func:`seen_key` of ``source``; None for other keys."""
     return _parse_entry(source, "seen", key)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -166,7 +165,3 @@ def sampler_for(settings: DaemonSettings) -> NoiseSampler:
     )
     return InsecureSeededSampler(settings.insecure_seed)
 
-
-def status_json(runtime: WorkerRuntime) -> str:
-    """The status view as JSON text (for logs and tests)."""
-    return json.dumps(runtime.status(), sort_keys=True)
