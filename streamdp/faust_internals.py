@@ -83,10 +83,11 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import OffsetAndMetadata
 
-from streamdp.daemon.batch_input import BatchQueue, FetchView, unread
+from streamdp.daemon.batch_input import BatchQueue, unread
 from streamdp.daemon.close_witness import CloseWitnesses
 from streamdp.daemon.membership_lease import MembershipLease
 from streamdp.daemon.skipped_offsets import SkippedOffsets
+from streamdp.daemon.stall_watch import FetchView
 
 #: Kafka API keys of the group requests whose answers renew the membership lease
 HEARTBEAT_API_KEY = 12

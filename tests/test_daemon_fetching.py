@@ -16,8 +16,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streamdp.broker import KafkaBroker
 from streamdp.daemon.app import create_app
-from streamdp.daemon.batch_input import CommitStallWatch, FetchView, InputStallWatch
 from streamdp.daemon.settings import DaemonSettings
+from streamdp.daemon.stall_watch import CommitStallWatch, FetchView, InputStallWatch
 from streamdp.faust_internals import fetch_view
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from faust.types import TP
 from prometheus_client.parser import text_string_to_metric_families
 
-from streamdp.daemon.batch_input import FetchView, InputStallWatch
 from streamdp.daemon.observation import InputProgress
+from streamdp.daemon.stall_watch import FetchView, InputStallWatch
 from streamdp.metrics import StreamdpMetrics
 
 ORDERS = "orders"

@@ -27,7 +27,7 @@ from typing import Any
 import faust
 
 from streamdp import __version__
-from streamdp.daemon.batch_input import BatchQueue, InputStallWatch
+from streamdp.daemon.batch_input import BatchQueue
 from streamdp.daemon.batches import BatchDriver
 from streamdp.daemon.close_witness import CloseWitnesses
 from streamdp.daemon.commit import CheckpointCommit
@@ -41,6 +41,7 @@ from streamdp.daemon.runtime import WorkerRuntime, sampler_for
 from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.daemon.skipped_offsets import SkippedOffsets
+from streamdp.daemon.stall_watch import InputStallWatch
 from streamdp.daemon.topology import STATE_TABLE
 from streamdp.daemon.watchdog import StallWatchdog, watchdog_interval
 from streamdp.engine import EngineSpec, load_spec

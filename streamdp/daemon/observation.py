@@ -17,8 +17,8 @@ from typing import Any
 from faust.exceptions import NotReady
 from faust.types import TP
 
-from streamdp.daemon.batch_input import InputStallWatch
 from streamdp.daemon.outcome import BatchOutcome
+from streamdp.daemon.stall_watch import InputStallWatch
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock
 from streamdp.metrics import StreamdpMetrics

@@ -9,7 +9,7 @@ from typing import Any
 
 from faust.types import TP
 
-from streamdp.daemon.batch_input import FetchView
+from streamdp.daemon.stall_watch import FetchView
 
 
 @dataclass(frozen=True)

@@ -164,4 +164,3 @@ def sampler_for(settings: DaemonSettings) -> NoiseSampler:
         "private"
     )
     return InsecureSeededSampler(settings.insecure_seed)
-

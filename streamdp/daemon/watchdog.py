@@ -2,7 +2,7 @@
 has records the consumer could fetch but none arrived for ``--stall-exit`` seconds, or its
 committed offset stayed behind durable records that long (``CommitStallWatch``).
 
-The decision per partition is :class:`~streamdp.daemon.batch_input.InputStallWatch`'s; this
+The decision per partition is :class:`~streamdp.daemon.stall_watch.InputStallWatch`'s; this
 module feeds it from the running worker: which partitions are assigned, how far each is done
 (the larger of the next offset to process and the committed offset), what the client sees of
 it (``faust_internals.fetch_view``), and whether the worker is blocked for a reason that is not
@@ -39,11 +39,11 @@ from typing import Any, Generic, TypeVar
 
 from faust.types import TP
 
-from streamdp.daemon.batch_input import CommitStallWatch
 from streamdp.daemon.fatal import worker_stopping
 from streamdp.daemon.observation import InputProgress
 from streamdp.daemon.partition_view import PartitionView, with_broker_commit, with_end
 from streamdp.daemon.runtime import WorkerRuntime
+from streamdp.daemon.stall_watch import CommitStallWatch
 from streamdp.errors import EXIT_INPUT_GAP
 from streamdp.faust_internals import broker_committed_offsets, committed_offset, fetch_view
 
