@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaProducer
 
 from streamdp.broker import EmbeddedBroker
 from streamdp.cli import main
-from streamdp.tail_cli import TailRecord, format_json, format_pretty
+from streamdp.record_words import TailRecord, format_json, format_pretty
 
 BINARY = bytes(range(256))
 

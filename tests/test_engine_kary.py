@@ -381,7 +381,7 @@ def test_readers_show_real_valued_releases(tmp_path: Path) -> None:
     dropped or truncated to an integer."""
     from streamdp.demo.board import Board
     from streamdp.feed.records import parse_release
-    from streamdp.tail_cli import describe_record
+    from streamdp.record_words import describe_record
 
     spec = _example("hiv", "kary_gls")
     engine = Engine(spec, sampler=InsecureSeededSampler(0))

@@ -8,8 +8,8 @@ import pytest
 
 from streamdp.engine.spec_loading import parse_spec
 from streamdp.errors import ConfigError
+from streamdp.record_words import describe_record
 from streamdp.shown_value import shown
-from streamdp.tail_cli import describe_record
 
 STREAM = """
 [sources.a]

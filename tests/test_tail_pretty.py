@@ -18,7 +18,7 @@ from streamdp.demo.feed import paced_records
 from streamdp.engine import Engine, EngineSpec, parse_spec
 from streamdp.engine.periods import PeriodClock
 from streamdp.noise import InsecureSeededSampler
-from streamdp.tail_cli import TailRecord, format_pretty
+from streamdp.record_words import TailRecord, format_pretty
 
 
 @pytest.fixture(scope="module")
