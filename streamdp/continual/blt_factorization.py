@@ -21,13 +21,13 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 from scipy.signal import lfilter
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.matrix_factorization import (
     OVERFLOW_PENALTY,
     ComplexArray,
     FloatArray,
     MFObjective,
     ToeplitzFactorization,
-    check_horizon,
     check_objective,
     frozen,
     objective_weights,

@@ -1,4 +1,4 @@
-"""Input checks both counter kinds share: a bank's width, epoch and carried variance, and
+"""Input checks the counters share: a horizon, a bank's width, epoch and carried variance, and
 integer count vectors of the bank's width."""
 
 from __future__ import annotations
@@ -12,6 +12,16 @@ import numpy.typing as npt
 from streamdp.errors import ConfigError
 
 Int64Array = npt.NDArray[np.int64]
+
+
+def check_horizon(horizon: int) -> int:
+    """``horizon`` (the number of releases ``N``) as an ``int >= 1``, else :class:`ConfigError`
+    (every strategy, factorization and optimiser checks it here)."""
+    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
+        raise ConfigError(
+            f"horizon must be an integer >= 1 (the number of releases N), got {horizon!r}"
+        )
+    return int(horizon)
 
 
 def check_bank(width: int, epoch: int, carry_variance: float) -> None:

@@ -34,17 +34,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.fenwick import prefix_path_sums
 from streamdp.errors import ConfigError
 
 Objective = Literal["total", "minimax"]
 OBJECTIVES: tuple[Objective, ...] = ("total", "minimax")
-
-
-def check_horizon(horizon: int) -> int:
-    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
-    return int(horizon)
 
 
 def check_objective(objective: str) -> Objective:

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.kary import GlsStrategy, KaryStrategy
 from streamdp.continual.kary_config import check_kary_objective, exact_budgets
 from streamdp.errors import ConfigError
@@ -62,8 +63,7 @@ def optimise_gaussian_gls(
             f"objective must be one of {', '.join(GAUSSIAN_OBJECTIVES)} under zCDP, got "
             f"{objective!r}"
         )
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
+    horizon = check_horizon(horizon)
     candidates = [branching] if branching is not None else list(_SEARCH_BRANCHINGS)
     best: tuple[float, KaryStrategy] | None = None
     for k in candidates:

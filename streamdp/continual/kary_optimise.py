@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import (
     FloatArray,
@@ -35,7 +36,6 @@ from streamdp.continual.kary_digits import (
     digit_sample_variances,
 )
 from streamdp.continual.kary_gls import gls_uniform_eval, gls_uniform_layout
-from streamdp.errors import ConfigError
 
 _SEARCH_BRANCHINGS = tuple(range(2, 41))
 _SAMPLE_PERIODS = 8_192  # objective evaluated on this many well-spread t when N is larger
@@ -121,9 +121,7 @@ def optimise(
     """
     mech = check_kary_mechanism(mechanism)
     obj = check_kary_objective(objective)
-    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
-    n = int(horizon)
+    n = check_horizon(horizon)
     sample = _sample(n)
     candidates = [check_branching(branching)] if branching is not None else list(_SEARCH_BRANCHINGS)
     scorers = {k: _Scorer(mech, obj, n, k, sample) for k in candidates}

@@ -53,6 +53,7 @@ import numpy.typing as npt
 from scipy.optimize import minimize
 from scipy.signal import fftconvolve
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.errors import ConfigError
 
 FloatArray = npt.NDArray[np.float64]
@@ -65,15 +66,6 @@ OVERFLOW_PENALTY = 1e30
 
 
 # --------------------------------------------------------------------------- validation
-
-
-def check_horizon(horizon: int) -> int:
-    """``horizon`` (the number of releases ``N``) as an ``int >= 1``, else :class:`ConfigError`."""
-    if isinstance(horizon, bool) or not isinstance(horizon, int | np.integer) or horizon < 1:
-        raise ConfigError(
-            f"horizon must be an integer >= 1 (the number of releases N), got {horizon!r}"
-        )
-    return int(horizon)
 
 
 def check_objective(objective: str) -> MFObjective:

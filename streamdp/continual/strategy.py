@@ -35,11 +35,11 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.fda import (
     OBJECTIVES,
     Objective,
     binary_weights,
-    check_horizon,
     check_objective,
     optimal_weights,
 )

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from scipy.special import ndtri
 
+from streamdp.continual.counter_checks import check_horizon
 from streamdp.continual.factored_noise import level_scales
 from streamdp.continual.fda import check_objective
 from streamdp.continual.kary_config import KARY_MECHANISMS, check_kary_objective
@@ -118,9 +119,9 @@ def report_points(horizon: int) -> list[int]:
     return sorted(points)
 
 
-def _check_horizon(horizon: int) -> int:
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ConfigError(f"horizon must be an integer >= 1, got {horizon!r}")
+def check_plan_horizon(horizon: int) -> int:
+    """``horizon`` as :func:`check_horizon` takes it, and at most what a stream spec accepts."""
+    horizon = check_horizon(horizon)
     if horizon > MAX_HORIZON:
         raise ConfigError(
             f"horizon {horizon} exceeds {MAX_HORIZON:,}, the most a stream spec accepts; plan a "
@@ -162,7 +163,7 @@ def plan(  # noqa: PLR0917 - the planner's six public parameters, in CLI order
     obj = check_objective(objective)
     kind = check_noise(noise)
     eps, delta = check_privacy(epsilon, sensitivity)
-    _check_horizon(horizon)
+    check_plan_horizon(horizon)
     strategy: Strategy = build_strategy(mech, obj, horizon)
     profile = variance_profile(strategy, eps, delta, kind)
     scales = node_scales(strategy, eps, delta)
@@ -213,7 +214,7 @@ def _plan_kary(  # noqa: PLR0917 - plan()'s parameters
     """
     kind = check_noise(noise)
     eps, delta = check_privacy(epsilon, sensitivity)
-    _check_horizon(horizon)
+    check_plan_horizon(horizon)
     strategy = optimise(mechanism, check_kary_objective(objective), horizon, branching)
     scales = np.asarray(level_scales(strategy, epsilon, delta))[strategy.node_levels]
     node_var = scale_variances(scales, kind)

@@ -52,7 +52,13 @@ from streamdp.continual.matrix_factorization import (
 from streamdp.continual.strategy import build_strategy
 from streamdp.errors import ConfigError
 from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA, MIN_GAUSSIAN_SIGMA
-from streamdp.planner.accuracy import Plan, ReleaseAccuracy, _check_horizon, compare, report_points
+from streamdp.planner.accuracy import (
+    Plan,
+    ReleaseAccuracy,
+    check_plan_horizon,
+    compare,
+    report_points,
+)
 from streamdp.planner.error_bound import gaussian_error_bound
 
 FloatArray = npt.NDArray[np.float64]
@@ -218,7 +224,7 @@ def plan_zcdp(
         raise ConfigError(f"branching (k) applies to kary_gls only, not {mechanism!r}")
     if isinstance(buffers, bool) or not isinstance(buffers, int) or not 1 <= buffers <= 8:
         raise ConfigError(f"buffers must be an integer between 1 and 8, got {buffers!r}")
-    _check_horizon(horizon)
+    check_plan_horizon(horizon)
     loss = ZcdpLoss.of(rho)
     variance_scale(float(loss.rho), float(sensitivity))  # refuses a non-finite or <= 0 bound
     budget = GaussianBudget(loss.rho, _l2_squared(sensitivity))
