@@ -259,6 +259,31 @@ def test_dead_letters_are_counted_by_reason(spec: EngineSpec) -> None:
         assert f"{reason} {n}" in line
 
 
+def test_records_of_no_schema_are_not_shown_and_stop_nothing(spec: EngineSpec) -> None:
+    """Anyone who can write to a release topic can put anything there: the board shows what the
+    feed would show and skips the rest (review: a release without ``epoch`` raised KeyError
+    out of the demo's reading task and ended the demo)."""
+    _, records = _both_sources(spec, days=20)
+    release = next(r for r in records if r["kind"] == "release")
+    revision = next(r for r in records if r["kind"] == "consistent")
+    hostile = [
+        {k: v for k, v in release.items() if k != "epoch"},
+        {**release, "noisy_count": "many"},
+        {**release, "counter": None},
+        {k: v for k, v in revision.items() if k != "totals"},
+        {**revision, "revision": "x"},
+        {"stream": release["stream"], "epoch": 0, "period": 1},  # no kind
+        {"kind": "release", "stream": release["stream"]},
+    ]
+    clean, dirty = Board(spec), Board(spec)
+    for record in records:
+        clean.add(record)
+    for record in [*hostile, *records, *hostile]:
+        dirty.add(record)
+    assert _render(dirty, 100, 40) == _render(clean, 100, 40)
+    assert dirty.streams[release["stream"]].releases == clean.streams[release["stream"]].releases
+
+
 def test_budget_comes_from_the_metrics_exposition(spec: EngineSpec) -> None:
     metrics = StreamdpMetrics()
     metrics.bind_ledger(lambda: BudgetView(sources=(SourceBudget("restaurant-orders", 1.0, 0.75),)))
