@@ -102,6 +102,9 @@ def test_jsonl_backend_survives_restart_and_the_cap_holds_across_processes(tmp_p
     reopened = BudgetLedger({"people": Decimal("1.0")}, JsonLinesLedgerBackend(path))
     assert [e.to_dict() for e in reopened.entries] == [e.to_dict() for e in ledger.entries]
     assert reopened.record_epoch("people", "b", 0, Decimal("0.3"))  # 0.7 + 0.3 == 1.0 exactly
+    # per stream, the largest epoch (what /metrics shows as a stream's spend), from the file
+    assert reopened.stream_spent("people") == {"a": Decimal("0.7"), "b": Decimal("0.3")}
+    assert reopened.stream_spent("nobody") == {}
     with pytest.raises(BudgetError, match=r"over its cap 1\.0"):
         reopened.record_epoch("people", "c", 0, Decimal("0.1"))
     with pytest.raises(BudgetError, match="cannot change"):

@@ -63,11 +63,7 @@ class WorkerRuntime:
                 # exact decimals: the headroom gauge subtracts them (metrics.SourceBudget)
                 SourceBudget(name, source.cap, spent, engine.ledger.sequential_spent(name), unit)
             )
-            per_stream: dict[str, Decimal] = {}
-            for entry in engine.ledger.entries:
-                per_stream[entry.stream] = max(
-                    per_stream.get(entry.stream, Decimal(0)), entry.amount
-                )
+            per_stream = engine.ledger.stream_spent(name)
             for stream, stream_spec in self.spec.streams.items():
                 if stream_spec.source == name:
                     streams.append(

@@ -206,6 +206,11 @@ class BudgetLedger:
         streams of max over epochs. O(streams): the maxima are kept as entries are added."""
         return exact_sum(self._largest.get(source, {}).values())
 
+    def stream_spent(self, source: str) -> dict[str, Decimal]:
+        """Per stream of ``source``: the largest amount of any of its epochs (what the stream
+        spends per event; :meth:`spent` sums these). O(streams), kept as entries are added."""
+        return dict(self._largest.get(source, {}))
+
     def sequential_spent(self, source: str) -> Decimal:
         """Sum of every epoch's amount on ``source``: the loss of one event in every epoch, or
         of one privacy unit over the epochs (see the module docstring)."""
