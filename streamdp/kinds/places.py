@@ -254,9 +254,7 @@ class PlaceExtractor(Extractor):
         # the places records may not name, known from the start: built at the first refusal,
         # an index of every place stalled the worker for that record (0.6 s at 10^6 places;
         # audit of 2026-11-28), and the work a record costs may not depend on records before it
-        is_leaf = np.zeros(places.size, dtype=bool)
-        is_leaf[places.tree.leaves] = True
-        self.inner = frozenset(places.ids[i] for i in np.flatnonzero(~is_leaf).tolist())
+        self.inner = places.inner_ids()
         # a cell's index in the row-major cross product: the census layout's cell strides
         strides = census_layout(counters.attributes).strides
         self.lookup = [

@@ -18,7 +18,7 @@ import csv
 import hashlib
 import io
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -50,7 +50,6 @@ class Places:
     tree: Tree
     path: str
     sha256: str
-    _index: dict[str, int] = field(default_factory=dict, repr=False)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Places) and other.sha256 == self.sha256
@@ -73,11 +72,11 @@ class Places:
         from the root holds, so the most counters (per cell) one event adds to."""
         return len(self.tree.level_bounds)
 
-    def index(self, place: str) -> int | None:
-        """The breadth-first index of ``place``, or None."""
-        if not self._index:
-            self._index.update((name, i) for i, name in enumerate(self.ids))
-        return self._index.get(place)
+    def inner_ids(self) -> frozenset[str]:
+        """The identifiers of the places with places under them (records name leaves)."""
+        is_leaf = np.zeros(self.size, dtype=bool)
+        is_leaf[self.tree.leaves] = True
+        return frozenset(self.ids[i] for i in np.flatnonzero(~is_leaf).tolist())
 
     def leaf_paths(self) -> Mapping[str, tuple[int, ...]]:
         """Every leaf's identifier -> the indices of the places on its path, root first."""
