@@ -95,6 +95,89 @@ def honaker_online_dense(levels: int) -> np.ndarray:
     return out
 
 
+def smooth_binary_steps(horizon: int, height: int, ones: int) -> list[int]:
+    """The leaves (1-indexed, in a binary tree over ``2^height`` leaves) that the smooth binary
+    mechanism uses as its first ``horizon`` periods: those whose index has exactly ``ones``
+    one-bits, in increasing order (Andersson & Pagh 2023, "A smooth binary mechanism for
+    efficient private continual observation"). The other leaves hold no data."""
+    steps = [leaf for leaf in range(1, 2**height + 1) if bin(leaf).count("1") == ones]
+    if len(steps) < horizon:
+        raise ValueError(f"{len(steps)} leaves with {ones} ones in {height} bits < {horizon}")
+    return steps[:horizon]
+
+
+def smooth_binary(horizon: int, height: int, ones: int) -> tuple[np.ndarray, int]:
+    """Per-release MSE (units 1/eps^2, continuous Laplace) of the running total under the
+    smooth binary mechanism in L1, and its L1 sensitivity. Release ``i`` is the binary
+    mechanism's dyadic decomposition of leaf ``p_i`` (one block per one-bit: ``ones`` nodes,
+    the same number at every ``i``, hence "smooth"); the nodes kept are those some release
+    uses, each Lap(Delta/eps) with Delta the most kept nodes over any one period's leaf.
+    Block ``(level, j)`` covers leaves ``[j 2^level + 1, (j + 1) 2^level]``."""
+    steps = smooth_binary_steps(horizon, height, ones)
+    decompositions = [
+        [(level, (leaf >> level) - 1) for level in range(height + 1) if (leaf >> level) & 1]
+        for leaf in steps
+    ]
+    kept = {node for nodes in decompositions for node in nodes}
+    sensitivity = max(
+        sum((level, (leaf - 1) >> level) in kept for level in range(height + 1)) for leaf in steps
+    )
+    node_mse = 2.0 * sensitivity * sensitivity
+    return np.array([len(nodes) * node_mse for nodes in decompositions]), sensitivity
+
+
+def smooth_binary_dense(horizon: int, height: int, ones: int) -> tuple[np.ndarray, int]:
+    """:func:`smooth_binary` from explicit matrices: ``A`` (every node of the tree x periods,
+    1 where the node's block holds the period's leaf) and ``R`` (periods x nodes, 1 on the
+    nodes of the release's decomposition), checked to give every running total exactly
+    (``R A = L``, lower triangular ones); the kept nodes are the columns ``R`` uses, Delta
+    the largest column sum of ``A`` over them, the release MSE ``2 Delta^2 |R_i|^2``."""
+    leaves = np.array(smooth_binary_steps(horizon, height, ones))
+    blocks = [(level, j) for level in range(height + 1) for j in range(2 ** (height - level))]
+    a = np.array(
+        [(leaves > j * 2**level) & (leaves <= (j + 1) * 2**level) for level, j in blocks],
+        dtype=np.int64,
+    )
+    ends = np.array([(j + 1) * 2**level for level, j in blocks])
+    sizes = np.array([2**level for level, _ in blocks])
+    # the dyadic decomposition of [1, p]: block (level, j) ends at p's prefix down to bit
+    # `level`, and bit `level` of p is set
+    r = np.array(
+        [
+            (ends == (leaf >> np.log2(sizes).astype(int)) * sizes) & ((leaf & sizes) > 0)
+            for leaf in leaves
+        ],
+        dtype=np.int64,
+    )
+    if not np.array_equal(r @ a, np.tril(np.ones((horizon, horizon), dtype=np.int64))):
+        raise AssertionError("the decompositions do not give every running total")
+    kept = r.any(axis=0)
+    sensitivity = int(a[kept].sum(axis=0).max())
+    return 2.0 * sensitivity**2 * r.sum(axis=1), sensitivity
+
+
+def smooth_binary_shape(horizon: int, balanced: bool) -> tuple[int, int]:
+    """``(height, ones)`` for :func:`smooth_binary`: balanced is the paper's choice (the
+    smallest tree whose leaves with ``ceil(height / 2)`` ones number ``horizon`` or more; the
+    ceiling is the better half in L1); otherwise the pair minimising the L1 MSE
+    ``ones * (height - ones + 1)^2`` (the closed form; the dense check confirms it) over
+    trees of up to 64 levels."""
+    if balanced:
+        height = 1
+        while math.comb(height, (height + 1) // 2) < horizon:
+            height += 1
+        return height, (height + 1) // 2
+    return min(
+        (
+            (height, ones)
+            for height in range(1, 65)
+            for ones in range(1, height + 1)
+            if math.comb(height, ones) >= horizon
+        ),
+        key=lambda shape: (shape[1] * (shape[0] - shape[1] + 1) ** 2, shape[0]),
+    )
+
+
 def binary_tree_gls(horizon: int) -> np.ndarray:
     """Per-release MSE (units 1/eps^2, continuous Laplace) of the binary block tree over
     ``horizon`` periods with equal level budgets and the GLS estimate of every prefix: the
@@ -298,7 +381,16 @@ def main() -> None:
         f"| Honaker online (binary tree, 12 levels; checked against dense GLS at N = 7, 31) | "
         f"{honaker.mean():.1f} | {honaker.max():.1f} | 980 |"
     )
-    say("| smooth binary (L1) | not computed here | - | 1024 |")
+    for balanced, label, paper in (
+        (True, "balanced leaves", "1024"),
+        (False, "ones for L1", "(new)"),
+    ):
+        height, ones = smooth_binary_shape(N, balanced)
+        smooth, sensitivity = smooth_binary(N, height, ones)
+        say(
+            f"| smooth binary (L1), {label}: {height} levels, leaves with {ones} ones, "
+            f"Delta = {sensitivity} | {smooth.mean():.1f} | {smooth.max():.1f} | {paper} |"
+        )
     worse = np.nonzero(naive <= fda)[0]
     t_star = int(worse[-1]) + 2 if worse.size else 1
     say()
