@@ -277,7 +277,9 @@ def test_topics_follow_the_retention_and_partitioning_rules() -> None:
 
 def test_statefulset_runs_the_spec_with_readiness_and_resources() -> None:
     kinds = k8s_docs()
-    assert {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget"} <= set(kinds)
+    assert {"StatefulSet", "Service", "ConfigMap", "PodDisruptionBudget", "NetworkPolicy"} <= set(
+        kinds
+    )
     sts = kinds["StatefulSet"]["spec"]
     assert sts["replicas"] >= 2
     assert kinds["Service"]["spec"]["clusterIP"] == "None"
@@ -298,6 +300,15 @@ def test_statefulset_runs_the_spec_with_readiness_and_resources() -> None:
     # the worker calls no Kubernetes API: no token for whoever reaches the pod
     assert pod["automountServiceAccountToken"] is False
     assert container["resources"]["requests"]["cpu"]
+    # the operator port admits Prometheus alone: the policy selects the worker pods, isolates
+    # their ingress, and its one rule names one port and one peer (namespace AND pod labels)
+    policy = kinds["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"] == sts["template"]["metadata"]["labels"]
+    assert policy["policyTypes"] == ["Ingress"]
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "web", "protocol": "TCP"}]
+    (peer,) = rule["from"]
+    assert set(peer) == {"namespaceSelector", "podSelector"}
     assert container["resources"]["limits"]["memory"]
     # the state table lives in memory and is restored from the changelog: the data directory
     # is scratch, and a persistent volume would only suggest a durability that is not there
