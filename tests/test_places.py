@@ -69,6 +69,14 @@ def test_places_are_numbered_breadth_first_whatever_the_row_order() -> None:
     assert places.leaf_paths() == {"B1": (0, 1, 3), "A1": (0, 2, 4), "A2": (0, 2, 5)}
 
 
+def test_old_mac_line_endings_read_like_the_others() -> None:
+    text = "node,parent,label\nUS,,Nation\nA,US,Alpha\nB,US,Beta\n"
+    expected = parse_places(text.encode(), "x.csv")
+    for ending in ("\r", "\r\n"):
+        places = parse_places(text.replace("\n", ending).encode(), "x.csv")
+        assert (places.ids, places.labels) == (expected.ids, expected.labels)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -84,6 +92,17 @@ def test_places_are_numbered_breadth_first_whatever_the_row_order() -> None:
         # an unquoted comma in a label would have cut it ("Smith")
         ("node,parent,label\nUS,,Nation\nA,US,Smith, County\n", "row 3 has 4 columns.*quote"),
         ("node,parent,node\nUS,,X\nA,US,Y\n", "names 'node' more than once"),
+        # the csv module's own errors name the file and the row (they were tracebacks)
+        ('node,parent,label\nUS,,US\nA,US,"' + "x" * 140_000 + '"\n', "x.csv.*row 3: field larger"),
+        # a quote left open swallows the rows after it into one label
+        (
+            'node,parent,label\nUS,,"Nation\nA,US,Alpha\nB,US,Beta\n',
+            "row 2 holds a line break.*quote",
+        ),
+        (
+            'node,parent,label\nUS,,Nation\nA,US,"Alpha\nB,US,Beta\n',
+            "row 3 holds a line break.*quote",
+        ),
     ],
 )
 def test_a_malformed_places_file_is_refused_with_the_row_and_the_fix(

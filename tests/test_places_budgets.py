@@ -44,6 +44,7 @@ from streamdp.engine.budget_groups import (
     group_sensitivity,
     open_grouped_bank,
 )
+from streamdp.engine.counter_fields import CounterFields
 from streamdp.engine.replay import read_jsonl
 from streamdp.engine.stream import stream_strategy
 from streamdp.errors import ConfigError, StateError
@@ -385,3 +386,31 @@ def test_every_printed_column_of_shares_loads_as_the_specs_level_weights(
         stream = next(iter(load_spec(tmp_path / "spec.toml").streams.values()))
         assert stream.counters.level_weights is not None
         assert [str(w) for w in stream.counters.level_weights] == pasted.split(", ")
+
+
+@pytest.mark.parametrize("definition", ["pure", "zcdp"])
+def test_each_groups_published_budget_never_understates_what_it_spends(
+    tmp_path: Path, definition: str
+) -> None:
+    """A release's ``budget_group`` amount is what the group spends: under pure DP the
+    epsilon its noise is calibrated on (the exact share rounded down), under zCDP its exact
+    share of rho rounded up. Weights 1, 1, 3 of epsilon (rho) 1: rounding ``1 x share`` to
+    nearest showed two levels one ulp above their exact share and the third one below it."""
+    text = _text(tmp_path, ", level_weights = [1, 1, 3]", "binary")
+    if definition == "zcdp":
+        text = text.replace("epsilon_cap = 1", "rho_cap = 1").replace(
+            "epsilon = 1", 'privacy = { definition = "zcdp", rho = 1 }'
+        )
+    stream = parse_spec(text).streams["by-county"]
+    fields = CounterFields(stream)
+    key = "epsilon" if definition == "pure" else "rho"
+    for group in budget_groups(stream):
+        exact = Fraction(1) * group.share
+        for counter in range(group.start, group.stop):
+            published = fields.of(counter)["budget_group"][key]  # type: ignore[index]
+            if definition == "pure":
+                assert published == group_epsilon(stream, group)
+                assert Fraction(published) <= exact
+            else:
+                assert Fraction(published) >= exact
+                assert Fraction(published) - exact < Fraction(1, 2**50)

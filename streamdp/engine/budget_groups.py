@@ -5,8 +5,9 @@ and the others more. The groups are the kind's (:class:`~streamdp.kinds.base.Gro
 - a places stream with ``level_weights``: one group per level (its places x every cell);
 - a census stream with ``attribute_weights``: the total, each attribute's marginal, the cells.
 
-One event adds exactly one increment to every group, so with ``G`` groups each holds ``1 / G``
-of its contribution bound. Group ``g`` receives share ``w_g / sum(w)`` of the budget; its node
+One event adds at most one increment to every group (exactly one, except in the levels below a
+places stream's shallower leaves, which an event there does not reach), so with ``G`` groups
+each holds ``1 / G`` of its contribution bound. Group ``g`` receives share ``w_g / sum(w)`` of the budget; its node
 noise is calibrated on those two alone:
 
 - pure DP: ``epsilon_g = epsilon w_g / sum(w)`` rounded down to a float and

@@ -80,10 +80,12 @@ class ConfigReader:
         return value
 
     def epsilon(self, value: Any, field_name: str) -> Decimal:
-        if isinstance(value, bool):
-            value = None
         try:
-            number = Decimal(str(value)) if isinstance(value, int | str | Decimal) else None
+            number = (
+                Decimal(str(value))
+                if isinstance(value, int | str | Decimal) and not isinstance(value, bool)
+                else None
+            )
         except InvalidOperation:
             number = None
         if number is None or not number.is_finite() or number <= 0:

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import lru_cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from streamdp.continual.exact_float import float_at_least
 from streamdp.engine import json_text
 from streamdp.engine.spec import StreamSpec
 
 if TYPE_CHECKING:
+    from streamdp.engine.budget_groups import BudgetGroup
     from streamdp.kinds.places_file import Places
 
 _NOTHING: Mapping[str, object] = MappingProxyType({})
@@ -88,7 +91,7 @@ class CounterFields:
                         "budget_group": {
                             "name": group.name,
                             "share": float(group.share),
-                            key: float(spec.budget) * float(group.share),
+                            key: _group_budget(spec, group),
                         }
                     }
                 ),
@@ -156,3 +159,16 @@ class CounterFields:
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _group_budget(spec: StreamSpec, group: BudgetGroup) -> float:
+    """What the group spends, as published: the epsilon its noise is calibrated on (the exact
+    share rounded down, :func:`~streamdp.engine.budget_groups.group_epsilon`), or its exact
+    share of rho rounded up (a float never below the spend). ``float(budget) * float(share)``
+    rounded to nearest and could show one ulp more than the group uses (places audit of
+    2026-11-28)."""
+    from streamdp.engine.budget_groups import group_epsilon
+
+    if spec.rho is None:
+        return group_epsilon(spec, group)
+    return float_at_least(Fraction(spec.rho) * group.share)

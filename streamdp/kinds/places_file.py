@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -114,6 +114,20 @@ def read_places(file: Path, written: str) -> Places:
     return parse_places(data, written)
 
 
+def _records(reader: Iterator[list[str]], written: str) -> Iterator[list[str]]:
+    """The csv ``reader``'s records; the csv module's own errors (a field over its size
+    limit, a stray quote) as :class:`ConfigError` naming the file and the line."""
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            line = getattr(reader, "line_num", "?")
+            raise ConfigError(f"places file {written!r}: row {line}: {error}") from None
+        yield record
+
+
 def parse_places(data: bytes, written: str) -> Places:
     """A places file's bytes as :class:`Places` (see :func:`read_places`)."""
     digest = hashlib.sha256(data).hexdigest()
@@ -121,7 +135,8 @@ def parse_places(data: bytes, written: str) -> Places:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ConfigError(f"places file {written!r}: not UTF-8 text") from None
-    rows = csv.reader(io.StringIO(text))
+    # newline="": the csv reader splits the lines itself (LF, CRLF or CR alone)
+    rows = _records(csv.reader(io.StringIO(text, newline="")), written)
     header = [h.strip() for h in next(rows, [])]
     if "node" not in header or "parent" not in header:
         raise ConfigError(
@@ -143,6 +158,11 @@ def parse_places(data: bytes, written: str) -> Places:
     for line, row in enumerate(rows, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
+        if any("\n" in cell or "\r" in cell for cell in row):
+            raise ConfigError(
+                f"places file {written!r}: row {line} holds a line break inside a field; is a "
+                'quote left open? (close every quoted label: "Smith, County")'
+            )
         if len(row) != len(header):
             raise ConfigError(
                 f"places file {written!r}: row {line} has {len(row)} columns, the header "
