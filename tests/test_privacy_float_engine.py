@@ -31,6 +31,7 @@ from streamdp.engine.periods import PeriodClock, parse_instant
 from streamdp.engine.replay import read_jsonl, replay
 from streamdp.engine.stream import stream_strategy
 from streamdp.kinds import stream_kind
+from streamdp.kinds.places_file import parse_places
 from streamdp.noise import InsecureSeededSampler
 from streamdp.synth import example_spec, generate, release_instant
 from tests.census_fixture import weighted_census_spec
@@ -67,7 +68,21 @@ SCENARIOS = {
     # broken by public keys): post-processing of the noisy values alone
     "county-admissions+nonneg": ("county-admissions", "nonneg", 4, 12.0),
     "county-admissions+levels+zcdp+nonneg": ("county-admissions", "levels+zcdp+nonneg", 4, 12.0),
+    # places under every other mechanism (places audit of 2026-11-28: covered by hand only)
+    "county-admissions+binary": ("county-admissions", "binary", 4, 12.0),
+    "county-admissions+naive": ("county-admissions", "naive", 4, 12.0),
+    "county-admissions+kary_gls": ("county-admissions", "kary_gls", 4, 12.0),
+    "county-admissions+kary_digits": ("county-admissions", "kary_digits", 4, 12.0),
+    "county-admissions+zcdp_gls": ("county-admissions", "zcdp_gls", 4, 12.0),
+    "county-admissions+levels+binary": ("county-admissions", "levels+binary", 4, 12.0),
+    "county-admissions+kary_gls+nonneg": ("county-admissions", "kary_gls+nonneg", 4, 12.0),
+    # a tree with a leaf one level down and a single-child chain, over two epochs (the
+    # second starts from the first's noisy total)
+    "irregular-places": ("irregular-places", "", 4, 12.0),
+    "irregular-places+kary_gls": ("irregular-places", "kary_gls", 4, 12.0),
 }
+#: nation US; state A with two counties; B with one; C a leaf on the state level
+IRREGULAR_PLACES = "node,parent\nUS,\nA,US\nB,US\nC,US\na1,A\na2,A\nb1,B\n"
 LEVEL_WEIGHTS = (1, 2, 5)
 DRAWS = 20
 
@@ -88,6 +103,8 @@ def _spec_of(base: str, mechanism: str) -> EngineSpec:
     weights = LEVEL_WEIGHTS if mechanism.startswith("levels") else ()
     if base == "county-admissions":
         spec = small_county_spec(level_weights=weights)
+    elif base == "irregular-places":
+        spec = _irregular_places_spec()
     elif mechanism.startswith("attributes"):
         spec = weighted_census_spec()
     else:
@@ -98,6 +115,18 @@ def _spec_of(base: str, mechanism: str) -> EngineSpec:
     if mechanism in ("zcdp", "zcdp_gls"):
         return as_zcdp(spec, "kary_gls" if mechanism == "zcdp_gls" else "binary")
     streams = {n: replace(s, mechanism=mechanism) for n, s in spec.streams.items()}
+    return replace(spec, streams=streams)
+
+
+def _irregular_places_spec() -> EngineSpec:
+    """The county example on :data:`IRREGULAR_PLACES` with a horizon of 2 periods."""
+    spec = small_county_spec()
+    places = parse_places(IRREGULAR_PLACES.encode(), "irregular.csv")
+    assert places.leaf_paths()["C"] == (0, 3)  # a leaf above the deepest level
+    streams = {
+        name: replace(s, horizon=2, counters=replace(s.counters, places=places))
+        for name, s in spec.streams.items()
+    }
     return replace(spec, streams=streams)
 
 
@@ -126,6 +155,8 @@ def as_zcdp(spec: EngineSpec, mechanism: str) -> EngineSpec:
 
 def _records(scenario: str, spec: EngineSpec) -> list[tuple[str, float]]:
     base, _, periods, rate = SCENARIOS[scenario]
+    if base == "irregular-places":
+        base = "county-admissions"  # its records, at the spec's own leaves
     return _generated(base, periods, rate, spec)
 
 
