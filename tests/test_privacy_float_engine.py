@@ -342,15 +342,21 @@ def _encodings(spec: EngineSpec, records: list[tuple[str, float]], periods: int)
 
 
 @pytest.mark.parametrize("path", ["replay", "daemon"])
-@pytest.mark.parametrize("base", ["census", "restaurant", "hospital"])
+@pytest.mark.parametrize("base", ["census", "restaurant", "hospital", "county-admissions"])
 def test_blt_streams_under_the_coupling_change_no_published_byte(
     base: str, path: str, tmp_path: Path
 ) -> None:
     """The lattice BLT (issue 27): D with noise z and D + one counted record with noise
     z - (F(D') - F(D)) have the same noisy values, so every published byte is equal; without
     the shift the record moves the output (power)."""
-    periods, rate = {"census": (3, 8.0), "restaurant": (6, 6.0), "hospital": (5, 5.0)}[base]
-    spec = as_zcdp(example_spec(base), "blt")
+    periods, rate = {
+        "census": (3, 8.0),
+        "restaurant": (6, 6.0),
+        "hospital": (5, 5.0),
+        "county-admissions": (4, 12.0),
+    }[base]
+    small = small_county_spec() if base == "county-admissions" else example_spec(base)
+    spec = as_zcdp(small, "blt")
     records = _generated(base, periods, rate, spec)
     rng = np.random.default_rng(zlib.crc32(f"blt|{base}|{path}".encode()))
 
