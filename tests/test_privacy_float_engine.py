@@ -341,42 +341,62 @@ def _encodings(spec: EngineSpec, records: list[tuple[str, float]], periods: int)
     return out
 
 
+#: BLT coupling cases: base -> (periods, events per period)
+BLT_BASES = {
+    "census": (3, 8.0),
+    "restaurant": (6, 6.0),
+    "hospital": (5, 5.0),
+    "county-admissions": (4, 12.0),
+}
+
+
+def blt_coupled_draw(
+    base: str, path: str, rng: np.random.Generator, tmp: Path, *, power: bool = False
+) -> tuple[bool, bool | None]:
+    """One draw of the lattice BLT coupling (issue 27): D with noise z and D + one counted
+    record with noise z - (F(D') - F(D)) through ``path``; returns whether every published
+    byte was equal and, with ``power``, whether the record moved the output without the
+    shift. Raises if the record changed no encoding (the draw would prove nothing)."""
+    periods, rate = BLT_BASES[base]
+    small = small_county_spec() if base == "county-admissions" else example_spec(base)
+    spec = as_zcdp(small, "blt")
+    records = _generated(base, periods, rate, spec)
+
+    def run(data: list[tuple[str, float]], sampler: Any, label: str) -> list[str]:
+        if path == "replay":
+            return _via_replay(spec, data, periods, sampler, tmp / label)
+        return _via_daemon(spec, data, periods, sampler)
+
+    extra = None
+    while extra is None:
+        extra = _with_extra(spec, records, int(rng.integers(len(records))))
+    neighbour, _ = extra
+    before = _encodings(spec, records, periods)
+    after = _encodings(spec, neighbour, periods)
+    shifts = {k: after[k] - before[k] for k in before if (after[k] != before[k]).any()}
+    if not shifts:
+        raise AssertionError("the extra record changed no encoding")
+    seed = int(rng.integers(2**31))
+    published = run(records, _ShiftedGaussian(seed, {}), "d")
+    if not published:
+        raise AssertionError("nothing was published")
+    equal = run(neighbour, _ShiftedGaussian(seed, shifts), "coupled") == published
+    moved = None
+    if power:  # without the shifted noise the record moves the output
+        moved = run(neighbour, _ShiftedGaussian(seed, {}), "plain") != published
+    return equal, moved
+
+
 @pytest.mark.parametrize("path", ["replay", "daemon"])
-@pytest.mark.parametrize("base", ["census", "restaurant", "hospital", "county-admissions"])
+@pytest.mark.parametrize("base", list(BLT_BASES))
 def test_blt_streams_under_the_coupling_change_no_published_byte(
     base: str, path: str, tmp_path: Path
 ) -> None:
     """The lattice BLT (issue 27): D with noise z and D + one counted record with noise
     z - (F(D') - F(D)) have the same noisy values, so every published byte is equal; without
     the shift the record moves the output (power)."""
-    periods, rate = {
-        "census": (3, 8.0),
-        "restaurant": (6, 6.0),
-        "hospital": (5, 5.0),
-        "county-admissions": (4, 12.0),
-    }[base]
-    small = small_county_spec() if base == "county-admissions" else example_spec(base)
-    spec = as_zcdp(small, "blt")
-    records = _generated(base, periods, rate, spec)
     rng = np.random.default_rng(zlib.crc32(f"blt|{base}|{path}".encode()))
-
-    def run(data: list[tuple[str, float]], sampler: Any, label: str) -> list[str]:
-        if path == "replay":
-            return _via_replay(spec, data, periods, sampler, tmp_path / label)
-        return _via_daemon(spec, data, periods, sampler)
-
     for draw in range(6):
-        extra = None
-        while extra is None:
-            extra = _with_extra(spec, records, int(rng.integers(len(records))))
-        neighbour, _ = extra
-        before = _encodings(spec, records, periods)
-        after = _encodings(spec, neighbour, periods)
-        shifts = {k: after[k] - before[k] for k in before if (after[k] != before[k]).any()}
-        assert shifts, "the extra record changed no encoding"
-        seed = int(rng.integers(2**31))
-        published = run(records, _ShiftedGaussian(seed, {}), f"{draw}-d")
-        assert published
-        assert run(neighbour, _ShiftedGaussian(seed, shifts), f"{draw}-coupled") == published
-        if draw == 0:  # power: without the shifted noise the record moves the output
-            assert run(neighbour, _ShiftedGaussian(seed, {}), f"{draw}-plain") != published
+        equal, moved = blt_coupled_draw(base, path, rng, tmp_path / str(draw), power=draw == 0)
+        assert equal, f"draw {draw}: a counted record changed published bytes"
+        assert moved in (None, True)
