@@ -230,6 +230,23 @@ def test_the_zcdp_unit_plan_is_the_event_plan_at_m_times_the_l2_bound(
     _assert_monotone(rows)
 
 
+def test_a_zcdp_unit_is_planned_on_m_squared_times_the_events_integer_l2_square(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One event's changes are integers, so an L2 bound of 2.236 (just under sqrt 5) means
+    ``Delta_2^2 = 4``, and a unit of M = 6 records ``L2^2 = 36 x 4 = 144``, as the engine
+    calibrates; squaring ``6 x 2.236`` first planned 179 while the header said 180 (audit)."""
+    argv = ("plan", "--horizon", "8", "--rho", "0.25", "--sensitivity", "2.2360679")
+    bounds = ("--max-events-per-period", "2", "--max-periods-per-epoch", "3")
+    data = _json(capsys, *argv, *bounds)
+    assert data["sensitivity"] == 12.0
+    assert data["mean_variance"] == pytest.approx(
+        plan_zcdp("blt", "total", 8, 0.25, 12.0).mean_variance, rel=1e-12
+    )
+    assert main([*argv, *bounds]) == 0
+    assert "M x Delta_2 = 6 x 2 = 12 (L2^2 = M^2 x 4 = 144)" in capsys.readouterr().out
+
+
 def test_the_report_says_what_the_unit_plan_protects(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*PURE, *UNIT]) == 0
     out = capsys.readouterr().out

@@ -163,7 +163,10 @@ def test_compare_with_delta_puts_both_definitions_side_by_side(capsys) -> None:
         (["--rho", "0.5", "--mechanism", "toeplitz", "--buffers", "4"], "--buffers applies"),
         (["--rho", "0.5", "--mechanism", "sqrt_toeplitz", "--objective", "minimax"],
          "does not apply"),
-        (["--epsilon", "1", "--delta", "1e-6"], "apply under --rho or with --compare"),
+        (["--epsilon", "1", "--delta", "1e-6"], "--delta applies under --rho or with --compare"),
+        (["--epsilon", "1", "--l2-sensitivity", "2"], "--l2-sensitivity with --compare --delta"),
+        # under --rho, --sensitivity is the L2 bound: the flag was silently ignored
+        (["--rho", "0.5", "--l2-sensitivity", "2"], "under --rho, --sensitivity is the L2 bound"),
         (["--rho", "0", "--mechanism", "blt"], "rho must be > 0"),
         (["--rho", "0.5", "--delta", "2"], "delta must be in (0, 1)"),
     ],

@@ -7,8 +7,8 @@ and the others more. The groups are the kind's (:class:`~streamdp.kinds.base.Gro
 
 One event adds at most one increment to every group (exactly one, except in the levels below a
 places stream's shallower leaves, which an event there does not reach), so with ``G`` groups
-each holds ``1 / G`` of its contribution bound. Group ``g`` receives share ``w_g / sum(w)`` of the budget; its node
-noise is calibrated on those two alone:
+each holds ``1 / G`` of its contribution bound. Group ``g`` receives share ``w_g / sum(w)`` of
+the budget; its node noise is calibrated on those two alone:
 
 - pure DP: ``epsilon_g = epsilon w_g / sum(w)`` rounded down to a float and
   ``Delta_g = Delta / G`` rounded up, then the node scales ``Delta_g / (epsilon_g lambda_i)``

@@ -140,6 +140,11 @@ def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
         raise ConfigError(
             f"--rho plans a zCDP counter with discrete Gaussian noise; drop {', '.join(clashing)}"
         )
+    if args.l2_sensitivity is not None:
+        raise ConfigError(
+            "under --rho, --sensitivity is the L2 bound; give it there and drop "
+            "--l2-sensitivity (that flag is for --compare --delta, whose --sensitivity is L1)"
+        )
     mechanism = "blt" if args.mechanism is None else args.mechanism
     if args.buffers is not None and mechanism != "blt":
         raise ConfigError(f"--buffers applies to --mechanism blt only, not {mechanism}")
@@ -151,10 +156,11 @@ def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
             objective,
             args.horizon,
             args.rho,
-            args.sensitivity * multiplier,
+            args.sensitivity,
             delta=1e-10 if args.delta is None else args.delta,
             branching=args.branching,
             buffers=3 if args.buffers is None else args.buffers,
+            unit_multiplier=multiplier,
         )
 
     result = plan_at(_unit_multiplier(bounds))
@@ -185,8 +191,10 @@ def _run_compare(args: argparse.Namespace, bounds: tuple[int, int] | None) -> in
                 "--compare --delta compares what the worker runs (discrete Laplace for the pure "
                 f"rows); drop --noise {args.noise}"
             )
-        l2 = sensitivity if args.l2_sensitivity is None else args.l2_sensitivity * multiplier
-        results = compare_definitions(args.horizon, args.epsilon, sensitivity, l2, args.delta)
+        l2 = args.sensitivity if args.l2_sensitivity is None else args.l2_sensitivity
+        results = compare_definitions(
+            args.horizon, args.epsilon, sensitivity, l2, args.delta, unit_multiplier=multiplier
+        )
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
     else:
@@ -257,7 +265,10 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         return _run_compare(args, bounds)
     if args.delta is not None or args.l2_sensitivity is not None:
-        raise ConfigError("--delta and --l2-sensitivity apply under --rho or with --compare only")
+        raise ConfigError(
+            "--delta applies under --rho or with --compare, --l2-sensitivity with --compare "
+            "--delta only"
+        )
     mechanism = "fda" if args.mechanism is None else args.mechanism
     if mechanism not in ALL_MECHANISMS:
         raise ConfigError(

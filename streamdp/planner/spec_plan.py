@@ -48,9 +48,10 @@ def plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
             stream.objective,
             stream.horizon,
             Fraction(stream.rho),
-            event_sensitivity(stream) * multiplier,
+            event_sensitivity(stream),
             delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
             branching=stream.branching,
+            unit_multiplier=multiplier,
         )
     return plan(
         stream.mechanism,

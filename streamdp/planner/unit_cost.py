@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from streamdp.engine.privacy_unit import unit_multiplier
 from streamdp.planner.accuracy import Plan
+from streamdp.planner.zcdp import l2_squared_of
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,12 @@ def describe_unit(
     multiplier = unit_multiplier(per_period, periods)
     who = f"one {field}" if field else "one privacy unit (a patient, a device)"
     if l2:
+        # one event's changes are integers: its L2^2 is the integer at most Delta_2^2
+        squared = l2_squared_of(event_sensitivity) * multiplier * multiplier
         calibrated = (
             f"noise calibrated on the L2 sensitivity M x Delta_2 = {multiplier} x "
-            f"{event_sensitivity:.6g} = {multiplier * event_sensitivity:.6g} (L2^2 = M^2 x "
-            f"{event_sensitivity**2:.6g} = {(multiplier * event_sensitivity) ** 2:.6g})"
+            f"{math.sqrt(l2_squared_of(event_sensitivity)):.6g} = {math.sqrt(squared):.6g} "
+            f"(L2^2 = M^2 x {l2_squared_of(event_sensitivity)} = {squared})"
         )
     else:
         calibrated = (

@@ -104,7 +104,7 @@ class _GaussianNoise:
     bias: FloatArray | None = None
 
 
-def _l2_squared(sensitivity: float) -> int:
+def l2_squared_of(sensitivity: float) -> int:
     """The integer ``Delta_2^2`` the noise is calibrated on: one event changes counts by
     integers, so the square of its L2 norm is an integer at most ``sensitivity^2``, the largest
     such (2.24 plans as sqrt 5, 1.5 as sqrt 2; a float square root of an integer as itself).
@@ -212,9 +212,14 @@ def plan_zcdp(
     branching: int | None = None,
     buffers: int = 3,
     points: list[int] | None = None,
+    unit_multiplier: int = 1,
 ) -> Plan:
-    """Expected accuracy of a zCDP counter; ``sensitivity`` is the L2 bound ``Delta_2``; the
-    plan's ``epsilon`` is the (epsilon, ``delta``)-DP the loss implies (rounded up)."""
+    """Expected accuracy of a zCDP counter; ``sensitivity`` is one event's L2 bound
+    ``Delta_2``; the plan's ``epsilon`` is the (epsilon, ``delta``)-DP the loss implies
+    (rounded up). With a privacy unit of ``unit_multiplier`` ``M`` records, the noise is
+    calibrated on ``L2^2 = M^2 x`` the event's integer ``Delta_2^2``, as the engine does
+    (squaring ``M x Delta_2`` first would plan a larger bound than the stream's when
+    ``Delta_2`` is not the root of an integer)."""
     if objective not in zcdp_objectives_for(mechanism):
         raise ConfigError(
             f"objective {objective!r} does not apply to {mechanism!r} under zCDP; it takes "
@@ -227,7 +232,7 @@ def plan_zcdp(
     check_plan_horizon(horizon)
     loss = ZcdpLoss.of(rho)
     variance_scale(float(loss.rho), float(sensitivity))  # refuses a non-finite or <= 0 bound
-    budget = GaussianBudget(loss.rho, _l2_squared(sensitivity))
+    budget = GaussianBudget(loss.rho, l2_squared_of(sensitivity) * unit_multiplier**2)
     planned_l2 = math.sqrt(budget.l2_squared)  # the bound the plan is for (and says)
     noise = _gaussian_noise(mechanism, objective, horizon, budget, branching, buffers)
     total, count = noise.total, noise.count
@@ -267,15 +272,27 @@ def compare_definitions(
     sensitivity: float,
     l2_sensitivity: float,
     delta: Fraction | float = DEFAULT_DELTA,
+    *,
+    unit_multiplier: int = 1,
 ) -> list[Plan]:
     """Every pure-DP mechanism at ``epsilon`` (L1 bound ``sensitivity``, discrete Laplace) and
     every zCDP mechanism at the largest rho that is (``epsilon``, ``delta``)-DP (L2 bound
-    ``l2_sensitivity``): the two definitions at matched (epsilon, delta)."""
+    ``l2_sensitivity`` of one event, ``unit_multiplier`` records per unit): the two definitions
+    at matched (epsilon, delta)."""
     rho = rho_for_epsilon(epsilon, delta)
     pure = compare(horizon, epsilon, sensitivity)
     for result in pure:
         object.__setattr__(result, "privacy", PureLoss.of(epsilon).as_dict(delta))
     return pure + [
-        plan_zcdp(m, o, horizon, rho, l2_sensitivity, delta=delta, points=[horizon])
+        plan_zcdp(
+            m,
+            o,
+            horizon,
+            rho,
+            l2_sensitivity,
+            delta=delta,
+            points=[horizon],
+            unit_multiplier=unit_multiplier,
+        )
         for m, o in ZCDP_COMPARED
     ]
