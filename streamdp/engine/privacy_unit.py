@@ -119,7 +119,9 @@ class UnitBookkeeping:
         self.key_check = key_check
         self.closed = 0  # absolute periods closed
         self.admitted: dict[int, list[bytes]] = {}
-        self._periods: dict[tuple[bytes, int], list[int]] = {}  # (unit, epoch) -> periods
+        # (unit, epoch) -> (the unit's digest object, the periods it used): the log holds that
+        # one object for all of a unit's records (8 bytes per record instead of a copy of 49)
+        self._periods: dict[tuple[bytes, int], tuple[bytes, list[int]]] = {}
         self._events: dict[tuple[bytes, int], int] = {}  # (unit, open period) -> records
 
     def admit(self, digest: bytes, period: int) -> bool:
@@ -129,18 +131,19 @@ class UnitBookkeeping:
         if period < self.closed:
             raise StateError(f"period {period} is closed (closed through {self.closed})")
         epoch_key = (digest, period // self.horizon)
-        used = self._periods.get(epoch_key)
-        if used is None:
-            used = []
-        elif period not in used and len(used) >= self.unit.max_periods_per_epoch:
+        known = self._periods.get(epoch_key)
+        if known is None:
+            known = (digest, [])
+        elif period not in known[1] and len(known[1]) >= self.unit.max_periods_per_epoch:
             return False
+        digest, used = known
         event_key = (digest, period)
         counted = self._events.get(event_key, 0)
         if counted >= self.unit.max_events_per_period:
             return False
         if counted == 0:
             used.append(period)
-            self._periods[epoch_key] = used
+            self._periods[epoch_key] = known
         self._events[event_key] = counted + 1
         self.admitted.setdefault(period, []).append(digest)
         return True
@@ -199,15 +202,17 @@ class UnitBookkeeping:
         for j in sorted(admitted):
             if j // horizon < first_open_epoch:
                 raise StateError(f"privacy-unit state holds period {j} of an ended epoch")
+            log = []
             for digest in admitted[j]:
                 epoch_key = (digest, j // horizon)
-                used = book._periods.setdefault(epoch_key, [])
+                canonical, used = book._periods.setdefault(epoch_key, (digest, []))
                 if j not in used:
                     used.append(j)
                 if j >= book.closed:
-                    book._events[(digest, j)] = book._events.get((digest, j), 0) + 1
-            book.admitted[j] = admitted[j]
-        if any(len(p) > unit.max_periods_per_epoch for p in book._periods.values()) or any(
+                    book._events[(canonical, j)] = book._events.get((canonical, j), 0) + 1
+                log.append(canonical)
+            book.admitted[j] = log
+        if any(len(p) > unit.max_periods_per_epoch for _, p in book._periods.values()) or any(
             n > unit.max_events_per_period for n in book._events.values()
         ):
             raise StateError("privacy-unit state holds a unit over its bounds")
