@@ -408,3 +408,27 @@ def test_every_flag_named_exists() -> None:
     guide = (ROOT / "docs" / "operating.md").read_text()
     for flag in worker - {"-h", "--help"}:
         assert f"`{flag}" in guide, f"docs/operating.md does not document {flag}"
+
+
+def test_the_commented_unit_key_blocks_uncomment_into_a_mounted_secret() -> None:
+    """deploy/k8s/README.md tells an operator with a privacy unit to uncomment the key's
+    variable, volume and mount: so uncommented, they parse and fit together (the file the
+    variable names is in the mounted secret, readable by the pod's group only)."""
+    text = (DEPLOY / "k8s" / "streamdp.yaml").read_text()
+    marked = re.compile(
+        r"^(\s*)# (- name: STREAMDP_UNIT_KEY_FILE|  value: /etc/streamdp-unit"
+        r"|- \{name: unit-key|- name: unit-key |  secret: \{secretName)",
+        re.M,
+    )
+    assert len(marked.findall(text)) == 5
+    docs = yaml.safe_load_all(marked.sub(r"\1\2", text))
+    pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    (variable,) = [e for e in container["env"] if e["name"] == "STREAMDP_UNIT_KEY_FILE"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "unit-key"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "unit-key"]
+    assert variable["value"] == mount["mountPath"] + "/unit.key"
+    assert mount["readOnly"] is True
+    assert volume["secret"]["defaultMode"] == 0o440
+    assert pod["securityContext"]["fsGroup"] == pod["securityContext"]["runAsUser"]
+    assert "STREAMDP_UNIT_KEY_FILE" in variables_read()
