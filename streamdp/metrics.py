@@ -282,6 +282,21 @@ class StreamdpMetrics:
             consistent.labels(stream, counter).set(value)
 
     # --- input volume (no-ops when input_volume=False) ----------------------------------------
+    def configure_input(self, topics: Iterable[str], unit_streams: Iterable[str] = ()) -> None:
+        """Export, at 0, every input-volume counter series the worker may later count: records
+        read per input topic, rejections per topic and reason, records dropped per stream with
+        a privacy unit (call at start-up). A series first exported at its first increment has
+        no earlier sample, so ``increase()`` misses that increment: an alert on a first burst
+        of misrouted records stayed silent (operator audit of 2026-11-28)."""
+        if not self.input_volume:
+            return
+        for topic in topics:
+            self._counters["streamdp_input_records_total"].labels(topic)
+            for reason in sorted(REJECTION_REASONS):
+                self._counters["streamdp_events_rejected_total"].labels(topic, reason)
+        for stream in unit_streams:
+            self._counters["streamdp_unit_bound_dropped_records_total"].labels(stream)
+
     def record_input(self, topic: str, records: int = 1) -> None:
         """Count ``records`` read from input ``topic``."""
         if self.input_volume:

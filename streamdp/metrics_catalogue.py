@@ -53,8 +53,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_epsilon_spent",
         "gauge",
         ("stream", "source"),
-        "Epsilon the durable ledger records as spent by this stream on this input source in its "
-        "current epoch (pure epsilon-DP, event level).",
+        "Epsilon the durable ledger records as spent by this stream on this input source: the "
+        "largest of its recorded epochs' (epochs hold disjoint events; pure epsilon-DP, event "
+        "level).",
     ),
     MetricSpec(
         "streamdp_stream_epsilon",
@@ -105,8 +106,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_rho_spent",
         "gauge",
         ("stream", "source"),
-        "Rho the durable ledger records as spent by this zCDP stream on this input source in "
-        "its current epoch (event level).",
+        "Rho the durable ledger records as spent by this zCDP stream on this input source: the "
+        "largest of its recorded epochs' (event level).",
     ),
     MetricSpec(
         "streamdp_stream_rho",
@@ -172,7 +173,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_period_seconds",
         "gauge",
         ("stream",),
-        "Length of the stream's current period in seconds (calendar periods vary); +Inf once "
+        "Length in seconds of the stream's period after its latest release, the next one due "
+        "(calendar periods vary); +Inf once "
         "a stream that stops at its horizon (on_epoch_end = 'stop') has released its last "
         "period.",
     ),

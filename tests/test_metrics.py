@@ -387,3 +387,26 @@ def test_a_streams_releases_leave_the_worker_its_source_moved_away_from() -> Non
     }
     assert stale_gauges <= {"streamdp_horizon_periods", "streamdp_allowed_lateness_seconds",
                             "streamdp_period_seconds"}  # fmt: skip
+
+
+def test_input_volume_counters_start_at_zero_for_every_topic_reason_and_unit_stream() -> None:
+    """``increase()`` over a series first exported at its first increment misses that
+    increment (no earlier sample): every input-volume counter series the worker may count is
+    exported at 0 from the start, and none of them when input-volume metrics are off."""
+    metrics = StreamdpMetrics(input_volume=True)
+    metrics.configure_input(["orders", "streamdp.control"], ["patients"])
+    table = samples(metrics)
+    for topic in ("orders", "streamdp.control"):
+        assert value(table, "streamdp_input_records_total", topic=topic) == 0
+        for reason in REJECTION_REASONS:
+            assert value(table, "streamdp_events_rejected_total", topic=topic, reason=reason) == 0
+    assert value(table, "streamdp_unit_bound_dropped_records_total", stream="patients") == 0
+    metrics.record_rejected("orders", "wrong_partition_key", 3)
+    table = samples(metrics)
+    assert (
+        value(table, "streamdp_events_rejected_total", topic="orders", reason="wrong_partition_key")
+        == 3
+    )
+    off = StreamdpMetrics(input_volume=False)
+    off.configure_input(["orders"], ["patients"])
+    assert "rejected" not in off.exposition().decode()

@@ -115,6 +115,9 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     app = new_faust_app(settings)
     source_topics = {s.topic for s in spec.sources.values()}
     input_names = [s.topic for s in spec.sources.values()] + [settings.topics.control]
+    metrics.configure_input(
+        input_names, [n for n, s in spec.streams.items() if s.privacy_unit is not None]
+    )
     changelog_topic = f"{settings.app_id}-{STATE_TABLE}-changelog"
     queue: BatchQueue | None = None
     # writes and publications only while the group cannot have given the partitions away
