@@ -186,6 +186,10 @@ class StreamdpMetrics:
         self._gauges["streamdp_build"].labels(version, sampler).set(1)
         self._gauges["streamdp_noise_secure"].set(1 if secure else 0)
 
+    def record_start(self, started_at: float) -> None:
+        """Export the worker process's start instant (Unix seconds; call once at start-up)."""
+        self._gauges["streamdp_worker_start_time_seconds"].set(started_at)
+
     def configure_stream(
         self,
         stream: str,

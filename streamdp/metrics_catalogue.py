@@ -207,6 +207,13 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "are drawn with (labels fixed by the code).",
     ),
     MetricSpec(
+        "streamdp_worker_start_time_seconds",
+        "gauge",
+        (),
+        "Unix time at which this worker process started: a restart changes it (a worker "
+        "restarting in a loop, e.g. on exit status 75, can stay up between scrapes).",
+    ),
+    MetricSpec(
         "streamdp_noise_secure",
         "gauge",
         (),

@@ -92,6 +92,7 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
     metrics = StreamdpMetrics(input_volume=settings.metrics_input_volume)
     runtime = WorkerRuntime(settings, spec, sampler_for(settings), metrics)
     metrics.record_build(__version__, runtime.sampler.name, secure=bool(runtime.sampler.secure))
+    metrics.record_start(runtime.started_at)
     public_clock = parse_clock(settings.clock)
     if public_clock.describe() != "wall":
         log.warning("public clock: %s (not the wall clock)", public_clock.describe())
