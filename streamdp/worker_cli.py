@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from streamdp.daemon.routing import OutputTopics
@@ -112,6 +114,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "(default 60; 0 = never)",
     )
     parser.add_argument(
+        "--start-delay",
+        type=float,
+        metavar="SECONDS",
+        help="wait SECONDS after the configuration, port and topics check out, before joining "
+        "the consumer group (default 0; or STREAMDP_START_DELAY): give a supervisor's restart "
+        "of a crashed worker a delay longer than the session timeout, e.g. 15",
+    )
+    parser.add_argument(
         "--insecure-seed",
         type=int,
         metavar="N",
@@ -174,6 +184,7 @@ def settings_from_args(args: argparse.Namespace) -> DaemonSettings:
         "tick_seconds": args.tick,
         "delivery_allowance_seconds": args.delivery_allowance,
         "stall_exit_seconds": args.stall_exit,
+        "start_delay_seconds": args.start_delay,
         "input_path": args.input_path,
         "session_timeout": args.session_timeout,
         "insecure_seed": args.insecure_seed,
@@ -218,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         say(f"fatal configuration problem, exit status {EXIT_CONFIG}: {error}")
         return EXIT_CONFIG
+    wait_before_joining(settings.start_delay_seconds)
     import faust
 
     from streamdp.daemon.diagnostics import install_dump_signals
@@ -229,3 +241,10 @@ def run(args: argparse.Namespace) -> int:
     arm_stop_deadline(worker, args.stop_deadline)
     install_dump_signals(worker, runtime.describe_inputs)
     return worker.execute_from_commandline()  # runs until SIGTERM/SIGINT, then exits
+
+
+def wait_before_joining(seconds: float, sleep: Callable[[float], None] = time.sleep) -> None:
+    """``--start-delay``: wait ``seconds`` (said in one line) before the worker joins the group."""
+    if seconds > 0:
+        say(f"waiting {seconds:g} s before joining the consumer group (--start-delay)")
+        sleep(seconds)

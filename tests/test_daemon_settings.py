@@ -50,11 +50,30 @@ def spec(tmp_path: Path) -> Path:
         ({"security_protocol": "SASL_SSL"}, "with SASL_SSL, but it is not set$"),
         ({"bootstrap": "127.0.0.1:99999"}, "port 99999 is not a TCP port"),
         ({"insecure_seed": -1}, "--insecure-seed must be an integer >= 0, got -1"),
+        ({"start_delay_seconds": -1.0}, "--start-delay must be >= 0"),
+        ({"start_delay_seconds": float("nan")}, "--start-delay"),
+        ({"start_delay_seconds": 601.0}, "--start-delay"),
     ],
 )
 def test_bad_settings_name_what_to_fix(spec: Path, change: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         DaemonSettings(config=spec, **change).validate()  # type: ignore[arg-type]
+
+
+def test_the_start_delay_is_read_from_the_environment_and_waited_before_joining(
+    spec: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streamdp.worker_cli import wait_before_joining
+
+    values = env_settings(str(spec), {"STREAMDP_START_DELAY": "15"})
+    assert DaemonSettings(**values).validate().start_delay_seconds == 15.0  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="STREAMDP_START_DELAY must be a number of seconds"):
+        env_settings(str(spec), {"STREAMDP_START_DELAY": "15s"})
+    slept: list[float] = []
+    wait_before_joining(15.0, slept.append)
+    wait_before_joining(0.0, slept.append)
+    assert slept == [15.0]
+    assert "waiting 15 s before joining the consumer group" in capsys.readouterr().err
 
 
 def test_log_levels_are_taken_in_any_case(spec: Path) -> None:

@@ -48,6 +48,7 @@ WRITE_BOUNDS: dict[str, int] = {
 #: behind a burst, are in; a record received later than that is late.
 DEFAULT_DELIVERY_ALLOWANCE = 5.0
 MAX_DELIVERY_ALLOWANCE = 86_400.0
+MAX_START_DELAY = 600.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,10 @@ class DaemonSettings:
     # input records available on an assigned partition but none delivered for this long (the
     # same Faust issue can drop a whole fetch): exit and restart from the checkpoint; 0 = off
     stall_exit_seconds: float = 60.0
+    # wall seconds a worker waits, its configuration checked, before joining the consumer group:
+    # a supervisor's quick restart would otherwise rejoin before the group expelled the crashed
+    # predecessor (docs/operating.md section 4)
+    start_delay_seconds: float = 0.0
     # "batch": records reach the service per fetch, through streamdp.daemon.batch_input;
     # "stream": through a Faust agent, one event at a time (same checkpoint protocol, slower)
     input_path: str = "batch"
@@ -183,6 +188,11 @@ class DaemonSettings:
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
         if self.stall_exit_seconds < 0:
             raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
+        if not 0 <= self.start_delay_seconds <= MAX_START_DELAY:
+            raise ConfigError(
+                f"--start-delay must be >= 0 and <= {MAX_START_DELAY:g} seconds, got "
+                f"{self.start_delay_seconds}"
+            )
         if not 0 <= self.delivery_allowance_seconds <= MAX_DELIVERY_ALLOWANCE:
             raise ConfigError(
                 f"--delivery-allowance must be >= 0 and <= {MAX_DELIVERY_ALLOWANCE:g} seconds, "
@@ -239,6 +249,14 @@ def env_settings(config: str | None, env: Mapping[str, str] | None = None) -> di
                 out[key] = int(e[name])
             except ValueError:
                 raise ConfigError(f"{name} must be an integer, got {e[name]!r}") from None
+    delay = e.get("STREAMDP_START_DELAY")
+    if delay:
+        try:
+            out["start_delay_seconds"] = float(delay)
+        except ValueError:
+            raise ConfigError(
+                f"STREAMDP_START_DELAY must be a number of seconds, got {delay!r}"
+            ) from None
     if e.get("STREAMDP_TOPIC_NAMESPACE"):
         out["topics"] = OutputTopics.in_namespace(
             check_namespace(e["STREAMDP_TOPIC_NAMESPACE"], "STREAMDP_TOPIC_NAMESPACE")
