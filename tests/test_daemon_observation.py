@@ -92,3 +92,25 @@ def test_next_offset_only_moves_forward_and_progress_restarts_the_stall_clock() 
     assert watch.check(key, behind, 50, blocked=False, now=19.0) is None
     progress.observe({key: (29, 30)}, highwater)  # a re-delivered older batch
     assert progress.next_offset == {key: 50}
+
+
+def test_a_stream_that_stopped_at_its_horizon_starts_with_an_infinite_period() -> None:
+    """A restarted worker exports ``streamdp_period_seconds`` before any release: a stream with
+    ``on_epoch_end = "stop"`` whose last close instant has passed will never release again, so
+    its period is +Inf (or the no-release alerts would fire on it for ever); before that
+    instant, and for a rolling stream, the first period's length."""
+    import math
+    from dataclasses import replace
+
+    from streamdp.daemon.observation import period_seconds_at_start
+    from streamdp.engine.periods import PeriodClock
+    from streamdp.synth import example_spec
+
+    stream = next(iter(example_spec("restaurant").streams.values()))
+    stopping = replace(stream, on_epoch_end="stop", horizon=3)
+    clock = PeriodClock(stopping.period)
+    day = clock.bounds(0)[1] - clock.bounds(0)[0]
+    last_close = clock.bounds(2)[1] + stopping.allowed_lateness_seconds
+    assert period_seconds_at_start(stopping, last_close - 1) == day
+    assert period_seconds_at_start(stopping, last_close) == math.inf
+    assert period_seconds_at_start(replace(stopping, on_epoch_end="roll"), last_close) == day

@@ -35,7 +35,7 @@ from streamdp.daemon.fatal import exit_on_crash, worker_ender
 from streamdp.daemon.faust_setup import declare_topics, new_faust_app
 from streamdp.daemon.log_safety import hold_value_loggers
 from streamdp.daemon.membership_lease import MembershipLease, lease_margin
-from streamdp.daemon.observation import InputProgress, OutcomeObserver
+from streamdp.daemon.observation import InputProgress, OutcomeObserver, period_seconds_at_start
 from streamdp.daemon.pages import serve_pages
 from streamdp.daemon.runtime import WorkerRuntime, sampler_for
 from streamdp.daemon.service import ReleaseService
@@ -46,7 +46,6 @@ from streamdp.daemon.topology import STATE_TABLE
 from streamdp.daemon.watchdog import StallWatchdog, watchdog_interval
 from streamdp.engine import EngineSpec, load_spec
 from streamdp.engine.clock import parse_clock
-from streamdp.engine.periods import PeriodClock
 from streamdp.engine.privacy_unit import load_unit_key
 from streamdp.engine.scanned_orders import NATIVE_SCANNER_BUILT
 from streamdp.engine.stream import check_releasable
@@ -104,13 +103,11 @@ def create_app(settings: DaemonSettings) -> tuple[faust.App, WorkerRuntime]:
         )
     metrics.bind_ledger(runtime.budget_view)
     for name, stream_spec in spec.streams.items():
-        clock = PeriodClock(stream_spec.period)
-        start, end = clock.bounds(0)
         metrics.configure_stream(
             name,
             horizon_periods=stream_spec.horizon,
             allowed_lateness_seconds=stream_spec.allowed_lateness_seconds,
-            period_seconds=end - start,
+            period_seconds=period_seconds_at_start(stream_spec, public_clock.now()),
         )
 
     app = new_faust_app(settings)

@@ -21,15 +21,31 @@ from streamdp.daemon.outcome import BatchOutcome
 from streamdp.daemon.stall_watch import InputStallWatch
 from streamdp.engine import EngineSpec
 from streamdp.engine.periods import PeriodClock
+from streamdp.engine.spec import StreamSpec
 from streamdp.metrics import StreamdpMetrics
 
-__all__ = ["MAX_COUNTER_SERIES", "InputProgress", "OutcomeObserver"]
+__all__ = ["MAX_COUNTER_SERIES", "InputProgress", "OutcomeObserver", "period_seconds_at_start"]
 
 #: Most counters of one stream exported as per-counter gauges (``streamdp_release_cumulative``,
 #: ``streamdp_consistent_cumulative``): the first ones in declared order (a places stream's
 #: nation and upper levels come first). A county stream has 6,388 counters and a national one
 #: up to millions: one Prometheus series each would swamp the server and the scrape.
 MAX_COUNTER_SERIES = 256
+
+
+def period_seconds_at_start(stream_spec: StreamSpec, now: float) -> float:
+    """``streamdp_period_seconds`` of a stream before its first release after the worker
+    starts: its first period's length, or +Inf for a stream that stops at its horizon
+    (``on_epoch_end = "stop"``) whose last close instant is at or before public instant ``now``:
+    it will never release again, and the stall alerts compare the time without a release with
+    this length."""
+    clock = PeriodClock(stream_spec.period)
+    if stream_spec.on_epoch_end == "stop":
+        last_close = clock.bounds(stream_spec.horizon - 1)[1] + stream_spec.allowed_lateness_seconds
+        if last_close <= now:
+            return math.inf
+    start, end = clock.bounds(0)
+    return end - start
 
 
 class OutcomeObserver:
