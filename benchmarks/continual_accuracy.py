@@ -138,15 +138,12 @@ def smooth_binary_dense(horizon: int, height: int, ones: int) -> tuple[np.ndarra
         [(leaves > j * 2**level) & (leaves <= (j + 1) * 2**level) for level, j in blocks],
         dtype=np.int64,
     )
-    ends = np.array([(j + 1) * 2**level for level, j in blocks])
-    sizes = np.array([2**level for level, _ in blocks])
+    levels = np.array([level for level, _ in blocks])
+    ends = np.array([(j + 1) << level for level, j in blocks])
     # the dyadic decomposition of [1, p]: block (level, j) ends at p's prefix down to bit
     # `level`, and bit `level` of p is set
     r = np.array(
-        [
-            (ends == (leaf >> np.log2(sizes).astype(int)) * sizes) & ((leaf & sizes) > 0)
-            for leaf in leaves
-        ],
+        [(ends == (leaf >> levels) << levels) & ((leaf >> levels) & 1 == 1) for leaf in leaves],
         dtype=np.int64,
     )
     if not np.array_equal(r @ a, np.tril(np.ones((horizon, horizon), dtype=np.int64))):

@@ -221,15 +221,16 @@ def run(args: argparse.Namespace) -> int:
         )
     app, runtime = create_app(settings)
     try:
-        # before the broker (which may be waited for) and again after it, just before Faust
-        # binds the port: a taken port is one line and status 78, not Faust's traceback
+        # before the broker (which may be waited for) and again after it and the start delay,
+        # just before Faust binds the port: a taken port is one line and status 78, not
+        # Faust's traceback
         check_web_port(settings.web_host, settings.web_port)
         check_topics(settings, required_topics(runtime.spec, settings), input_topics(runtime.spec))
+        wait_before_joining(settings.start_delay_seconds)
         check_web_port(settings.web_host, settings.web_port)
     except ConfigError as error:
         say(f"fatal configuration problem, exit status {EXIT_CONFIG}: {error}")
         return EXIT_CONFIG
-    wait_before_joining(settings.start_delay_seconds)
     import faust
 
     from streamdp.daemon.diagnostics import install_dump_signals

@@ -138,11 +138,12 @@ def describe_unit(
     who = f"one {field}" if field else "one privacy unit (a patient, a device)"
     if l2:
         # one event's changes are integers: its L2^2 is the integer at most Delta_2^2
-        squared = l2_squared_of(event_sensitivity) * multiplier * multiplier
+        event_squared = l2_squared_of(event_sensitivity)
+        squared = event_squared * multiplier * multiplier
         calibrated = (
             f"noise calibrated on the L2 sensitivity M x Delta_2 = {multiplier} x "
-            f"{math.sqrt(l2_squared_of(event_sensitivity)):.6g} = {math.sqrt(squared):.6g} "
-            f"(L2^2 = M^2 x {l2_squared_of(event_sensitivity)} = {squared})"
+            f"{math.sqrt(event_squared):.6g} = {math.sqrt(squared):.6g} "
+            f"(L2^2 = M^2 x {event_squared} = {squared})"
         )
     else:
         calibrated = (
