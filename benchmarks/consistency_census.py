@@ -10,8 +10,9 @@
 
     .venv/bin/python benchmarks/consistency_census.py [--quick] [--write]
 
-Prints the tables and writes consistency_census.json and .png to benchmarks/out/ (with --write:
-the committed benchmarks/results/). Timings: medians, shared 2-core machine.
+Prints the tables and writes consistency_census.json, .txt (the printed tables) and .png to
+benchmarks/out/ (with --write: the committed benchmarks/results/), with the date, commit and
+load average of the run. Timings: medians of 3 (GMC and the recursive method: one run).
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import statistics
 import time
 
 import matplotlib
-from results_dir import add_write_flag, output_dir
+from results_dir import add_write_flag, output_dir, printed_copy
+from run_conditions import conditions_at_start, conditions_text, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -214,14 +216,9 @@ def syn_part(rng: np.random.Generator, regions: int, ks: list[int]) -> list[dict
     return rows
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
-    add_write_flag(parser)
-    args = parser.parse_args()
-    quick = args.quick
+def measure(quick: bool) -> dict[str, list[dict]]:  # type: ignore[type-arg]
+    """Run both parts, printing their tables; the JSON payload (census shapes, SynData)."""
     rng = np.random.default_rng(2024)
-    out = output_dir(args.write)
     census = census_part(rng, 500 if quick else 4000, 2 if quick else 10)
     print(
         "Census2010 shapes, seconds scaled to 449,814 regions (paper: FGMC 16-19x faster than GMC)"
@@ -254,10 +251,27 @@ def main() -> int:
             f"{r['fgmc_ms_per_region'] / r['exact_ms_per_region']:>11.1f} "
             f"{r['rmse_no_pp']:>7.3f} {r['rmse_pp']:>7.3f}"
         )
+    return {"census": census, "syndata": syn}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    out = output_dir(args.write)
+    conditions = conditions_at_start()
+    with printed_copy() as printed:
+        payload = measure(args.quick)
+    conditions = finish(conditions)
     (out / "consistency_census.json").write_text(
-        json.dumps({"census": census, "syndata": syn}, indent=1) + "\n"
+        json.dumps({**payload, "conditions": conditions}, indent=1) + "\n"
     )
-    print(f"wrote {out / 'consistency_census.json'}")
+    (out / "consistency_census.txt").write_text(
+        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
+    )
+    print(f"wrote {out / 'consistency_census.json'} and consistency_census.txt")
+    census, syn = payload["census"], payload["syndata"]
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     names = [r["subset"].replace("Census_", "") for r in census]

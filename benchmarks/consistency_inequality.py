@@ -7,8 +7,9 @@ whose true count is zero and on the others, and run time. Medians over TRIALS no
 
     .venv/bin/python benchmarks/consistency_inequality.py [--write]
 
-Prints the table and writes consistency_inequality.json and .png to benchmarks/out/ (with
---write: the committed benchmarks/results/).
+Prints the table and writes consistency_inequality.json, .txt (the printed table, with the
+run's date, commit and load average) and .png to benchmarks/out/ (with --write: the committed
+benchmarks/results/).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import matplotlib
-from results_dir import add_write_flag, output_dir
+from results_dir import add_write_flag, output_dir, printed_copy
+from run_conditions import conditions_at_start, conditions_text, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -33,6 +36,7 @@ def main() -> int:
     add_write_flag(parser)
     args = parser.parse_args()
     out = output_dir(args.write)
+    conditions = conditions_at_start()
     rng = np.random.default_rng(77)
     T, trials = 64, 20
     tree = complete_tree(2, 6)
@@ -75,6 +79,21 @@ def main() -> int:
                 stats[f"biaspos_{name}"].append(float(e[~zero].mean()) if (~zero).any() else 0.0)
         row = {"poisson_rate": rate, **{k: float(np.median(v)) for k, v in stats.items()}}
         rows.append(row)
+    conditions = finish(conditions)
+    with printed_copy() as printed:
+        print_table(rows)
+    (out / "consistency_inequality.json").write_text(
+        json.dumps({"rows": rows, "conditions": conditions}, indent=1) + "\n"
+    )
+    (out / "consistency_inequality.txt").write_text(
+        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
+    )
+    print(f"wrote {out / 'consistency_inequality.json'} and consistency_inequality.txt")
+    plot(rows, out)
+    return 0
+
+
+def print_table(rows: list[dict[str, float]]) -> None:
     print("Restaurant T=64, eps=1, Delta=5*7; medians of 20 draws; errors on daily item counts")
     print(
         f"{'rate':>5} {'RMSE eq':>8} {'RMSE >=0':>9} {'bias@0 eq':>10} {'bias@0 >=0':>11} "
@@ -87,8 +106,9 @@ def main() -> int:
             f"{r['biaspos_dyk']:>11.2f} {1e3 * r['t_eq']:>7.2f} {1e3 * r['t_dyk']:>8.1f} "
             f"{r['it']:>7.0f}"
         )
-    (out / "consistency_inequality.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print(f"wrote {out / 'consistency_inequality.json'}")
+
+
+def plot(rows: list[dict[str, float]], out: Path) -> None:
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     rates = [r["poisson_rate"] for r in rows]
     ax[0].semilogx(rates, [r["rmse_eq"] for r in rows], "o-", label="equalities only (unbiased)")
@@ -103,7 +123,6 @@ def main() -> int:
     fig.tight_layout()
     fig.savefig(out / "consistency_inequality.png", dpi=110)
     print(f"wrote {out / 'consistency_inequality.png'}")
-    return 0
 
 
 if __name__ == "__main__":

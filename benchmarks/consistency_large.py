@@ -9,7 +9,10 @@ RSS (resource.getrusage) belongs to that case alone.
 
 Each writes consistency_large_<case>.json to benchmarks/out/ (with --write: the committed
 benchmarks/results/). The case is required (no default: all four in one process would
-mix their peak RSS, and census-fgmc alone peaks near 10 GB). Timings: shared 2-core machine.
+mix their peak RSS, and census-fgmc alone peaks near 10 GB). The data are drawn once and the
+solve is timed ``--repeats`` times on them (median, min and max of the seconds; the peak RSS is
+the process's over every repeat); the JSON records the date, commit and load average
+(``run_conditions``).
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from results_dir import add_write_flag, output_dir
+from run_conditions import conditions_at_start, finish
 
 from streamdp.consistency import SEED004_COMBOS, census_exact, census_residuals
 from streamdp.papers import (
@@ -48,14 +55,35 @@ def restaurant_data(days: int, rng: np.random.Generator) -> tuple[np.ndarray, np
     return truth, noisy, tree
 
 
-def run_restaurant(approx: bool) -> dict[str, object]:
+def timed(solve: Callable[[], Any], repeats: int) -> tuple[Any, dict[str, Any]]:
+    """The last of ``repeats`` results of ``solve()`` and the seconds each took (median,
+    min, max, all)."""
+    times = []
+    result = None
+    for _ in range(repeats):
+        result = None  # the previous solve's output is freed before the next one runs
+        start = time.perf_counter()
+        result = solve()
+        times.append(time.perf_counter() - start)
+    return result, {
+        "seconds": statistics.median(times),
+        "seconds_min": min(times),
+        "seconds_max": max(times),
+        "seconds_each": times,
+        "repeats": repeats,
+    }
+
+
+def run_restaurant(approx: bool, repeats: int) -> dict[str, object]:
     rng = np.random.default_rng(2021)
     days = 1_000_000
     truth, noisy, tree = restaurant_data(days, rng)
     base_rss = peak_rss_mb()
-    start = time.perf_counter()
     if approx:
-        result = restaurant_approximation(noisy, SEED004_COMBOS, tree=tree, max_iter=2000)  # type: ignore[arg-type]
+        result, timing = timed(
+            lambda: restaurant_approximation(noisy, SEED004_COMBOS, tree=tree, max_iter=2000),  # type: ignore[arg-type]
+            repeats,
+        )
         values = result.values
         extra = {
             "iterations": result.iterations,
@@ -64,16 +92,18 @@ def run_restaurant(approx: bool) -> dict[str, object]:
             "residual": result.residual,
         }
     else:
-        values = restaurant_release(noisy, SEED004_COMBOS, tree=tree)  # type: ignore[arg-type]
+        values, timing = timed(
+            lambda: restaurant_release(noisy, SEED004_COMBOS, tree=tree),  # type: ignore[arg-type]
+            repeats,
+        )
         extra = {}
-    seconds = time.perf_counter() - start
     leaves = tree.leaves  # type: ignore[attr-defined]
     return {
         "case": "restaurant-approx" if approx else "restaurant-exact",
         "days": days,
         "items": 5,
         "nodes": int(noisy.shape[1]),
-        "seconds": seconds,
+        **timing,
         "peak_rss_mb": peak_rss_mb(),
         "rss_before_solve_mb": base_rss,
         "rmse_days_noisy": float(np.sqrt(np.mean((noisy[:, leaves] - truth[:, leaves]) ** 2))),
@@ -114,29 +144,27 @@ def rmse(a, b) -> float:
     return float(np.sqrt(sq / count))
 
 
-def run_census(fgmc: bool) -> dict[str, object]:
+def run_census(fgmc: bool, repeats: int) -> dict[str, object]:
     rng = np.random.default_rng(2024)
     truth, noisy = census_data(rng)
     base_rss = peak_rss_mb()
-    start = time.perf_counter()
     extra: dict[str, object] = {}
     if fgmc:
-        res = census_approximation(*noisy)
+        res, timing = timed(lambda: census_approximation(*noisy), repeats)
         out = (res.total, res.marginals, res.cells)
         extra = {
             "mean_iterations": float(res.iterations.mean()),
             "max_iterations": int(res.iterations.max()),
         }
     else:
-        out = census_exact(*noisy)
-    seconds = time.perf_counter() - start
+        out, timing = timed(lambda: census_exact(*noisy), repeats)
     resid = float(np.max(np.abs(census_residuals(*out))))
     return {
         "case": "census-fgmc" if fgmc else "census-exact",
         "regions": int(noisy[0].shape[0]),
         "cells": 322,
         "values_per_region": 1 + 2 + 7 + 23 + 322,
-        "seconds": seconds,
+        **timing,
         "peak_rss_mb": peak_rss_mb(),
         "rss_before_solve_mb": base_rss,
         "max_residual": resid,
@@ -147,20 +175,27 @@ def run_census(fgmc: bool) -> dict[str, object]:
 
 
 def main() -> int:
-    runners = {
-        "restaurant-exact": lambda: run_restaurant(False),
-        "restaurant-approx": lambda: run_restaurant(True),
-        "census-exact": lambda: run_census(False),
-        "census-fgmc": lambda: run_census(True),
+    runners: dict[str, Callable[[int], dict[str, object]]] = {
+        "restaurant-exact": lambda repeats: run_restaurant(False, repeats),
+        "restaurant-approx": lambda repeats: run_restaurant(True, repeats),
+        "census-exact": lambda repeats: run_census(False, repeats),
+        "census-fgmc": lambda repeats: run_census(True, repeats),
     }
     parser = argparse.ArgumentParser(
         description="One large consistency case (run each in its own process: its peak RSS).",
         epilog="No default case: census-fgmc alone peaks near 10 GB; run the cases one by one.",
     )
     parser.add_argument("case", choices=sorted(runners), help="which case to run (required)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed solves on the same data (default 3)"
+    )
     add_write_flag(parser)
     args = parser.parse_args()
-    result = runners[args.case]()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    conditions = conditions_at_start()
+    result = runners[args.case](args.repeats)
+    result["conditions"] = finish(conditions)
     target = output_dir(args.write) / f"consistency_large_{args.case}.json"
     target.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

@@ -1,7 +1,8 @@
 """Seed 004 reproduced: the restaurant (5 items, 3 combos, eps = 1, binary trees).
 
-Parts (tables printed; consistency_restaurant.json and .png written to benchmarks/out/, with
---write to the committed benchmarks/results/):
+Parts (tables printed; consistency_restaurant.json, .txt (the printed tables, with the run's
+date, commit and load average) and .png written to benchmarks/out/, with --write to the
+committed benchmarks/results/):
   1. Fig. 1-2: consistency deviation (eq. 14) and error (eq. 15) per iteration of Algorithm 1,
      T = 32..1024, 100 iterations, with the optimal error (exact path == dense) as a line.
   2. Fig. 3: run time of Algorithm 1 (tol 1e-6) vs the dense general solution vs our exact
@@ -11,7 +12,8 @@ Parts (tables printed; consistency_restaurant.json and .png written to benchmark
 
     .venv/bin/python benchmarks/consistency_restaurant.py [--quick] [--write]
 
-Timings: medians of repeats, on a shared 2-core machine.
+Timings: medians of repeats (every repeat's seconds in the JSON); the dense solve runs once
+at T >= 256.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import statistics
 import time
 
 import matplotlib
-from results_dir import add_write_flag, output_dir
+from results_dir import add_write_flag, output_dir, printed_copy
+from run_conditions import conditions_at_start, conditions_text, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -44,12 +47,18 @@ def instance(T: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 
 
 def timed(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
+    """Median seconds of ``repeats`` calls; every call's seconds are kept in ``SPREADS``."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
+    SPREADS.append(times)
     return statistics.median(times)
+
+
+#: the seconds of every call of each ``timed`` measurement, in order (for the JSON's spreads)
+SPREADS: list[list[float]] = []
 
 
 def convergence(Ts: list[int], rng: np.random.Generator) -> dict[int, dict[str, list[float]]]:
@@ -75,14 +84,9 @@ def convergence(Ts: list[int], rng: np.random.Generator) -> dict[int, dict[str, 
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
-    add_write_flag(parser)
-    args = parser.parse_args()
-    quick = args.quick
+def measure(quick: bool) -> dict[str, object]:
+    """Run every part, printing its tables; the JSON payload (convergence, times, large T)."""
     rng = np.random.default_rng(2021)
-    out = output_dir(args.write)
     Ts = [32, 64, 128, 256, 512, 1024]
     dense_max = 128 if quick else 512
     conv = convergence(Ts[:3] if quick else Ts, rng)
@@ -103,6 +107,7 @@ def main() -> int:
     for T in Ts:
         _, noisy = instance(T, rng)
         approx_res = restaurant_approximation(noisy, SEED004_COMBOS, tol=1e-6)
+        first = len(SPREADS)
         t_approx = timed(
             lambda noisy=noisy: restaurant_approximation(noisy, SEED004_COMBOS, tol=1e-6), 3
         )
@@ -126,6 +131,7 @@ def main() -> int:
                 "exact_s": t_exact,
                 "sparse_s": t_sparse,
                 "dense_s": t_dense,
+                "seconds_each (approx, exact, sparse, dense)": SPREADS[first:],
             }
         )
     measured = [(r["T"], r["dense_s"]) for r in rows if r["dense_s"] is not None]
@@ -165,14 +171,28 @@ def main() -> int:
         a = f"{e['approx_s']:.3g} s ({e['approx_iterations']} it)" if "approx_s" in e else "-"
         print(f"T={e['T']:>8}  exact {e['exact_s']:.3g} s   approx {a}")
 
+    return {"convergence": {str(k): v for k, v in conv.items()}, "time": rows, "large": large}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer trials")
+    add_write_flag(parser)
+    args = parser.parse_args()
+    out = output_dir(args.write)
+    conditions = conditions_at_start()
+    with printed_copy() as printed:
+        payload = measure(args.quick)
+    conditions = finish(conditions)
     (out / "consistency_restaurant.json").write_text(
-        json.dumps(
-            {"convergence": {str(k): v for k, v in conv.items()}, "time": rows, "large": large},
-            indent=1,
-        )
-        + "\n"
+        json.dumps({**payload, "conditions": conditions}, indent=1) + "\n"
     )
-    print(f"wrote {out / 'consistency_restaurant.json'}")
+    (out / "consistency_restaurant.txt").write_text(
+        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
+    )
+    print(f"wrote {out / 'consistency_restaurant.json'} and consistency_restaurant.txt")
+    conv = {int(k): v for k, v in payload["convergence"].items()}  # type: ignore[attr-defined]
+    rows = payload["time"]
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
     for T, c in conv.items():

@@ -43,6 +43,7 @@ import time
 from typing import Any
 
 from results_dir import add_write_flag, output_dir
+from run_conditions import conditions_at_start, conditions_text, finish
 
 from streamdp.daemon.gc_tuning import tune_garbage_collector
 from streamdp.daemon.outcome import BatchOutcome
@@ -171,9 +172,9 @@ class History:
 
 def measure(
     scenario: str, histories: list[int], batch: int, batches: int, repeats: int, horizon: int
-) -> list[tuple[float, float]]:
-    """Median (wall, CPU) events/s of the release service after each of ``histories`` closed
-    periods, the timed passes of the histories alternating."""
+) -> list[list[tuple[float, float]]]:
+    """Every timed pass's (wall, CPU) events/s of the release service after each of
+    ``histories`` closed periods, the timed passes of the histories alternating."""
     prepared = [
         History(scenario, closed, batch, batch * batches * repeats, horizon) for closed in histories
     ]
@@ -181,10 +182,12 @@ def measure(
     for _ in range(repeats):
         for history, rates in zip(prepared, passes, strict=True):
             rates.append(history.timed_pass(batches))
-    return [
-        (statistics.median(w for w, _ in rates), statistics.median(c for _, c in rates))
-        for rates in passes
-    ]
+    return passes
+
+
+def _spread(values: list[float]) -> str:
+    """``median (min-max)`` of events/s figures."""
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -198,29 +201,32 @@ def main(argv: list[str] | None = None) -> int:
     add_write_flag(parser)
     args = parser.parse_args(argv)
     histories = [int(h) for h in args.histories.split(",")]
+    conditions = conditions_at_start()
     tune_garbage_collector()  # as a worker process does at start
     rows = []
     for scenario in args.scenarios.split(","):
-        rates = measure(scenario, histories, args.batch, args.batches, args.repeats, args.horizon)
-        wall0, cpu0 = rates[0]
-        for closed, (wall, cpu) in zip(histories, rates, strict=True):
-            rows.append((scenario, closed, wall, wall / wall0, cpu, cpu / cpu0))
+        passes = measure(scenario, histories, args.batch, args.batches, args.repeats, args.horizon)
+        walls = [[w for w, _ in rates] for rates in passes]
+        cpus = [[c for _, c in rates] for rates in passes]
+        wall0, cpu0 = statistics.median(walls[0]), statistics.median(cpus[0])
+        for closed, wall, cpu in zip(histories, walls, cpus, strict=True):
+            ratio_wall = statistics.median(wall) / wall0
+            ratio_cpu = statistics.median(cpu) / cpu0
+            rows.append((scenario, closed, _spread(wall), ratio_wall, _spread(cpu), ratio_cpu))
             print(
-                f"{scenario:>10} {closed:>8,} closed  {wall:>10,.0f} events/s "
-                f"{wall / wall0:.3f}  {cpu:>10,.0f} events/CPU-s {cpu / cpu0:.3f}"
+                f"{scenario:>10} {closed:>8,} closed  {_spread(wall)} events/s "
+                f"{ratio_wall:.3f}  {_spread(cpu)} events/CPU-s {ratio_cpu:.3f}"
             )
         sys.stdout.flush()
+    conditions = finish(conditions)
     command = ".venv/bin/python benchmarks/history.py " + " ".join(argv or sys.argv[1:])
     table = [
         (
-            "| stream | periods closed before | events/s (median) | ratio | "
-            "events per CPU second (median) | ratio |"
+            "| stream | periods closed before | events/s, median (min-max) | ratio | "
+            "events per CPU second, median (min-max) | ratio |"
         ),
         "|---|---:|---:|---:|---:|---:|",
-        *[
-            f"| {s} | {c:,} | {w:,.0f} | {qw:.3f} | {u:,.0f} | {qu:.3f} |"
-            for s, c, w, qw, u, qu in rows
-        ],
+        *[f"| {s} | {c:,} | {w} | {qw:.3f} | {u} | {qu:.3f} |" for s, c, w, qw, u, qu in rows],
     ]
     text = "\n".join(
         [
@@ -230,11 +236,17 @@ def main(argv: list[str] | None = None) -> int:
             "",
             (
                 f"Batches of {args.batch} records, {args.batches} batches per timed pass, "
-                f"median of {args.repeats} passes; shared 2-core machine (compare ratios, "
-                "measured in the same run)."
+                f"median of {args.repeats} passes (min-max over the passes); ratios are of "
+                "medians measured in the same run, against the stream's first row. "
+                f"{conditions_text(conditions, own='nothing but this process')}."
             ),
             "",
             *table,
+            "",
+            (
+                "Notes on earlier runs (what changed and why the rows stopped falling): "
+                "[history_notes.md](history_notes.md)."
+            ),
             "",
         ]
     )

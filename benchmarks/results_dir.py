@@ -8,7 +8,12 @@ leaves the repository's tree dirty; with ``--write`` it replaces the committed f
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 #: The committed results (read back by re-rendering commands; written with --write).
@@ -33,3 +38,27 @@ def output_dir(write: bool) -> Path:
     target = COMMITTED if write else SCRATCH
     target.mkdir(parents=True, exist_ok=True)
     return target
+
+
+class _Tee(io.TextIOBase):
+    """Writes to the terminal and keeps a copy."""
+
+    def __init__(self, terminal: TextIO) -> None:
+        self.terminal = terminal
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.terminal.write(text)
+        return self.copy.write(text)
+
+    def flush(self) -> None:
+        self.terminal.flush()
+
+
+@contextlib.contextmanager
+def printed_copy() -> Iterator[io.StringIO]:
+    """Inside the block, what the benchmark prints also goes into the yielded buffer, so that
+    the tables a results ``.txt`` file holds are the ones printed (not pasted by hand)."""
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
+        yield tee.copy

@@ -32,6 +32,7 @@ from fractions import Fraction
 
 import numpy as np
 from results_dir import add_write_flag, output_dir
+from run_conditions import conditions_at_start, conditions_text, finish
 
 from streamdp.continual.blt_counter import BltCounter, blt_strategy
 from streamdp.continual.blt_factorization import optimise_blt
@@ -204,17 +205,25 @@ def main() -> None:
     add_write_flag(parser)
     args = parser.parse_args()
     target = output_dir(args.write)
+    conditions = conditions_at_start()
     table, curves = planned_table()
     print("\n".join(table))
     sim = simulated(args.trials)
     print("\n".join(sim))
     versus = matched()
     print("\n".join(versus))
+    conditions = finish(conditions)
     plot(curves, str(target / "zcdp_accuracy.png"))
     text = [
         "# Continual counting under rho-zCDP",
         "",
         f"Command: `./run bench zcdp_accuracy --trials {args.trials}`.",
+        "",
+        (
+            f"{conditions_text(conditions, own='nothing but this process')}. The variances "
+            "are computed and the simulations seeded, so they repeat on any day; only the "
+            "seconds to plan depend on the machine and its load."
+        ),
         "",
         f"## Planned, N = {N}, rho = 1/2, L2 sensitivity 1 (variances in counts^2)",
         "",

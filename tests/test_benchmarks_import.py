@@ -109,3 +109,19 @@ def test_a_results_file_states_the_recorded_conditions_or_that_there_were_none(
     assert f"measured {recorded['date']} at commit {recorded['commit']}" in text
     assert "other engineers" not in text
     assert "were not recorded" in run_conditions.conditions_text(None)
+
+
+def test_the_printed_tables_are_the_ones_a_results_text_file_holds(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The consistency benchmarks' .txt files were terminal output pasted by hand; they are now
+    written from a copy of what was printed, so the file and the terminal cannot differ."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import results_dir
+
+    with results_dir.printed_copy() as printed:
+        print("T  exact")
+        print(32, 8.6e-05)
+    print("after the block")
+    assert printed.getvalue() == "T  exact\n32 8.6e-05\n"
+    assert capsys.readouterr().out == "T  exact\n32 8.6e-05\nafter the block\n"
