@@ -395,3 +395,31 @@ def test_a_stream_named_like_a_path_is_not_shown_nor_written_outside_the_site(
     # the same records under their own name are shown: the refusal is the name's
     good = _view(small_replay)
     assert STREAM in good.places_streams()
+
+
+@pytest.mark.tool
+def test_a_places_stream_without_the_tree_constraint_claims_no_sum(tmp_path: Path) -> None:
+    """An audit found the page saying "every place is the sum of the places below it" for a
+    places stream whose revisions have no constraint (``constraints = { kind = "none" }``),
+    next to "(constraint: none)": the sum line is only for revisions on the tree."""
+    from dataclasses import replace
+
+    from streamdp.engine.spec import ConstraintSpec
+
+    base = small_county_spec()
+    stream = replace(base.streams[STREAM], constraints=ConstraintSpec(kind="none"))
+    spec = replace(base, streams={STREAM: stream})
+    lines = [line.text for line in generate("county-admissions", 4, 40.0, seed=8, spec=spec)]
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(text + "\n" for text in lines), encoding="utf-8")
+    replay(spec, events, tmp_path / "out", as_of=release_instant(spec, 4),
+           sampler=InsecureSeededSampler(2))  # fmt: skip
+    (newest,) = merged_parts(read_jsonl(tmp_path / "out" / "consistent.jsonl"))[-1:]
+    assert newest["constraint"] == "none"
+    write_static(_view(tmp_path / "out"), "test", tmp_path / "site")
+    dom = _browse(_chromium(), tmp_path / "profile", "--dump-dom",
+                  (tmp_path / "site" / "index.html").as_uri())  # fmt: skip
+    assert "(constraint: none)" in dom  # the page drew the revision ...
+    assert not _text(dom, r'<p class="facts tree-sum">(.*?)</p>')  # ... and claimed no sum
+    drawn = re.sub(r"<script.*?</script>", "", dom, flags=re.S)  # the page, not its code
+    assert "every place is the sum" not in drawn

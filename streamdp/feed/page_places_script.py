@@ -172,7 +172,8 @@ function placesBody(stream, sec, unit) {
   const table = el("table", {class: "latest places-table"},
     el("tr", {}, el("th", {}, "place"), el("th", {}, `noisy count ${PM95}`),
        el("th", {}, `running total ${PM95}`), el("th", {}, revisedHead),
-       ...(integers ? [el("th", {}, "non-negative integer total*")] : [])));
+       ...(integers ? [el("th", {}, sameDay ? "non-negative integer total*"
+                             : `non-negative integer total* (${when(revised)})`)] : [])));
   const row = (i, chosen) => {
     const k = i * width + state.cell;
     const kids = children[i].length;
@@ -198,7 +199,7 @@ function placesBody(stream, sec, unit) {
   const kids = children[state.place];
   if (!kids.length) {
     sec.append(el("p", {class: "facts"}, "This place has no places below it."));
-  } else if (revised) {
+  } else if (revised && revised.constraint === "tree") {
     const k = state.place * width + state.cell;
     const sum = kids.reduce((s, i) => s + (revised.total[i * width + state.cell] || 0), 0);
     sec.append(el("p", {class: "facts tree-sum"},
