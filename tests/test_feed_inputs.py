@@ -334,3 +334,59 @@ def test_the_first_release_of_a_key_is_kept_and_a_differing_one_counted() -> Non
     (kept,) = view.releases.values()
     assert kept.noisy_count == 14
     assert view.ignored_by_reason == {CONFLICTING_REPUBLICATION: 1}
+
+
+def _mistyped_variants() -> list[tuple[str, dict[str, Any]]]:
+    """(what was broken, the record) for each optional field of the schema's examples present
+    but not as the schema defines it."""
+    examples = json.loads((EXAMPLES / "release.json").read_text())
+    places, zcdp, unit = examples[1], examples[2], examples[3]
+    assert "place" in places
+    assert "rho" in zcdp
+    assert "privacy_unit" in unit
+    return [
+        ("rho as text", {**zcdp, "rho": "0.5"}),
+        ("rho without its definition",
+         {k: v for k, v in zcdp.items() if k != "privacy_definition"}),
+        ("another definition", {**zcdp, "privacy_definition": "approx"}),
+        ("delta of 1", {**zcdp, "privacy_delta": 1}),
+        ("no l2 bound", {k: v for k, v in zcdp.items() if k != "l2_sensitivity"}),
+        ("unit bound as text", {**unit, "privacy_unit": {**unit["privacy_unit"],
+                                                         "max_events_per_period": "1"}}),
+        ("unit as text", {**unit, "privacy_unit": "patient_id"}),
+        ("place without level", {**places, "place": {**places["place"], "level": None}}),
+        ("cell as a number", {**places, "cell": 3}),
+        ("cell without place", {**examples[0], "cell": "sex=female"}),
+        ("group share over 1", {**examples[0], "budget_group": {"name": "a", "share": 1.5,
+                                                               "epsilon": 1}}),
+        ("group as text", {**examples[0], "budget_group": "a"}),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("broken", _mistyped_variants(), ids=lambda case: case[0])
+def test_a_present_but_mistyped_privacy_field_hides_the_record(
+    broken: tuple[str, dict[str, Any]],
+) -> None:
+    """An audit found a zCDP release with ``"rho": "0.5"`` shown as a pure-epsilon stream, and
+    a unit bound given as text shown as per-event protection: an optional field that is present
+    but malformed dropped silently. Such a record would state the wrong guarantee, so it is not
+    shown and is counted like any other mistyped record."""
+    view = FeedView()
+    view.add(broken[1], "release")
+    assert view.releases == {}
+    assert view.ignored_by_reason == {"missing or mistyped field": 1}
+
+
+def test_the_schema_examples_with_every_optional_field_are_shown() -> None:
+    """The other side of the check above: the well-formed records of each kind are shown."""
+    view = FeedView()
+    examples = json.loads((EXAMPLES / "release.json").read_text())
+    for record in examples:
+        view.add(record, "release")
+    assert view.ignored_by_reason == {}
+    assert len(view.releases) == len(examples)
+    shown = list(view.releases.values())
+    assert shown[2].rho == 0.5
+    assert shown[2].l2_sensitivity == examples[2]["l2_sensitivity"]
+    assert shown[3].unit_bounds == (2, 6)
+    assert shown[1].cell == "sex=female"

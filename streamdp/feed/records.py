@@ -187,14 +187,24 @@ class Consistent:
         }
 
 
-def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None]:
-    """``(rho, delta)`` of a zCDP release (both positive numbers), else ``(None, None)``."""
+class _MalformedFieldError(Exception):
+    """An optional field is present but not as the schema defines it: the record is not shown
+    (a mistyped ``rho`` must not turn a zCDP release into a pure-epsilon one)."""
+
+
+def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """``(rho, delta, l2_sensitivity)`` of a zCDP release (each a positive number, delta below
+    1), ``(None, None, None)`` for a pure-epsilon release (none of the four fields present)."""
+    fields = ("privacy_definition", "rho", "privacy_delta", "l2_sensitivity")
+    if all(name not in record for name in fields):
+        return None, None, None
     if record.get("privacy_definition") != "zcdp":
-        return None, None
+        raise _MalformedFieldError
     rho, delta = number_field(record.get("rho")), number_field(record.get("privacy_delta"))
-    if rho is None or delta is None or rho <= 0 or not 0 < delta < 1:
-        return None, None
-    return rho, delta
+    l2 = number_field(record.get("l2_sensitivity"))
+    if rho is None or delta is None or l2 is None or rho <= 0 or l2 <= 0 or not 0 < delta < 1:
+        raise _MalformedFieldError
+    return rho, delta, l2
 
 
 def _period_unit(record: dict[str, Any]) -> str | None:
@@ -202,46 +212,46 @@ def _period_unit(record: dict[str, Any]) -> str | None:
     return unit if unit in ("day", "month", "fixed") else None
 
 
-def _l2(record: dict[str, Any]) -> float | None:
-    """A zCDP release's ``l2_sensitivity`` (a positive number), else None."""
-    if record.get("privacy_definition") != "zcdp":
-        return None
-    l2 = number_field(record.get("l2_sensitivity"))
-    return l2 if l2 is not None and l2 > 0 else None
-
-
 def _budget_group(record: dict[str, Any]) -> tuple[str | None, float | None]:
-    """``(name, share)`` of a release's ``budget_group`` (share in (0, 1]), else
-    ``(None, None)``; a malformed group counts as absent."""
-    group = record.get("budget_group")
-    if not isinstance(group, dict):
+    """``(name, share)`` of a release's ``budget_group`` (share in (0, 1]), ``(None, None)``
+    when the record has none."""
+    if "budget_group" not in record:
         return None, None
+    group = record["budget_group"]
+    if not isinstance(group, dict):
+        raise _MalformedFieldError
     name, share = text_field(group.get("name")), number_field(group.get("share"))
     if name is None or share is None or not 0 < share <= 1:
-        return None, None
+        raise _MalformedFieldError
     return name, share
 
 
 def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
     """``(field, (max_events_per_period, max_periods_per_epoch))`` of a release protecting a
-    privacy unit, else ``(None, None)``."""
-    unit = record.get("privacy_unit")
-    if not isinstance(unit, dict):
+    privacy unit, ``(None, None)`` when the record protects events."""
+    if "privacy_unit" not in record:
         return None, None
+    unit = record["privacy_unit"]
+    if not isinstance(unit, dict):
+        raise _MalformedFieldError
     name = text_field(unit.get("field"))
     per_period = int_field(unit.get("max_events_per_period"))
     periods = int_field(unit.get("max_periods_per_epoch"))
-    if name is None or per_period is None or periods is None:
-        return None, None
+    if name is None or per_period is None or periods is None or per_period < 1 or periods < 1:
+        raise _MalformedFieldError
     return name, (per_period, periods)
 
 
 def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
-    """``(place, cell)`` of a places stream's release (cell: None without attributes), else
-    ``(None, None)``; a malformed ``place`` counts as absent."""
-    where = record.get("place")
-    if not isinstance(where, dict):
+    """``(place, cell)`` of a places stream's release (cell: None without attributes),
+    ``(None, None)`` for a stream of another kind."""
+    if "place" not in record:
+        if "cell" in record:
+            raise _MalformedFieldError
         return None, None
+    where = record["place"]
+    if not isinstance(where, dict):
+        raise _MalformedFieldError
     node, label, level = (
         text_field(where.get("node")),
         text_field(where.get("label")),
@@ -249,12 +259,13 @@ def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
     )
     parent = where.get("parent")
     if node is None or label is None or level is None or level < 0:
-        return None, None
+        raise _MalformedFieldError
     if not (parent is None or text_field(parent) is not None):
-        return None, None
-    return Place(node, parent if isinstance(parent, str) else None, label, level), text_field(
-        record.get("cell")
-    )
+        raise _MalformedFieldError
+    cell = record.get("cell")
+    if cell is not None and text_field(cell) is None:
+        raise _MalformedFieldError
+    return Place(node, parent if isinstance(parent, str) else None, label, level), text_field(cell)
 
 
 def parse_release(record: object) -> Release | None:
@@ -278,7 +289,13 @@ def parse_release(record: object) -> Release | None:
     mechanism, objective = text_field(record.get("mechanism")), text_field(record.get("objective"))
     noise, secure = text_field(record.get("noise")), record.get("noise_secure")
     index = int_field(record.get("counter_index"))
-    group, share = _budget_group(record)
+    try:
+        rho, privacy_delta, l2 = _zcdp(record)
+        group, share = _budget_group(record)
+        unit_field, unit_bounds = _unit(record)
+        place, cell = _place(record)
+    except _MalformedFieldError:
+        return None
     if (
         stream is None
         or counter is None
@@ -305,9 +322,9 @@ def parse_release(record: object) -> Release | None:
         None if index is None or index < 0 else index,
         text_field(record.get("title")), text_field(record.get("description")),
         text_field(record.get("unit")),
-        *_zcdp(record), *_unit(record), *_place(record),
+        rho, privacy_delta, unit_field, unit_bounds, place, cell,
         source=text_field(record.get("source")),
-        l2_sensitivity=_l2(record),
+        l2_sensitivity=l2,
         period_unit=_period_unit(record),
         budget_group=group, budget_share=share,
     )  # fmt: skip
