@@ -21,6 +21,8 @@ from streamdp.engine.ledger import MemoryLedgerBackend, exact_sum
 from streamdp.errors import BudgetError, ConfigError, StateError
 
 OVER = "0.2500000000000000000000000000001"  # 31 significant digits; two of them exceed 0.5
+#: the same in the 15 significant digits a spec's rho may have
+OVER_IN_A_SPEC = "0.250000000000001"
 
 TWO_STREAMS = """
 [sources.s]
@@ -31,7 +33,7 @@ rho_cap = 0.5
     f"""
 [streams.{name}]
 source = "s"
-privacy = {{ definition = "zcdp", rho = "{OVER}" }}
+privacy = {{ definition = "zcdp", rho = "{OVER_IN_A_SPEC}" }}
 mechanism = "binary"
 sensitivity = 1
 horizon = 12
@@ -51,6 +53,38 @@ def test_exact_sum_never_rounds() -> None:
 def test_a_spec_a_hair_over_its_rho_cap_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"over its rho_cap 0\.5"):
         parse_spec(TWO_STREAMS)
+
+
+@pytest.mark.parametrize(
+    ("rho", "refusal"),
+    [
+        (OVER, "has 31 significant digits; at most 15"),
+        ("1e400", "must lie between 1e-300 and 1e300"),
+        ("1e-400", "must lie between 1e-300 and 1e300"),
+    ],
+)
+def test_a_rho_the_maths_cannot_read_exactly_is_refused_at_load(rho: str, refusal: str) -> None:
+    """An audit found rho unlimited where epsilon has 15 significant digits: a release record
+    states rho as the nearest float, which read back below the rho spent; and rho = 1e400 hung
+    the sigma search, then overflowed. Both are refused with the field named."""
+    one = TWO_STREAMS.split("[streams.g]")[0].replace(OVER_IN_A_SPEC, rho)
+    one = one.replace("rho_cap = 0.5", "rho_cap = 1e400")
+    with pytest.raises(ConfigError, match=rf"privacy\.rho.*{refusal}"):
+        parse_spec(one)
+
+
+def test_an_epsilon_of_more_than_28_digits_is_counted_as_written() -> None:
+    """The digit count used ``Decimal.normalize()``, which rounds to the context's 28 digits
+    first: a 31-digit epsilon counted as 2 digits and was accepted."""
+    pure = (
+        TWO_STREAMS.split("[streams.g]")[0]
+        .replace("rho_cap = 0.5", "epsilon_cap = 1")
+        .replace(f'privacy = {{ definition = "zcdp", rho = "{OVER_IN_A_SPEC}" }}',
+                 f'epsilon = "{OVER}"')
+    )  # fmt: skip
+    assert f'epsilon = "{OVER}"' in pure
+    with pytest.raises(ConfigError, match=r"epsilon.*has 31 significant digits"):
+        parse_spec(pure)
 
 
 def test_the_ledger_refuses_a_spend_a_hair_over_the_cap() -> None:

@@ -22,10 +22,32 @@ def float_at_most(value: Fraction | Decimal) -> float:
 
 
 def float_at_least(value: Fraction | Decimal) -> float:
-    """The smallest float not below the exact number ``value``."""
+    """The smallest float not below the exact number ``value`` (OverflowError beyond the
+    largest float)."""
     out = float(value)
     while out < value:
         out = math.nextafter(out, math.inf)
+    return out
+
+
+def float_sqrt_at_least(value: Fraction) -> float:
+    """The smallest float whose square is not below the exact ``value >= 0`` (``inf`` beyond
+    the floats), found in a few steps at any magnitude: the integer square root of ``value``
+    scaled to about 110 bits gives a start within an ulp. (Starting from ``sqrt(float(value))``
+    walked up one subnormal at a time when ``value`` underflowed: a spec with a huge rho hung.)"""
+    if value < 0:
+        raise ValueError(f"no square root of the negative {value}")
+    if value == 0:
+        return 0.0
+    shift = max(0, (110 - value.numerator.bit_length() + value.denominator.bit_length()) // 2 + 1)
+    scaled = (value.numerator << (2 * shift)) // value.denominator
+    root = Fraction(math.isqrt(scaled) + 1, 1 << shift)  # above sqrt(value)
+    try:
+        out = float_at_least(root)
+    except OverflowError:
+        return math.inf
+    while out > 0 and Fraction(math.nextafter(out, 0.0)) ** 2 >= value:
+        out = math.nextafter(out, 0.0)  # at most a step or two: root is within 2^-54 of it
     return out
 
 

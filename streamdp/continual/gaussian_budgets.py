@@ -13,7 +13,6 @@ each ``sigma_i`` a float rounded UP until the inequality holds in rational arith
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
@@ -22,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.continual.column_sums import weight_column_bound
+from streamdp.continual.exact_float import float_sqrt_at_least
 from streamdp.continual.strategy import Strategy
 from streamdp.errors import BudgetError, ConfigError
 from streamdp.noise.gaussian import (
@@ -64,13 +64,10 @@ class GaussianBudget:
 
 
 def exact_sigma(l2_squared: int, rho_share: Fraction) -> float:
-    """The smallest float ``sigma`` (within a few ulps) with ``l2^2 / (2 sigma^2) <= rho_share``
-    exactly: ``sqrt(l2^2 / (2 rho_share))`` rounded up."""
-    need = Fraction(l2_squared) / (2 * rho_share)  # sigma^2 must be at least this
-    sigma = math.sqrt(float(need))
-    while Fraction(sigma) ** 2 < need:
-        sigma = math.nextafter(sigma, math.inf)
-    return sigma
+    """The smallest float ``sigma`` with ``l2^2 / (2 sigma^2) <= rho_share`` exactly:
+    ``sqrt(l2^2 / (2 rho_share))`` rounded up (``inf`` or a subnormal far outside the sampler's
+    safe range for an extreme rho, which the callers refuse)."""
+    return float_sqrt_at_least(Fraction(l2_squared) / (2 * rho_share))
 
 
 @lru_cache(maxsize=64)

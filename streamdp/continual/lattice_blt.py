@@ -50,6 +50,7 @@ import numpy.typing as npt
 
 from streamdp.continual.blt_factorization import BLTParameters
 from streamdp.continual.counter_checks import check_horizon
+from streamdp.continual.exact_float import float_sqrt_at_least
 from streamdp.continual.matrix_factorization import series_inverse
 from streamdp.errors import ConfigError
 from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA, MIN_GAUSSIAN_SIGMA
@@ -237,14 +238,12 @@ def lattice_sigma(
     exact_part = blt.sensitivity_squared_bound(horizon) * l2_squared * unit * unit
     rounding_part = Fraction(4) * blt.error_units**2 * horizon * touched
     a, b = _sqrt_up(exact_part), _sqrt_up(rounding_part)
-    need = (a + b) ** 2 / (2 * rho)
-    sigma = math.sqrt(float(need))
-    while Fraction(sigma) ** 2 < need:
-        sigma = math.nextafter(sigma, math.inf)
+    sigma = float_sqrt_at_least((a + b) ** 2 / (2 * rho))
     if not MIN_GAUSSIAN_SIGMA <= sigma <= MAX_GAUSSIAN_SIGMA:
         raise ConfigError(
             f"the blt mechanism needs the discrete Gaussian sigma {sigma:.6g} (units of "
-            f"2^-{GRID_BITS}), outside the sampler's safe range [2^-40, 2^40]; raise rho"
+            f"2^-{GRID_BITS}), outside the sampler's safe range [2^-40, 2^40]; "
+            + ("raise rho" if sigma > MAX_GAUSSIAN_SIGMA else "lower rho")
         )
     return sigma
 

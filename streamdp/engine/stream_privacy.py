@@ -51,11 +51,37 @@ def read_privacy(
         )
     if "rho" not in privacy:
         raise ctx.fail("privacy.rho", "missing: the zCDP budget per epoch, e.g. 0.5")
-    rho = ctx.epsilon(privacy["rho"], "privacy.rho")
-    delta = ctx.epsilon(privacy.get("delta", Decimal("1e-10")), "privacy.delta")
+    rho = _read_exactly(ctx, privacy["rho"], "privacy.rho")
+    delta = _read_exactly(ctx, privacy.get("delta", Decimal("1e-10")), "privacy.delta")
     if delta >= 1:
         raise ctx.fail("privacy.delta", f"must be below 1, got {delta}")
     return rho, delta
+
+
+def significant_digits(number: Decimal) -> int:
+    """Significant digits of ``number`` as written, trailing zeros dropped. (``normalize()``
+    rounds to the context's 28 digits first: 0.2500000000000000000000000000001 counted 2.)"""
+    digits = "".join(map(str, number.as_tuple().digits)).strip("0")
+    return max(len(digits), 1)
+
+
+def _read_exactly(ctx: ConfigReader, value: Any, field_name: str) -> Decimal:
+    """A positive decimal the noise maths and the records read exactly: at most
+    ``EPSILON_DIGITS`` significant digits (a release record states it as a float, which must
+    not read below the rho spent) and within the floats' normal range (an audit's rho = 1e400
+    hung the sigma search, then overflowed)."""
+    number = ctx.epsilon(value, field_name)
+    digits = significant_digits(number)
+    if digits > EPSILON_DIGITS:
+        raise ctx.fail(
+            field_name,
+            f"has {digits} significant digits; at most {EPSILON_DIGITS} are read exactly by the "
+            f"noise maths and the release records: round it (e.g. to "
+            f"{_round_down(number, EPSILON_DIGITS)})",
+        )
+    if not Decimal("1e-300") <= number <= Decimal("1e300"):
+        raise ctx.fail(field_name, f"must lie between 1e-300 and 1e300, got {number}")
+    return number
 
 
 def zcdp_epsilon_bound(rho: Decimal, delta: Decimal | None) -> Decimal:
@@ -122,7 +148,7 @@ def check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
     from streamdp.continual.privacy import MAX_SENSITIVITY
     from streamdp.continual.strategy import check_noise_scales
 
-    digits = len(epsilon.normalize().as_tuple().digits)
+    digits = significant_digits(epsilon)
     if digits > EPSILON_DIGITS:
         raise ctx.fail(
             "epsilon",
