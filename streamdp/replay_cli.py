@@ -127,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
             f"streamdp replay: WARNING: --as-of {format_instant(as_of)} releases {epochs} "
             f"epochs of stream {name!r}: {summary.stream_unit(name)} "
             f"{summary.summed_spend[name]} summed over them (the loss of one event in every "
-            "epoch, or of one privacy unit over the epochs); if that is not meant, give an "
-            "earlier --as-of and a new --output-dir\n"
+            "epoch, or of one privacy unit over the epochs); if that is not meant, do not "
+            "publish this output: delete it and replay with an earlier --as-of\n"
         )
     sys.stdout.write(f"as of {format_instant(as_of)}\n")
     sys.stdout.write(summary.render(show_counts=args.show_counts) + "\n")

@@ -168,3 +168,21 @@ def test_the_summary_counts_epochs_and_warns_when_as_of_releases_several(
         assert len(warned) == 1
         assert f"--as-of {as_of} releases {epochs} epochs of stream 'restaurant-items'" in warned[0]
         assert f"epsilon {epochs}.0 summed over them" in warned[0]
+
+
+def test_a_second_replay_into_the_same_directory_is_refused_and_says_a_new_one_spends_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An audit found the refusal advising "use a new --output-dir", the very step that releases
+    the same events twice (a new directory starts an empty ledger). The message now says so."""
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(line.text for line in generate("hiv", 2, 5)) + "\n")
+    assert _replay(events, tmp_path / "out") == 0
+    capsys.readouterr()
+    ledger = (tmp_path / "out" / "ledger.jsonl").read_bytes()
+    assert _replay(events, tmp_path / "out") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds an earlier release" in err
+    assert "a second release whose loss adds to this one's" in err
+    assert "never published" in err
+    assert (tmp_path / "out" / "ledger.jsonl").read_bytes() == ledger  # nothing spent again

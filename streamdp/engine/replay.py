@@ -200,7 +200,10 @@ def replay(
         raise ConfigError(
             f"{str(ledger_path)!r} already exists: this directory holds an earlier release. "
             "Replaying again would draw fresh noise for the same data and spend the budget "
-            "twice; use a new --output-dir"
+            "twice. A new --output-dir starts an empty ledger, so the same events replayed "
+            "there are a second release whose loss adds to this one's: use one only if this "
+            "directory's output was never published, and delete this one (docs/operating.md, "
+            "section 9)"
         )
     engine = Engine(
         spec,
