@@ -89,7 +89,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         ("source",),
         "Epsilon cap minus event-level spend of this input source (exact decimal arithmetic): "
         "how much more epsilon per epoch the ledger would still accept on it. 0 is normal when "
-        "the configured streams commit the whole cap by design.",
+        "the configured streams commit the whole cap by design. Per epoch: the cap does not "
+        "bound a privacy unit's loss over epochs (streamdp_source_epsilon_sequential_spent).",
     ),
     MetricSpec(
         "streamdp_stream_next_epoch_epsilon",
@@ -146,7 +147,9 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_source_rho_headroom",
         "gauge",
         ("source",),
-        "Rho cap minus event-level spend of this zCDP input source (exact decimal arithmetic).",
+        "Rho cap minus event-level spend of this zCDP input source (exact decimal arithmetic), "
+        "per epoch: the cap does not bound a privacy unit's loss over epochs "
+        "(streamdp_source_rho_sequential_spent).",
     ),
     MetricSpec(
         "streamdp_stream_next_epoch_rho",

@@ -95,6 +95,22 @@ def test_the_ledger_refuses_a_spend_a_hair_over_the_cap() -> None:
     assert ledger.spent("s") == Decimal(OVER)
 
 
+def test_a_restored_ledger_over_its_cap_is_refused_at_restore() -> None:
+    """An audit restored a snapshot spending 1.8 against a cap of 1: accepted (every later
+    spend then refused). The restore now says so; the entries stay recorded (they were spent)."""
+    spent = BudgetLedger({"s": Decimal(2)}, MemoryLedgerBackend())
+    spent.record_epoch("s", "f", 0, Decimal("0.9"))
+    spent.record_epoch("s", "g", 0, Decimal("0.9"))
+    backend = MemoryLedgerBackend()
+    restored = BudgetLedger({"s": Decimal(1)}, backend)
+    with pytest.raises(StateError, match=r"spends epsilon 1\.8 on source 's', over its cap 1"):
+        restored.merge(spent.state())
+    assert exact_sum(Decimal(str(e["epsilon"])) for e in backend.load()) == Decimal("1.8")
+    within = BudgetLedger({"s": Decimal(2)}, MemoryLedgerBackend())
+    within.merge(spent.state())  # at or under the cap: restored
+    assert within.spent("s") == Decimal("1.8")
+
+
 def test_a_ledger_entry_in_the_other_definitions_unit_is_refused() -> None:
     backend = MemoryLedgerBackend()
     BudgetLedger({"s": Decimal(3)}, backend).record_epoch("s", "f", 0, Decimal(3))  # epsilon

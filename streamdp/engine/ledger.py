@@ -275,8 +275,10 @@ class BudgetLedger:
         ]
 
     def merge(self, entries: list[dict[str, Any]]) -> None:
-        """Add entries from a snapshot that the backend lacks (appending them durably).
-        Reads :meth:`state`'s runs and single entries alike."""
+        """Add entries from a snapshot that the backend lacks (appending them durably: they
+        were spent). Reads :meth:`state`'s runs and single entries alike. :class:`StateError`
+        when the merged spend is over a cap (every later spend would be refused anyway; this
+        says why at restore)."""
         for raw in _expand_runs(entries):
             entry = LedgerEntry.from_dict(raw)
             if self.has(entry.stream, entry.epoch):
@@ -292,6 +294,14 @@ class BudgetLedger:
             )
             self.backend.append(fresh.to_dict())
             self._add(fresh)
+        for source, cap in self.caps.items():
+            if self.spent(source) > cap:
+                raise StateError(
+                    f"the restored ledger spends {self.units.get(source, 'epsilon')} "
+                    f"{self.spent(source)} on source {source!r}, over its cap {cap}: the state "
+                    "is not this specification's (a spec fingerprint would have refused a changed "
+                    "cap); stop and investigate before anything is released"
+                )
 
 
 def _expand_runs(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
