@@ -833,6 +833,8 @@ def test_a_zcdp_stream_shows_rho_and_its_epsilon_delta_bound(tmp_path: Path) -> 
     assert stream["rho_per_epoch"] == [{"epoch": 0, "rho": 0.5, "delta": 1e-10}]
     assert stream["rho_sum_over_epochs"] == 0.5
     assert stream["rho_sum_over_epochs_epsilon"] == pytest.approx(7.2861, abs=1e-4)
+    # epochs' (epsilon, delta) bounds do not add at one delta: no summed epsilon (an audit)
+    assert stream["epsilon_sum_over_epochs"] is None
     rows = list(csv.DictReader(io.StringIO((site / "releases.csv").read_text())))
     assert {(r["rho"], r["privacy_delta"], r["noise"]) for r in rows} == {
         ("0.5", "1e-10", "insecure-seeded-numpy-gaussian")

@@ -55,7 +55,8 @@ class StreamLoss:
     def fields(self) -> dict[str, Any]:
         """The stream's figures in ``feed.json``: epsilon per epoch and summed over epochs
         (what one event in each epoch, or one unit present in every epoch, could lose through
-        this stream alone) and, for zCDP, rho likewise with the sum as (epsilon, delta)."""
+        this stream alone) and, for zCDP, rho likewise with the sum as (epsilon, delta) (the
+        epsilon sum is then null: the epochs' epsilons hold at their delta each, not summed)."""
         rho_sum = exact_sum(self.budgets()) if self.rho_per_epoch else None
         return {
             "source": self.source,
@@ -63,9 +64,11 @@ class StreamLoss:
                 {"epoch": e, "epsilon": self.epsilon_per_epoch[e]}
                 for e in sorted(self.epsilon_per_epoch)
             ],
-            "epsilon_sum_over_epochs": _shown_at_least(
-                exact_sum(_exact(v) for v in self.epsilon_per_epoch.values())
-            ),
+            # pure epsilon only: summing the epochs' (epsilon, delta) bounds would hold only at
+            # the summed delta; a zCDP stream's sum is rho_sum_over_epochs, converted below
+            "epsilon_sum_over_epochs": None
+            if self.rho_per_epoch
+            else _shown_at_least(exact_sum(_exact(v) for v in self.epsilon_per_epoch.values())),
             "rho_per_epoch": [
                 {"epoch": e, "rho": rho, "delta": delta}
                 for e, (rho, delta) in sorted(self.rho_per_epoch.items())
