@@ -414,3 +414,30 @@ def test_each_groups_published_budget_never_understates_what_it_spends(
             else:
                 assert Fraction(published) >= exact
                 assert Fraction(published) - exact < Fraction(1, 2**50)
+
+
+def test_the_plan_of_each_budget_group_is_what_its_releases_declare(tmp_path: Path) -> None:
+    """An audit found ``plan`` printing one row for a stream with level_weights, the whole
+    budget's, while each level's releases use its own share (x2 and x0.5 in its example). The
+    plan now has a row per group: its first release's std must be what the engine declares for
+    that level's period-1 releases, and the whole row what the stream without weights does."""
+    from streamdp.planner.spec_plan import group_plans, plan_stream_at
+
+    spec = small_county_spec(level_weights=WEIGHTS)
+    stream = next(iter(spec.streams.values()))
+    plans = dict(group_plans(stream, "discrete-laplace"))
+    assert set(plans) == {"level 0", "level 1", "level 2"}
+    assert group_plans(next(iter(small_county_spec().streams.values())), "discrete-laplace") == []
+    weighted = read_jsonl(_replayed(spec, 2, tmp_path / "w", seed=7) / "releases.jsonl")
+    first = [r for r in weighted if r["period"] == 1]
+    assert len(first) == stream.counters.width
+    for record in first:
+        planned = plans[f"level {record['place']['level']}"]
+        (release,) = [r for r in planned.releases if r.t == 1]
+        assert record["total_std"] == pytest.approx(release.total_std, rel=1e-12)
+    plain = read_jsonl(_replayed(small_county_spec(), 2, tmp_path / "p", seed=7) / "releases.jsonl")
+    whole = plan_stream_at(stream, stream.unit_multiplier, "discrete-laplace")
+    (release,) = [r for r in whole.releases if r.t == 1]
+    for record in plain:
+        if record["period"] == 1:
+            assert record["total_std"] == pytest.approx(release.total_std, rel=1e-12)

@@ -115,6 +115,45 @@ def publication_factors(stream: StreamSpec) -> tuple[float, float] | None:
     return min(factors), max(factors)
 
 
+def group_plans(stream: StreamSpec, noise: str) -> list[tuple[str, Plan]]:
+    """Per budget group (levels of a places stream with ``level_weights``, parts of a census
+    stream with ``attribute_weights``), the plan of its releases: its noise is calibrated on
+    its own share of the budget and its part of the contribution bound
+    (:mod:`streamdp.engine.budget_groups`), exactly as the engine's; empty without groups."""
+    from streamdp.engine.budget_groups import (
+        budget_groups,
+        group_epsilon,
+        group_gaussian,
+        group_sensitivity,
+    )
+
+    plans = []
+    for group in budget_groups(stream):
+        if stream.rho is None:
+            planned = plan(
+                stream.mechanism,
+                stream.objective,
+                stream.horizon,
+                group_epsilon(stream, group),
+                group_sensitivity(stream, group),
+                noise,
+                branching=stream.branching,
+            )
+        else:
+            budget = group_gaussian(stream, group)
+            planned = plan_zcdp(
+                stream.mechanism,
+                stream.objective,
+                stream.horizon,
+                budget.rho,
+                math.sqrt(budget.l2_squared),  # read back as the integer square
+                delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+                branching=stream.branching,
+            )
+        plans.append((group.name, planned))
+    return plans
+
+
 def _publication_note(name: str, stream: StreamSpec) -> list[str]:
     factors = publication_factors(stream)
     if factors is None:
@@ -183,6 +222,11 @@ def plan_spec(
                 entry["level_weights"] = levels[name]
             if name in groups:
                 entry["attribute_weights"] = groups[name]
+            by_group = group_plans(spec.streams[name], noise)
+            if by_group:
+                entry["budget_groups"] = [
+                    {"group": group, **planned.as_dict()} for group, planned in by_group
+                ]
             factors = publication_factors(spec.streams[name])
             if factors is not None:
                 entry["projected_at_publication"] = {
@@ -191,7 +235,19 @@ def plan_spec(
                     "std_factor_max": factors[1],
                 }
         return json.dumps(plans, indent=2)
-    out = [render_streams(rows, target_std)]
+    shown = []
+    for row in rows:
+        shown.append(row)
+        if target_std is None:  # each budget group's releases, on rows of their own
+            parts = group_plans(spec.streams[row.stream], noise)
+            shown += [StreamPlan(f"  {row.stream} [{g}]", planned) for g, planned in parts]
+    out = [render_streams(shown, target_std)]
+    if len(shown) > len(rows):
+        out += [
+            "[group]: the releases of one budget group (level_weights, attribute_weights), on its",
+            "share of the budget (epsilon) and of the contribution bound (sens.); the stream's",
+            "own row is the plan without weights",
+        ]
     notes = [line for name, s in spec.streams.items() for line in _publication_note(name, s)]
     out += ["", *notes] if notes else []
     for name, table in costs.items():
