@@ -223,3 +223,21 @@ def test_streamdp_plan_refuses_with_the_limit_in_its_message(
     assert main([*args, "--epsilon", "1e-19"]) == 2
     assert "above the limit 2^40" in capsys.readouterr().err
     assert main([*args, "--epsilon", "0.1"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("horizon", "sensitivity", "epsilon"),
+    [(366, 5.0, 1e-12), (120, 1.0, 1e-14), (365, 5.0, 1e300), (4095, 1.0, 1e-13), (7, 3.0, 1e20)],
+)
+def test_the_epsilon_a_limit_error_suggests_is_accepted(
+    horizon: int, sensitivity: float, epsilon: float
+) -> None:
+    """An audit followed the hint "raise epsilon to at least 8.22e-11" and was refused again:
+    the bound was printed rounded to nearest. It is now rounded away from the limit."""
+    import re
+
+    with pytest.raises(ConfigError) as refused:
+        plan("fda", "total", horizon, epsilon, sensitivity, "discrete-laplace")
+    found = re.search(r"(?:at least|at most) ([0-9.e+-]+)", str(refused.value))
+    assert found is not None, refused.value
+    plan("fda", "total", horizon, float(found.group(1)), sensitivity, "discrete-laplace")

@@ -78,6 +78,32 @@ from streamdp.synth import Line, generate
              "127.0.0.1:9092"],
             "--write-spec writes a spec and exits without sending anything: drop --bootstrap",
         ),
+        # an audit of 2026-11-28: tracebacks on these (NaN to int, an overflowing variance)
+        (
+            ["plan", "--horizon", "365", "--epsilon", "1", "--sensitivity", "nan"],
+            "--sensitivity must be a number from 1 to 2^40, got nan",
+        ),
+        (
+            ["plan", "--horizon", "365", "--epsilon", "1", "--sensitivity", "inf", "--compare"],
+            "--sensitivity must be a number from 1 to 2^40, got inf",
+        ),
+        (
+            ["plan", "--rho", "0.5", "--horizon", "10", "--sensitivity", "1e200"],
+            "--sensitivity must be a number from 1 to 2^40, got 1e+200",
+        ),
+        (
+            ["plan", "--compare", "--horizon", "10", "--epsilon", "1", "--delta", "1e-6",
+             "--sensitivity", "5", "--l2-sensitivity", "7"],
+            "--l2-sensitivity 7 is above the L1 bound --sensitivity 5",
+        ),
+        (
+            ["plan", "--rho", "1e-300", "--horizon", "365", "--sensitivity", "1"],
+            "outside the sampler's safe range [2^-40, 2^40]; raise rho",
+        ),
+        (
+            ["plan", "--rho", "1e300", "--horizon", "365", "--sensitivity", "1"],
+            "outside the sampler's safe range [2^-40, 2^40]; lower rho",
+        ),
     ],
 )  # fmt: skip
 def test_bad_arguments_give_one_line_and_status_2(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
 from fractions import Fraction
 from functools import lru_cache
 
@@ -57,14 +58,25 @@ def _scale_limit_error(
             f"scale {scale:.6g}, above the limit 2^40 = {MAX_NOISE_SCALE:.0f} (beyond it the "
             "discrete Laplace noise can saturate the int64 range of the sampler and the "
             "reported standard deviations stop being meaningful); raise epsilon to at least "
-            f"{need:.3g}, lower the sensitivity, or choose a shorter horizon or another mechanism"
+            f"{_three_digits(need, up=True)}, lower the sensitivity, or choose a shorter horizon "
+            "or another mechanism"
         )
     need = float(epsilon) * scale / MIN_NOISE_SCALE
     return ConfigError(
         f"epsilon {float(epsilon):.6g} with sensitivity {delta:g} gives node {node} the noise "
         f"scale {scale:.6g}, below the limit 2^-40 (the noise would be zero: no privacy to "
-        f"state); lower epsilon to at most {need:.3g} or raise the sensitivity"
+        f"state); lower epsilon to at most {_three_digits(need, up=False)} or raise the "
+        "sensitivity"
     )
+
+
+def _three_digits(value: float, *, up: bool) -> str:
+    """``value`` to 3 significant digits rounded away from the limit it is a bound for (with a
+    margin for the scales' own rounding), so that the epsilon a message suggests is accepted
+    (``.3g`` rounded to nearest: an audit's suggested 8.22e-11 was refused again)."""
+    margin = 1 + 1e-9 if up else 1 - 1e-9
+    rounding = ROUND_CEILING if up else ROUND_FLOOR
+    return f"{Context(prec=3, rounding=rounding).plus(Decimal(value * margin)):g}"
 
 
 @lru_cache(maxsize=64)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable
 
@@ -239,6 +240,24 @@ def _run_target(
     return 0
 
 
+def _check_sensitivities(args: argparse.Namespace) -> None:
+    """Both bounds finite, from 1 to 2^40 (what a spec accepts), and an L2 bound no larger
+    than the L1 one (true of every integer change)."""
+    from streamdp.continual.privacy import MAX_SENSITIVITY
+
+    for flag, value in (
+        ("--sensitivity", args.sensitivity),
+        ("--l2-sensitivity", args.l2_sensitivity),
+    ):
+        if value is not None and not (math.isfinite(value) and 1 <= value <= MAX_SENSITIVITY):
+            raise ConfigError(f"{flag} must be a number from 1 to 2^40, got {value:g}")
+    if args.l2_sensitivity is not None and args.l2_sensitivity > args.sensitivity:
+        raise ConfigError(
+            f"--l2-sensitivity {args.l2_sensitivity:g} is above the L1 bound --sensitivity "
+            f"{args.sensitivity:g}: one event's L2 change is never more than its L1 change"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the plan (or the comparison, or the epsilon for a target); bad values raise
     ConfigError (one line, exit 2)."""
@@ -252,6 +271,7 @@ def run(args: argparse.Namespace) -> int:
             "counters in a period (1 for a flag; k + 2 for a census record with k attributes; "
             "the largest combo for restaurant orders), or --config SPEC.toml to plan a spec's"
         )
+    _check_sensitivities(args)
     bounds = _unit_bounds(args)
     if args.rho is not None and not args.compare:
         return _run_zcdp(args, bounds)
