@@ -10,14 +10,21 @@ import sys
 from pathlib import Path
 from typing import IO
 
-from streamdp.engine.periods import format_instant
+from streamdp.engine.periods import LATEST_INSTANT, format_instant
 from streamdp.errors import ConfigError
 from streamdp.progress import ProgressLine
-from streamdp.synth import SCENARIOS, example_spec, generate, release_instant
+from streamdp.synth import SCENARIOS, example_spec, generate
+from streamdp.synth.generators import (
+    full_release_instant,
+    generated_end,
+    periods_within_horizons,
+)
 
 #: The largest --rate: a period's events are drawn in memory at once (10 million take about
 #: 80 MB), so a larger rate is refused rather than failing in numpy.
 MAX_RATE = 10_000_000
+#: The most periods: beyond, even one-second periods would have to be checked one by one.
+MAX_PERIODS = 100_000_000
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -91,9 +98,27 @@ def run(args: argparse.Namespace) -> int:
             raise
     where = "stdout" if args.output == "-" else args.output
     sys.stderr.write(f"wrote {good} good and {bad} bad records to {where}\n")
-    as_of = format_instant(release_instant(example_spec(args.scenario), args.periods))
+    as_of = format_instant(full_release_instant(example_spec(args.scenario), args.periods))
     sys.stderr.write(f"every generated period is released by: replay ... --as-of {as_of}\n")
     return 0
+
+
+def _check_periods(scenario: str, periods: int) -> None:
+    """Refuse periods past the engine's calendar (their events would all fall in its last
+    instant) or past a stopping stream's horizon (every event there would be refused)."""
+    spec = example_spec(scenario)
+    if periods > MAX_PERIODS or generated_end(spec, periods) > LATEST_INSTANT:
+        raise ConfigError(
+            f"--periods {periods} runs past {format_instant(LATEST_INSTANT)}, the last instant "
+            "streamdp takes an event at; generate fewer periods"
+        )
+    within = periods_within_horizons(spec, periods)
+    if within < periods:
+        stopping = [n for n, s in spec.streams.items() if s.on_epoch_end == "stop"]
+        raise ConfigError(
+            f"--periods {periods} runs past the horizon of stream {stopping[0]!r}, which stops "
+            f"there (on_epoch_end = 'stop') and refuses later events; give at most {within}"
+        )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -108,6 +133,7 @@ def check_args(args: argparse.Namespace) -> None:
         )
     if args.data_seed < 0:
         raise ConfigError(f"--data-seed must be an integer >= 0, got {args.data_seed}")
+    _check_periods(args.scenario, args.periods)
     if not 0.0 <= args.bad_fraction <= 1.0:
         raise ConfigError(f"--bad-fraction must be between 0 and 1, got {args.bad_fraction}")
     if args.output == "-":

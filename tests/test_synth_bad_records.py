@@ -25,7 +25,9 @@ def test_every_bad_record_synth_writes_is_refused_by_the_replay_of_its_file(
 ) -> None:
     events = tmp_path / "events.jsonl"
     rate = 0.3 if scenario == "county-admissions" else 1.0
-    synth = ["synth", "--scenario", scenario, "--periods", str(PERIODS), "--rate", str(rate)]
+    # hiv's stream stops after its horizon of 120 months: synth refuses periods past it
+    periods = 120 if scenario == "hiv" else PERIODS
+    synth = ["synth", "--scenario", scenario, "--periods", str(periods), "--rate", str(rate)]
     assert main([*synth, "--output", str(events), "--bad-fraction", "0.5"]) == 0
     printed = re.search(r"--as-of (\S+)", capsys.readouterr().err)
     assert printed is not None
@@ -34,7 +36,7 @@ def test_every_bad_record_synth_writes_is_refused_by_the_replay_of_its_file(
     replay = ["replay", "--config", config, "--input", str(events), "--output-dir", str(out)]
     assert main([*replay, "--as-of", printed.group(1), "--insecure-seed", "1"]) == 0
 
-    lines = list(generate(scenario, PERIODS, rate, bad_fraction=0.5))
+    lines = list(generate(scenario, periods, rate, bad_fraction=0.5))
     assert [line.text for line in lines] == events.read_text().splitlines()
     # dated past the future limit: refused as too far ahead, or past a stopping stream's horizon
     assert any(line.expect in {"too_far_in_future", "after_horizon"} for line in lines)

@@ -25,6 +25,7 @@ this is synthetic input, not noise).
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
@@ -150,10 +151,45 @@ def generated_end(spec: EngineSpec, periods: int) -> float:
 
 
 def release_instant(spec: EngineSpec, periods: int) -> float:
-    """The public instant at which every generated period is due: the end of the last one
-    plus the largest allowed lateness of the spec's streams."""
+    """The public instant at which every generated period of the spec's first stream is due:
+    the end of the last one plus the largest allowed lateness of the spec's streams. (A later
+    stream with longer periods may still have its last period open: :func:`full_release_instant`
+    is the instant for all of them.)"""
     lateness = max(s.allowed_lateness_seconds for s in spec.streams.values())
     return generated_end(spec, periods) + lateness
+
+
+def full_release_instant(spec: EngineSpec, periods: int) -> float:
+    """The public instant at which every generated event's period is due in every stream: per
+    stream, the close (end plus allowed lateness) of its period holding the last generated
+    instant; the latest over the streams, and never before :func:`release_instant`. What
+    ``synth`` prints (it printed :func:`release_instant`: a hospital spec's monthly stream
+    still had its month open at that instant)."""
+    end = generated_end(spec, periods)
+    closes = [release_instant(spec, periods)]
+    for stream in spec.streams.values():
+        clock = PeriodClock(stream.period)
+        last = clock.index_of(math.nextafter(end, -math.inf))  # the period holding the end's eve
+        closes.append(clock.bounds(last)[1] + stream.allowed_lateness_seconds)
+    return max(closes)
+
+
+def periods_within_horizons(spec: EngineSpec, periods: int) -> int:
+    """The most of ``periods`` generated periods whose events every stream that stops at its
+    horizon (``on_epoch_end = "stop"``) still counts: the rest would all be refused as
+    ``after_horizon``."""
+    allowed = periods
+    for stream in spec.streams.values():
+        if stream.on_epoch_end != "stop":
+            continue
+        clock = PeriodClock(stream.period)
+        low, high = 0, allowed  # the largest n whose last instant lies within the horizon
+        while low < high:
+            middle = (low + high + 1) // 2
+            last = clock.index_of(math.nextafter(generated_end(spec, middle), -math.inf))
+            low, high = (middle, high) if last < stream.horizon else (low, middle - 1)
+        allowed = low
+    return allowed
 
 
 def beyond_future_limit(spec: EngineSpec, periods: int) -> float | None:
