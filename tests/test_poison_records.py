@@ -466,3 +466,12 @@ def test_live_worker_dead_letters_the_issue_poison_records_and_stays_up(
     finally:
         code = worker.stop()
     assert code == 0, worker.log_tail()
+
+
+@pytest.mark.parametrize("kind", ["5", '"foo"', '"Event"', "null", '["event"]'])
+def test_a_type_other_than_event_is_a_schema_violation(kind: str) -> None:
+    """The event schemas say ``"type": {"const": "event"}``; an audit found records with
+    ``"type": 5`` or ``"foo"`` counted. (``"control"`` has its own reason, control_on_input.)"""
+    assert _refused(_order(type=kind)).reason == "schema_violation"
+    assert _engine().ingest(_order(type='"event"'), source_topic=TOPIC).accepted
+    assert _refused(_order(type='"control"')).reason == "control_on_input"

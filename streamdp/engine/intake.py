@@ -109,7 +109,7 @@ class RecordIntake:
             event: dict[str, Any] | None = decode(record)
         except RejectedError:
             event = None
-        if event is not None and source is not None and event.get("type") != "control":
+        if event is not None and source is not None and event.get("type", "event") == "event":
             named = event.get("source")
             event_id = event.get("event_id")
             ts = parse_instant(event.get("event_time"))
@@ -200,6 +200,10 @@ class RecordIntake:
                     "control_on_input",
                     "control records are obeyed only from the control topic (an operator "
                     "surface), never from an input topic or file that any producer can write",
+                )
+            if "type" in event and event["type"] != "event":  # the event schemas' const
+                raise RejectedError(
+                    "schema_violation", "field 'type' must be \"event\" when given (or left out)"
                 )
             source = self._resolve_source(event, source_topic)
             event_id = event_id_of(event)

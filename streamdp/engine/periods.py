@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import re
 from typing import Final
 from zoneinfo import ZoneInfo
 
@@ -120,6 +121,15 @@ class PeriodClock:
         return dt.datetime.fromtimestamp(shown, self._tz or _UTC).isoformat()
 
 
+#: The date-time text an event may carry: ``schemas/person_event.schema.json``'s pattern (RFC
+#: 3339 with ``T``, ``t`` or a space, seconds optional, ``Z``/``z`` or an offset with or without
+#: its colon). Not ``fromisoformat`` alone, which also takes ISO 8601 week dates, basic formats
+#: and hour-only times, and refused the lowercase ``z`` the schema allows (an audit).
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:[Zz]|[+-]\d{2}:?\d{2})", re.ASCII
+)
+
+
 def parse_instant(value: object) -> float | None:
     """Seconds since the Unix epoch from an RFC 3339 string with offset or a number of seconds.
 
@@ -127,8 +137,10 @@ def parse_instant(value: object) -> float | None:
     instants outside ``[EARLIEST_INSTANT, LATEST_INSTANT]``; never raises.
     """
     if isinstance(value, str):
+        if _RFC3339.fullmatch(value) is None:  # Python's ISO 8601 takes week dates and more
+            return None
         try:
-            parsed = dt.datetime.fromisoformat(value)
+            parsed = dt.datetime.fromisoformat(value.upper())
             if parsed.tzinfo is None:
                 return None
             number = parsed.timestamp()
