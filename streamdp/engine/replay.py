@@ -82,7 +82,7 @@ class ReplaySummary:
                 f"replayed in {self.seconds:.2f} s",
                 f"lines read: {self.lines}",
                 f"events accepted: {self.accepted}",
-                f"records rejected: {rejected}",
+                f"dead letters: {rejected} (one per stream refusing a record)",
             ]
             lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
             lines += [

@@ -46,7 +46,7 @@ class InputCheck:
             ),
             f"lines read: {self.lines}",
             f"events a replay would count: {self.accepted}",
-            f"records it would reject: {rejected}",
+            f"dead letters it would write: {rejected} (one per stream refusing a record)",
         ]
         lines += [f"  {reason}: {n}" for reason, n in sorted(self.rejected_by_reason.items())]
         lines += [
