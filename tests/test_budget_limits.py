@@ -241,3 +241,18 @@ def test_the_epsilon_a_limit_error_suggests_is_accepted(
     found = re.search(r"(?:at least|at most) ([0-9.e+-]+)", str(refused.value))
     assert found is not None, refused.value
     plan("fda", "total", horizon, float(found.group(1)), sensitivity, "discrete-laplace")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ('allowed_lateness = "1h"', 'allowed_lateness = "99999999999d"', "allowed_lateness"),
+        ('allowed_lateness = "1h"', "allowed_lateness = 1e400", "allowed_lateness"),
+    ],
+)
+def test_a_duration_that_would_never_release_is_refused(old: str, new: str, field: str) -> None:
+    """An audit loaded a spec whose lateness was 1e400 s (read as infinite) or 99999999999 days:
+    its replay released nothing, spent nothing and exited 0."""
+    assert old in RESTAURANT
+    with pytest.raises(ConfigError, match=rf"{field}.*longer than 100 years"):
+        parse_spec(RESTAURANT.replace(old, new, 1))

@@ -25,6 +25,10 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
 
 
+#: The longest duration a spec may give (an allowed lateness, a fixed period): 100 years.
+MAX_DURATION_SECONDS = 100 * 366 * 86400.0
+
+
 class ConfigReader:
     """Reads one table of the configuration and says where a problem is in its messages:
     ``<origin>: stream 'x': field 'y': ...`` (used by the stream kinds' parsers too)."""
@@ -107,6 +111,12 @@ class ConfigReader:
                 field_name,
                 "must be a duration: seconds as a number, or text like '90s', '15m', '2h', "
                 f"'1d'{' (greater than zero)' if positive else ''}; got {shown(value)}",
+            )
+        if not seconds <= MAX_DURATION_SECONDS:  # NaN too: 1e400 read as infinite
+            raise self.fail(
+                field_name,
+                f"{shown(value)} is longer than 100 years: a stream with it would never release "
+                "anything",
             )
         return seconds
 
