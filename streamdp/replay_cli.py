@@ -92,7 +92,19 @@ def run(args: argparse.Namespace) -> int:
             "('every generated period is released by: ... --as-of INSTANT')"
         )
     check_insecure_seed(args.insecure_seed)
+    if args.check_input and args.output_dir is not None:
+        raise ConfigError(
+            "--check-input checks the input and writes nothing: drop --output-dir (or drop "
+            "--check-input to replay)"
+        )
     spec = load_spec(args.config)
+    if args.unit_key_file is not None and all(
+        s.privacy_unit is None for s in spec.streams.values()
+    ):
+        raise ConfigError(
+            f"--unit-key-file keys a privacy unit's identifiers, and no stream of "
+            f"{args.config!r} has a privacy_unit: drop --unit-key-file"
+        )
     sampler: NoiseSampler
     if args.insecure_seed is not None:
         sampler = InsecureSeededSampler(args.insecure_seed)

@@ -104,6 +104,26 @@ from streamdp.synth import Line, generate
             ["plan", "--rho", "1e300", "--horizon", "365", "--sensitivity", "1"],
             "outside the sampler's safe range [2^-40, 2^40]; lower rho",
         ),
+        # options that were silently ignored (the same audit)
+        (
+            ["plan", "--rho", "0.5", "--horizon", "10", "--sensitivity", "1", "--noise",
+             "discrete-laplace"],
+            "--rho plans a zCDP counter with discrete Gaussian noise; drop --noise",
+        ),
+        (
+            ["plan", "--config", "streamdp/examples/census_zcdp.toml", "--noise", "laplace"],
+            "--noise applies to pure-epsilon streams; every stream of",
+        ),
+        (
+            ["replay", "--config", "streamdp/examples/hiv.toml", "--input", "x.jsonl",
+             "--as-of", "2024-06-01T00:00:00Z", "--check-input", "--output-dir", "out"],
+            "--check-input checks the input and writes nothing: drop --output-dir",
+        ),
+        (
+            ["replay", "--config", "streamdp/examples/hiv.toml", "--input", "x.jsonl",
+             "--as-of", "2024-06-01T00:00:00Z", "--output-dir", "out", "--unit-key-file", "k"],
+            "no stream of 'streamdp/examples/hiv.toml' has a privacy_unit: drop --unit-key-file",
+        ),
     ],
 )  # fmt: skip
 def test_bad_arguments_give_one_line_and_status_2(

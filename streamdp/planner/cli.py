@@ -112,7 +112,7 @@ def _write_plan(
     sys.stdout.write(text + "\n")
 
 
-def _run_config(args: argparse.Namespace) -> int:
+def _run_config(args: argparse.Namespace, *, noise_given: bool) -> int:
     from streamdp.engine import load_spec
 
     clashing = _given(args, CONFIGURATION_FLAGS)
@@ -121,6 +121,11 @@ def _run_config(args: argparse.Namespace) -> int:
             f"--config plans each stream with the spec's own values; drop {', '.join(clashing)}"
         )
     spec = load_spec(args.config)
+    if noise_given and all(s.rho is not None for s in spec.streams.values()):
+        raise ConfigError(
+            f"--noise applies to pure-epsilon streams; every stream of {args.config!r} is zCDP "
+            f"(discrete Gaussian noise): drop --noise {args.noise}"
+        )
     if args.compare:
         if args.target_std is not None:
             raise ConfigError("--compare and --target-std answer different questions; pick one")
@@ -131,11 +136,13 @@ def _run_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_zcdp(args: argparse.Namespace, bounds: tuple[int, int] | None) -> int:
+def _run_zcdp(
+    args: argparse.Namespace, bounds: tuple[int, int] | None, *, noise_given: bool
+) -> int:
     """``plan --rho``: one zCDP counter (:func:`streamdp.planner.zcdp.plan_zcdp`); at
     privacy-unit ``bounds``, on ``M`` times the L2 bound ``--sensitivity``."""
     clashing = _given(args, ("epsilon", "target_std"))
-    if args.noise != "discrete-laplace":
+    if noise_given:
         clashing.append("--noise")
     if clashing:
         raise ConfigError(
@@ -261,8 +268,10 @@ def _check_sensitivities(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the plan (or the comparison, or the epsilon for a target); bad values raise
     ConfigError (one line, exit 2)."""
+    noise_given = args.noise is not None
+    args.noise = args.noise or "discrete-laplace"
     if args.config is not None:
-        return _run_config(args)
+        return _run_config(args, noise_given=noise_given)
     if args.horizon is None:
         raise ConfigError("--horizon is required (or --config SPEC.toml to plan a spec's streams)")
     if args.sensitivity is None:
@@ -274,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
     _check_sensitivities(args)
     bounds = _unit_bounds(args)
     if args.rho is not None and not args.compare:
-        return _run_zcdp(args, bounds)
+        return _run_zcdp(args, bounds, noise_given=noise_given)
     if args.buffers is not None:
         raise ConfigError("--buffers applies to --rho --mechanism blt only")
     if args.sensitivity != int(args.sensitivity) or args.sensitivity < 1:

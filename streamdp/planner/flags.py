@@ -131,7 +131,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--noise",
         choices=NOISES,
-        default="discrete-laplace",
+        default=None,  # discrete-laplace; None tells a given --noise from the default
         help="noise distribution (default discrete-laplace, what the worker draws)",
     )
     parser.add_argument(
