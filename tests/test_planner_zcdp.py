@@ -317,9 +317,15 @@ def test_plan_reads_an_l2_bound_as_the_root_of_the_largest_integer_below_its_squ
     means sqrt 2 (and is planned and reported as such); below 1 nothing can change."""
     argv = ["plan", "--rho", "0.5", "--horizon", "16", "--mechanism", "binary", "--format", "json"]
     assert main([*argv, "--sensitivity", "1.5"]) == 0
-    assert json.loads(capsys.readouterr().out)["sensitivity"] == math.sqrt(2)
+    said = capsys.readouterr()
+    assert json.loads(said.out)["sensitivity"] == math.sqrt(2)
+    # and says so (an audit's 2.236, meant as sqrt 5, silently planned sqrt 4)
+    assert "--sensitivity 1.5 planned as the L2 bound sqrt(2) = 1.41421" in said.err
+    assert "for sqrt(3) give 1.73206" in said.err
     assert main([*argv, "--sensitivity", str(math.sqrt(5))]) == 0
-    assert json.loads(capsys.readouterr().out)["sensitivity"] == math.sqrt(5)
+    said = capsys.readouterr()
+    assert json.loads(said.out)["sensitivity"] == math.sqrt(5)
+    assert said.err == ""  # a root of an integer is planned as given, without a note
     assert main([*argv, "--sensitivity", "0.9"]) == 2
     assert "at least 1" in capsys.readouterr().err
 

@@ -172,6 +172,7 @@ def _run_zcdp(
         )
 
     result = plan_at(_unit_multiplier(bounds))
+    _note_snapped_l2("--sensitivity", args.sensitivity)
     _write_plan(result, args, bounds, plan_at, l2=True)
     return 0
 
@@ -207,6 +208,9 @@ def _run_compare(args: argparse.Namespace, bounds: tuple[int, int] | None) -> in
             )
         results = compare_definitions(
             args.horizon, args.epsilon, sensitivity, l2, args.delta, unit_multiplier=multiplier
+        )
+        _note_snapped_l2(
+            "--l2-sensitivity" if args.l2_sensitivity is not None else "--sensitivity", l2
         )
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in results], indent=2) + "\n")
@@ -250,6 +254,22 @@ def _run_target(
             "rounded up)\n\n" + render_table(result) + "\n"
         )
     return 0
+
+
+def _note_snapped_l2(flag: str, value: float) -> None:
+    """Say on stderr when an L2 bound is planned as a smaller root of an integer (one event's
+    changes are integers, so their squared norm is: 2.236 plans as sqrt 4 = 2, not sqrt 5)."""
+    from streamdp.planner.zcdp import l2_squared_of
+
+    squared = l2_squared_of(value)
+    if math.isclose(math.sqrt(squared), value, rel_tol=1e-9):
+        return
+    above = math.ceil(math.sqrt(squared + 1) * 1e5) / 1e5
+    sys.stderr.write(
+        f"streamdp plan: note: {flag} {value:g} planned as the L2 bound sqrt({squared}) = "
+        f"{math.sqrt(squared):.6g} (an event's changes are integers, so its squared L2 norm is "
+        f"an integer); for sqrt({squared + 1}) give {above:g}\n"
+    )
 
 
 def _check_sensitivities(args: argparse.Namespace) -> None:
