@@ -18,8 +18,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def conditions_at_start() -> dict[str, Any]:
-    """The date (UTC), the commit (with ``+dirty`` when the tree has changes) and the 1-minute
-    load average before the benchmark starts its own processes."""
+    """The date (UTC), the commit (with ``+dirty`` when tracked files other than the committed
+    results have changes: a benchmark run after another one's ``--write`` runs the committed
+    code) and the 1-minute load average before the benchmark starts its own processes."""
     return {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
         "commit": _commit(),
@@ -54,7 +55,14 @@ def conditions_text(
 def _commit() -> str:
     try:
         head = _git("rev-parse", "--short", "HEAD")
-        dirty = _git("status", "--porcelain", "--untracked-files=no")
+        dirty = _git(
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ":/",
+            ":(exclude,top)benchmarks/results",
+        )
     except (OSError, subprocess.CalledProcessError):
         return "unknown (not a git checkout)"
     return head + ("+dirty" if dirty else "")
