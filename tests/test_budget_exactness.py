@@ -159,3 +159,12 @@ def test_the_feed_shows_a_sum_of_budgets_never_below_it() -> None:
     assert _shown_at_least(Decimal("0.6")) == 0.6
     two = exact_sum([Decimal(OVER)] * 2)
     assert Decimal(repr(_shown_at_least(two))) >= two > Decimal("0.5")
+
+
+def test_a_zcdp_stream_without_a_mechanism_is_told_the_default_is_fda() -> None:
+    """An audit's zCDP spec without ``mechanism`` read "'fda' does not run under zCDP", a
+    mechanism the user never wrote."""
+    text = TWO_STREAMS.split("[streams.g]")[0].replace('mechanism = "binary"\n', "")
+    assert "mechanism" not in text
+    with pytest.raises(ConfigError, match=r"'fda' \(the default when none is given\) does not"):
+        parse_spec(text)

@@ -40,7 +40,9 @@ def command_examples() -> list[tuple[str, str]]:
     for path in DOCS:
         text = path.read_text(encoding="utf-8")
         pieces = re.findall(r"```[a-z]*\n(.*?)```", text, re.S)
-        pieces += re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        # inline code may wrap onto the next line (not across a paragraph)
+        inline = re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        pieces += [" ".join(p.split()) for p in inline if "\n\n" not in p]
         for piece in pieces:
             joined = re.sub(r"\\\n\s*", " ", piece)
             for line in joined.splitlines():

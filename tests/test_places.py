@@ -103,6 +103,9 @@ def test_old_mac_line_endings_read_like_the_others() -> None:
             'node,parent,label\nUS,,Nation\nA,US,"Alpha\nB,US,Beta\n',
             "row 3 holds a line break.*quote",
         ),
+        # a misspelt label column was ignored like any other: every label became the id
+        ("node,parent,lable\nUS,,Nation\nA,US,Alpha\n", "'lable' looks like a misspelt 'label'"),
+        ("node,parent,Label\nUS,,Nation\nA,US,Alpha\n", "'Label' looks like a misspelt 'label'"),
     ],
 )
 def test_a_malformed_places_file_is_refused_with_the_row_and_the_fix(
@@ -129,6 +132,17 @@ def test_the_places_file_is_found_beside_the_spec_and_its_digest_is_in_the_finge
     wrong = ', places_sha256 = "' + "0" * 64 + '"'
     with pytest.raises(ConfigError, match="the places changed"):
         load_spec(_spec_file(tmp_path, PLACES, extra=wrong))
+    # a digest in capitals is the same digest; text that is no digest is not "changed places"
+    upper = f', places_sha256 = "{digest.upper()}"'
+    assert load_spec(_spec_file(tmp_path, extra=upper)).fingerprint() == before
+    for bad in ('"abc"', "12", '"' + "g" * 64 + '"'):
+        with pytest.raises(ConfigError, match="as 64 hexadecimal digits"):
+            load_spec(_spec_file(tmp_path, extra=f", places_sha256 = {bad}"))
+
+
+def test_other_columns_are_ignored_and_labels_read() -> None:
+    places = parse_places(b"node,parent,label,population\nUS,,Nation,10\nA,US,Alpha,4\n", "x.csv")
+    assert places.labels == ("Nation", "Alpha")
 
 
 def test_a_missing_places_file_or_a_small_sensitivity_is_refused(tmp_path: Path) -> None:

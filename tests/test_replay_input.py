@@ -186,3 +186,29 @@ def test_a_second_replay_into_the_same_directory_is_refused_and_says_a_new_one_s
     assert "a second release whose loss adds to this one's" in err
     assert "never published" in err
     assert (tmp_path / "out" / "ledger.jsonl").read_bytes() == ledger  # nothing spent again
+
+
+@pytest.mark.parametrize(
+    ("present", "message"),
+    [
+        ("index.html", "holds a feed site (index.html): a replay writes protected files"),
+        ("feed.json", "holds a feed site (feed.json)"),
+        ("releases.jsonl", "already holds releases.jsonl of an earlier replay"),
+        ("dead_letter.jsonl", "already holds dead_letter.jsonl of an earlier replay"),
+    ],
+)
+def test_a_directory_holding_a_site_or_an_earlier_replays_files_is_refused(
+    present: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An audit replayed into a published feed site (the ledger, snapshot and dead letters, all
+    protected, landed beside index.html) and over an earlier replay's releases.jsonl (only the
+    ledger was guarded). Both are refused before anything is written."""
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(line.text for line in generate("hiv", 2, 5)) + "\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / present).write_text("kept\n")
+    assert _replay(events, out) == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == [present]
+    assert (out / present).read_text() == "kept\n"

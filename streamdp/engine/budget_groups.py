@@ -139,5 +139,16 @@ def check_budget_groups(spec: StreamSpec) -> None:
         )
     from streamdp.noise.insecure import InsecureSeededSampler
 
+    for group in budget_groups(spec):
+        if spec.rho is None and group_epsilon(spec, group) <= 0:
+            share = f"{float(group.share):.3g}" if float(group.share) else "below 1e-308"
+            raise ConfigError(
+                f"budget group {group.name!r} gets the share {share} of epsilon {spec.epsilon}, "
+                "which is 0 as a float: its noise could not be drawn; raise its weight against "
+                "the others"
+            )
     strategy = build_strategy(spec.mechanism, spec.objective, spec.horizon)
-    open_grouped_bank(spec, strategy, InsecureSeededSampler(0))  # draws nothing
+    try:
+        open_grouped_bank(spec, strategy, InsecureSeededSampler(0))  # draws nothing
+    except ConfigError as error:
+        raise ConfigError(f"with the budget weights given, {error}") from None

@@ -205,6 +205,20 @@ def replay(
             "directory's output was never published, and delete this one (docs/operating.md, "
             "section 9)"
         )
+    site = [name for name in ("index.html", "feed.json", "version.json") if (out / name).exists()]
+    if site:
+        raise ConfigError(
+            f"--output-dir {str(out)!r} holds a feed site ({site[0]}): a replay writes protected "
+            "files (the ledger, the snapshot, the dead letters) that must not sit in a published "
+            "directory; give a directory of its own"
+        )
+    earlier = [name for name in REPLAY_OUTPUT_FILES if (out / name).exists()]
+    if earlier:
+        raise ConfigError(
+            f"--output-dir {str(out)!r} already holds {earlier[0]} of an earlier replay "
+            "(without its ledger); a replay would overwrite it: give a new directory, or "
+            "delete that one if its output was never published"
+        )
     engine = Engine(
         spec,
         sampler=sampler,

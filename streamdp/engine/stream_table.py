@@ -169,9 +169,10 @@ def read_stream(
         )
     else:
         if mechanism not in ZCDP_WORKER_MECHANISMS:
+            default = "" if "mechanism" in table else " (the default when none is given)"
             raise ctx.fail(
                 "mechanism",
-                f"{mechanism!r} does not run under zCDP in this version; zCDP streams run "
+                f"{mechanism!r}{default} does not run under zCDP in this version; zCDP streams run "
                 f"{', '.join(ZCDP_WORKER_MECHANISMS)} (compare the zCDP counters with "
                 "streamdp plan --rho)",
             )

@@ -22,6 +22,7 @@ stream has attributes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -78,7 +79,15 @@ class PlacesKind:
         except ConfigError as error:
             raise reader.fail("counters.places", str(error)) from None
         pinned = table.get("places_sha256")
-        if pinned is not None and pinned != places.sha256:
+        if pinned is not None and (
+            not isinstance(pinned, str) or re.fullmatch(r"[0-9a-fA-F]{64}", pinned) is None
+        ):
+            raise reader.fail(
+                "counters.places_sha256",
+                f"must be the file's SHA-256 as 64 hexadecimal digits (sha256sum prints it), got "
+                f"{pinned!r}",
+            )
+        if pinned is not None and pinned.lower() != places.sha256:
             raise reader.fail(
                 "counters.places_sha256",
                 f"the file {written!r} has SHA-256 {places.sha256}, not the pinned {pinned!r}; "

@@ -1,7 +1,8 @@
 """A public geography (or any hierarchy of places) read from a CSV file the spec names.
 
-The file has a header row with the columns ``node`` and ``parent`` (and optionally ``label``),
-then one row per place: its identifier, its parent's identifier (empty for the one root) and a
+The file has a header row with the columns ``node`` and ``parent`` (and optionally ``label``;
+other columns are ignored, one looking like a misspelt ``label`` is refused), then one row per
+place: its identifier, its parent's identifier (empty for the one root) and a
 label for readers. Identifiers follow the configuration's name rule (they appear in event
 records and counter names). The rows may come in any order; the places are numbered
 breadth-first (root first, then every level in turn, children in file order), which is the
@@ -128,6 +129,29 @@ def _records(reader: Iterator[list[str]], written: str) -> Iterator[list[str]]:
         yield record
 
 
+def _near_label(column: str) -> bool:
+    """A column name one typo from ``label`` (a case change, one letter added, dropped, changed
+    or two swapped), or ``labels``/``name``-like spellings of it."""
+    name = column.lower()
+    if name in ("labels", "lable", "lables", "lbl"):
+        return True
+    if name == "label" or abs(len(name) - 5) > 1:
+        return name == "label" and column != "label"
+    return _one_edit(name, "label")
+
+
+def _one_edit(a: str, b: str) -> bool:
+    if len(a) == len(b):
+        diffs = [i for i in range(len(a)) if a[i] != b[i]]
+        swapped = (
+            len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]]
+            and a[diffs[1]] == b[diffs[0]]
+        )  # fmt: skip
+        return len(diffs) == 1 or swapped
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+
+
 def parse_places(data: bytes, written: str) -> Places:
     """A places file's bytes as :class:`Places` (see :func:`read_places`)."""
     digest = hashlib.sha256(data).hexdigest()
@@ -149,6 +173,14 @@ def parse_places(data: bytes, written: str) -> Places:
             f"places file {written!r}: the first row names {', '.join(map(repr, repeated))} "
             "more than once; name each column once"
         )
+    if "label" not in header:
+        near = [h for h in header if _near_label(h)]
+        if near:
+            raise ConfigError(
+                f"places file {written!r}: column {near[0]!r} looks like a misspelt 'label' "
+                "(other columns are ignored, so every place would be shown by its identifier); "
+                "name it label"
+            )
     at_node, at_parent = header.index("node"), header.index("parent")
     at_label = header.index("label") if "label" in header else None
     ids: list[str] = []
