@@ -3,7 +3,8 @@
 From a replay's output directory (``--from DIR``: its ``releases.jsonl`` and ``consistent.jsonl``
 only) or live from Kafka (``--bootstrap HOST:PORT``: ``<ns>.releases`` and ``<ns>.consistent``
 only, read from the beginning and then followed). Served on 127.0.0.1 only; ``--output-dir``
-writes ``index.html``, ``feed.json``, ``releases.csv`` and ``consistent.csv`` and exits.
+writes ``index.html``, ``feed.json``, ``releases.csv``, ``consistent.csv``, ``version.json`` (and
+a places stream's ``series/``) and exits.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         default=None,
-        help="write index.html, feed.json, releases.csv, consistent.csv into DIR and exit "
+        help="write index.html, feed.json, releases.csv, consistent.csv, version.json (and a "
+        "places stream's series/ of one file per place) into DIR and exit "
         "instead of serving (with --bootstrap: after reading the topics to their current end); "
         "a directory of its own, never the --from directory or one holding a replay's files",
     )
