@@ -18,13 +18,12 @@ load average of the run. Timings: medians of 3 (GMC and the recursive method: on
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import matplotlib
-from results_dir import add_write_flag, output_dir, printed_copy
-from run_conditions import conditions_at_start, conditions_text, finish
+from results_dir import add_write_flag, output_dir, printed_copy, write_json_and_tables
+from run_conditions import conditions_at_start, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -264,13 +263,7 @@ def main() -> int:
     with printed_copy() as printed:
         payload = measure(args.quick)
     conditions = finish(conditions)
-    (out / "consistency_census.json").write_text(
-        json.dumps({**payload, "conditions": conditions}, indent=1) + "\n"
-    )
-    (out / "consistency_census.txt").write_text(
-        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
-    )
-    print(f"wrote {out / 'consistency_census.json'} and consistency_census.txt")
+    write_json_and_tables(out, "consistency_census", payload, conditions, printed.getvalue())
     census, syn = payload["census"], payload["syndata"]
 
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))

@@ -15,13 +15,12 @@ benchmarks/results/).
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
 import matplotlib
-from results_dir import add_write_flag, output_dir, printed_copy
-from run_conditions import conditions_at_start, conditions_text, finish
+from results_dir import add_write_flag, output_dir, printed_copy, write_json_and_tables
+from run_conditions import conditions_at_start, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -82,13 +81,9 @@ def main() -> int:
     conditions = finish(conditions)
     with printed_copy() as printed:
         print_table(rows)
-    (out / "consistency_inequality.json").write_text(
-        json.dumps({"rows": rows, "conditions": conditions}, indent=1) + "\n"
+    write_json_and_tables(
+        out, "consistency_inequality", {"rows": rows}, conditions, printed.getvalue()
     )
-    (out / "consistency_inequality.txt").write_text(
-        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
-    )
-    print(f"wrote {out / 'consistency_inequality.json'} and consistency_inequality.txt")
     plot(rows, out)
     return 0
 

@@ -19,13 +19,12 @@ at T >= 256.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
 import matplotlib
-from results_dir import add_write_flag, output_dir, printed_copy
-from run_conditions import conditions_at_start, conditions_text, finish
+from results_dir import add_write_flag, output_dir, printed_copy, write_json_and_tables
+from run_conditions import conditions_at_start, finish
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
@@ -184,13 +183,7 @@ def main() -> int:
     with printed_copy() as printed:
         payload = measure(args.quick)
     conditions = finish(conditions)
-    (out / "consistency_restaurant.json").write_text(
-        json.dumps({**payload, "conditions": conditions}, indent=1) + "\n"
-    )
-    (out / "consistency_restaurant.txt").write_text(
-        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed.getvalue()}"
-    )
-    print(f"wrote {out / 'consistency_restaurant.json'} and consistency_restaurant.txt")
+    write_json_and_tables(out, "consistency_restaurant", payload, conditions, printed.getvalue())
     conv = {int(k): v for k, v in payload["convergence"].items()}  # type: ignore[attr-defined]
     rows = payload["time"]
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+from run_conditions import conditions_text
 
 HERE = Path(__file__).resolve().parent
 #: The committed results (read back by re-rendering commands; written with --write).
@@ -62,3 +65,17 @@ def printed_copy() -> Iterator[io.StringIO]:
     tee = _Tee(sys.stdout)
     with contextlib.redirect_stdout(tee):  # type: ignore[type-var]
         yield tee.copy
+
+
+def write_json_and_tables(
+    out: Path, stem: str, payload: dict[str, Any], conditions: dict[str, Any], printed: str
+) -> None:
+    """``<stem>.json`` (``payload`` and the run's ``conditions``) and ``<stem>.txt`` (the
+    conditions in a sentence, then the tables as printed) in ``out``."""
+    (out / f"{stem}.json").write_text(
+        json.dumps({**payload, "conditions": conditions}, indent=1) + "\n"
+    )
+    (out / f"{stem}.txt").write_text(
+        f"{conditions_text(conditions, own='nothing but this process')}.\n\n{printed}"
+    )
+    print(f"wrote {out / f'{stem}.json'} and {stem}.txt")

@@ -26,16 +26,14 @@ from streamdp.feed.record_fields import (
     union,
     unreadable,
 )
-
-
-@dataclass(frozen=True)
-class Place:
-    """Where a places stream's counter sits in its public tree (release field ``place``)."""
-
-    node: str
-    parent: str | None  # None at the root
-    label: str
-    level: int
+from streamdp.feed.release_fields import (
+    MalformedFieldError,
+    Place,
+    budget_group_fields,
+    place_fields,
+    unit_fields,
+    zcdp_fields,
+)
 
 
 @dataclass(frozen=True)
@@ -187,85 +185,9 @@ class Consistent:
         }
 
 
-class _MalformedFieldError(Exception):
-    """An optional field is present but not as the schema defines it: the record is not shown
-    (a mistyped ``rho`` must not turn a zCDP release into a pure-epsilon one)."""
-
-
-def _zcdp(record: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """``(rho, delta, l2_sensitivity)`` of a zCDP release (each a positive number, delta below
-    1), ``(None, None, None)`` for a pure-epsilon release (none of the four fields present)."""
-    fields = ("privacy_definition", "rho", "privacy_delta", "l2_sensitivity")
-    if all(name not in record for name in fields):
-        return None, None, None
-    if record.get("privacy_definition") != "zcdp":
-        raise _MalformedFieldError
-    rho, delta = number_field(record.get("rho")), number_field(record.get("privacy_delta"))
-    l2 = number_field(record.get("l2_sensitivity"))
-    if rho is None or delta is None or l2 is None or rho <= 0 or l2 <= 0 or not 0 < delta < 1:
-        raise _MalformedFieldError
-    return rho, delta, l2
-
-
 def _period_unit(record: dict[str, Any]) -> str | None:
     unit = record.get("period_unit")
     return unit if unit in ("day", "month", "fixed") else None
-
-
-def _budget_group(record: dict[str, Any]) -> tuple[str | None, float | None]:
-    """``(name, share)`` of a release's ``budget_group`` (share in (0, 1]), ``(None, None)``
-    when the record has none."""
-    if "budget_group" not in record:
-        return None, None
-    group = record["budget_group"]
-    if not isinstance(group, dict):
-        raise _MalformedFieldError
-    name, share = text_field(group.get("name")), number_field(group.get("share"))
-    if name is None or share is None or not 0 < share <= 1:
-        raise _MalformedFieldError
-    return name, share
-
-
-def _unit(record: dict[str, Any]) -> tuple[str | None, tuple[int, int] | None]:
-    """``(field, (max_events_per_period, max_periods_per_epoch))`` of a release protecting a
-    privacy unit, ``(None, None)`` when the record protects events."""
-    if "privacy_unit" not in record:
-        return None, None
-    unit = record["privacy_unit"]
-    if not isinstance(unit, dict):
-        raise _MalformedFieldError
-    name = text_field(unit.get("field"))
-    per_period = int_field(unit.get("max_events_per_period"))
-    periods = int_field(unit.get("max_periods_per_epoch"))
-    if name is None or per_period is None or periods is None or per_period < 1 or periods < 1:
-        raise _MalformedFieldError
-    return name, (per_period, periods)
-
-
-def _place(record: dict[str, Any]) -> tuple[Place | None, str | None]:
-    """``(place, cell)`` of a places stream's release (cell: None without attributes),
-    ``(None, None)`` for a stream of another kind."""
-    if "place" not in record:
-        if "cell" in record:
-            raise _MalformedFieldError
-        return None, None
-    where = record["place"]
-    if not isinstance(where, dict):
-        raise _MalformedFieldError
-    node, label, level = (
-        text_field(where.get("node")),
-        text_field(where.get("label")),
-        int_field(where.get("level")),
-    )
-    parent = where.get("parent")
-    if node is None or label is None or level is None or level < 0:
-        raise _MalformedFieldError
-    if not (parent is None or text_field(parent) is not None):
-        raise _MalformedFieldError
-    cell = record.get("cell")
-    if cell is not None and text_field(cell) is None:
-        raise _MalformedFieldError
-    return Place(node, parent if isinstance(parent, str) else None, label, level), text_field(cell)
 
 
 def parse_release(record: object) -> Release | None:
@@ -290,11 +212,11 @@ def parse_release(record: object) -> Release | None:
     noise, secure = text_field(record.get("noise")), record.get("noise_secure")
     index = int_field(record.get("counter_index"))
     try:
-        rho, privacy_delta, l2 = _zcdp(record)
-        group, share = _budget_group(record)
-        unit_field, unit_bounds = _unit(record)
-        place, cell = _place(record)
-    except _MalformedFieldError:
+        rho, privacy_delta, l2 = zcdp_fields(record)
+        group, share = budget_group_fields(record)
+        unit_field, unit_bounds = unit_fields(record)
+        place, cell = place_fields(record)
+    except MalformedFieldError:
         return None
     if (
         stream is None

@@ -16,6 +16,7 @@ an edited file, and a spec may pin it (``places_sha256``).
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 from collections.abc import Iterator, Mapping
@@ -130,26 +131,9 @@ def _records(reader: Iterator[list[str]], written: str) -> Iterator[list[str]]:
 
 
 def _near_label(column: str) -> bool:
-    """A column name one typo from ``label`` (a case change, one letter added, dropped, changed
-    or two swapped), or ``labels``/``name``-like spellings of it."""
-    name = column.lower()
-    if name in ("labels", "lable", "lables", "lbl"):
-        return True
-    if name == "label" or abs(len(name) - 5) > 1:
-        return name == "label" and column != "label"
-    return _one_edit(name, "label")
-
-
-def _one_edit(a: str, b: str) -> bool:
-    if len(a) == len(b):
-        diffs = [i for i in range(len(a)) if a[i] != b[i]]
-        swapped = (
-            len(diffs) == 2 and diffs[1] == diffs[0] + 1 and a[diffs[0]] == b[diffs[1]]
-            and a[diffs[1]] == b[diffs[0]]
-        )  # fmt: skip
-        return len(diffs) == 1 or swapped
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+    """A column named like ``label`` but not exactly (``Label``, ``lable``, ``labels``)."""
+    similarity = difflib.SequenceMatcher(None, column.lower(), "label").ratio()
+    return column != "label" and similarity >= 0.8
 
 
 def parse_places(data: bytes, written: str) -> Places:
