@@ -476,8 +476,12 @@ def test_the_feed_and_its_downloads_say_per_what_the_guarantee_holds(tmp_path: P
     assert streams["hiv"]["unit_bounds"] == [2, 3]
     assert streams["hiv"]["sensitivity"] == 6
     csv_text = to_csv(view.release_rows(), RELEASE_COLUMNS)
-    assert csv_text.splitlines()[0].endswith(",protects")
-    assert csv_text.splitlines()[1].endswith(",patient_id per epoch")
+    assert csv_text.splitlines()[0].endswith(
+        ",protects,unit_max_events_per_period,unit_max_periods_per_epoch"
+    )
+    hiv_rows = [line for line in csv_text.splitlines() if line.startswith("hiv,")]
+    assert hiv_rows
+    assert all(r.endswith(",patient_id per epoch,2,3") for r in hiv_rows)
     page = render_page(view.document("test"))
     assert "per ${stream.protects}" in page  # the wording the page script builds
 

@@ -122,6 +122,9 @@ class Release:
             "privacy_delta": self.delta,
             # what epsilon (or rho) and sensitivity hold per: "event" or "<field> per epoch"
             "protects": self.protects,
+            # a stream protecting a unit: the bounds its sensitivity is multiplied by (else empty)
+            "unit_max_events_per_period": None if self.unit_bounds is None else self.unit_bounds[0],
+            "unit_max_periods_per_epoch": None if self.unit_bounds is None else self.unit_bounds[1],
         }
 
 

@@ -32,6 +32,8 @@ RELEASE_COLUMNS = (
     "rho",
     "privacy_delta",
     "protects",
+    "unit_max_events_per_period",
+    "unit_max_periods_per_epoch",
 )
 #: Columns of ``consistent.csv``, in order (one row per stream, period and counter).
 CONSISTENT_COLUMNS = (
