@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from dataclasses import replace
 from fractions import Fraction
 from pathlib import Path
@@ -156,6 +157,26 @@ def test_the_cost_table_starts_at_one_event_and_says_so() -> None:
     ]
     table = render_unit_costs(rows)
     assert table.splitlines()[2].lstrip().startswith("one event")
+
+
+def test_the_cost_table_stays_in_columns_with_large_bounds_and_e_notation() -> None:
+    # M up to 1000 x 4095 and sensitivities like 1.6e+08 are wider than the old fixed
+    # columns: every row's columns must still end where the header's do
+    rows = unit_costs(lambda m: plan("fda", "total", 4095, 0.01, 40.0 * m), 500, 3000, 4095)
+    lines = render_unit_costs(rows).splitlines()
+    header, body = lines[1], [x for x in lines[2:] if x[:1] == " " or x[:1].isdigit()]
+    assert any("e+" in x for x in body)
+    assert any(str(r.multiplier) in x for r in rows for x in body if r.multiplier >= 10**6)
+
+    # right-aligned columns: each ends where its header ends, with a space (or the line's
+    # end) after it
+    ends = [m.end() - 1 for m in re.finditer(r"\S(?=  |$)", header)]
+    assert len(ends) == 8
+    for line in body:
+        cells = line.removesuffix("  <- chosen")
+        assert len(cells) == len(header), line
+        filled = ends if "one event" not in cells else ends[:1] + ends[2:]
+        assert all(cells[e] != " " and cells[e + 1 : e + 2] in (" ", "") for e in filled), line
 
 
 # --- plan --max-events-per-period A --max-periods-per-epoch B ---------------------------------

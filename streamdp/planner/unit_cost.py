@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from streamdp.engine.privacy_unit import unit_multiplier
 from streamdp.planner.accuracy import Plan
+from streamdp.planner.text_table import aligned_rows
 from streamdp.planner.zcdp import l2_squared_of
 
 
@@ -93,21 +94,24 @@ def render_unit_costs(rows: list[UnitCost], field: str | None = None) -> str:
     the record field naming the unit, when known)."""
     event = next(r for r in rows if r.multiplier == 1)
     named = f" ({field})" if field else ""
+    rows_text = [
+        (
+            *(("one event", "") if r is event else (str(r.per_period), str(r.periods))),
+            str(r.multiplier),
+            f"{r.sensitivity:.4g}",
+            f"{r.mean_std:.4g}",
+            f"{r.max_std:.4g}",
+            f"{r.error95:.4g}",
+            f"{r.mean_std / event.mean_std:.3g}",
+            "<- chosen" if r.chosen else "",
+        )
+        for r in rows
+    ]
+    headers = ("per period", "periods", "M", "sens.", "mean std", "max std", "95% at N")
     lines = [
         f"cost of the privacy unit's bounds{named}: records per period x periods per epoch",
-        (
-            f"{'per period':>10} {'periods':>8} {'M':>5} {'sens.':>7} {'mean std':>9} "
-            f"{'max std':>9} {'95% at N':>9} {'x event':>8}"
-        ),
+        *aligned_rows((*headers, "x event"), rows_text),
     ]
-    for r in rows:
-        mark = "  <- chosen" if r.chosen else ""
-        bounds = "one event" if r is event else f"{r.per_period:>10} {r.periods:>8}"
-        lines.append(
-            f"{bounds:>19} {r.multiplier:>5} {r.sensitivity:>7.4g} "
-            f"{r.mean_std:>9.4g} {r.max_std:>9.4g} {r.error95:>9.4g} "
-            f"{r.mean_std / event.mean_std:>8.3g}{mark}"
-        )
     lines += [
         "M = per period x max(periods, 2): the most records one unit adds to an epoch, or one",
         "record under its identifier moves (2 x per period). The noise is calibrated on M x one",
