@@ -22,6 +22,7 @@ from streamdp.continual.kary_gaussian import optimise_gaussian_gls
 from streamdp.continual.lattice_blt import GRID_BITS, lattice_sigma
 from streamdp.continual.matrix_factorization import optimise_toeplitz, sqrt_toeplitz
 from streamdp.continual.strategy import build_strategy
+from streamdp.engine.spec_loading import parse_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler
 from streamdp.planner.zcdp import ZCDP_MECHANISMS, plan_zcdp
@@ -347,3 +348,79 @@ def test_plan_refuses_options_it_would_have_ignored(argv: list[str], message: st
         base += ["--sensitivity", "1"]
     assert main([*base, *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+UNIT_BLT = """
+[sources.s]
+topic = "t"
+kind = "person"
+rho_cap = {rho}
+
+[streams.f]
+source = "s"
+privacy = {{ definition = "zcdp", rho = {rho} }}
+mechanism = "blt"
+sensitivity = 1
+horizon = 24
+period = {{ unit = "month", timezone = "UTC", start = "2024-01-01" }}
+counters = {{ kind = "flag", field = "hiv_positive" }}
+privacy_unit = {{ field = "patient_id", max_events_per_period = 2, max_periods_per_epoch = 3 }}
+"""
+
+
+def test_a_blt_streams_plan_is_the_sigma_its_worker_draws() -> None:
+    """One count of the lattice BLT's sigma, the counters one record (or unit) can change,
+    was taken three ways: the worker min(L1 x M, width) = 1 here, the spec check L1 x M = 6,
+    the planner L2^2 = 36. The plan of a stream now declares the worker's variances exactly."""
+    from streamdp.engine.engine import Engine
+    from streamdp.planner.spec_plan import plan_stream_at
+
+    spec = parse_spec(UNIT_BLT.format(rho="0.5"))
+    stream = spec.streams["f"]
+    assert (stream.unit_multiplier, stream.l2_squared, stream.counters.width) == (6, 36, 1)
+    engine = Engine(spec, sampler=InsecureSeededSampler(1), unit_key=b"k" * 32)
+    counter = engine.streams["f"].counter
+    declared = np.array([counter.total_variance(t) for t in range(1, 25)])
+    planned = plan_stream_at(stream, stream.unit_multiplier, "discrete-laplace")
+    assert planned.mean_variance == pytest.approx(declared.mean(), rel=1e-12)
+    assert planned.max_variance == pytest.approx(declared.max(), rel=1e-12)
+    # the figure taken from L2^2 alone is larger: the two were not the same plan
+    budget = GaussianBudget(Fraction(1, 2), 36)
+    wide = lattice_sigma(blt_strategy(24, "total").lattice, 24, budget.rho, 36, 36)
+    assert wide > counter.sigma * (1 + 1e-9)
+
+
+def test_the_spec_check_judges_the_sigma_the_worker_draws() -> None:
+    """A rho whose lattice BLT sigma is inside the sampler's range with the worker's count of
+    counters touched (1) but outside it with L1 x M (6), which the spec check used: refused
+    before, though the worker would run it; now accepted, and a rho just beyond refused."""
+    from streamdp.noise.gaussian import MAX_GAUSSIAN_SIGMA
+
+    lattice = blt_strategy(24, "total").lattice
+    at_one = lattice_sigma(lattice, 24, Fraction(1, 2), 36, 1)
+    at_six = lattice_sigma(lattice, 24, Fraction(1, 2), 36, 6)
+    assert at_six > at_one
+    # sigma scales as rho^-1/2: the rho putting the range's top between the two sigmas
+    low, high = 0.5 * (at_one / MAX_GAUSSIAN_SIGMA) ** 2, 0.5 * (at_six / MAX_GAUSSIAN_SIGMA) ** 2
+    between = f"{math.sqrt(low * high):.15g}"
+    assert low < float(between) < high
+    spec = parse_spec(UNIT_BLT.format(rho=between))
+    assert spec.streams["f"].rho is not None
+    beyond = f"{low * (1 - 1e-9):.15g}"
+    with pytest.raises(ConfigError, match="safe range"):
+        parse_spec(UNIT_BLT.format(rho=beyond))
+
+
+def test_a_streams_plan_takes_its_integer_l2_bound_exactly() -> None:
+    """The plan of a stream rebuilt Delta_2^2 from its float square root: for 10^12 that
+    floors 10^12 (1 + 1e-12) to 10^12 + 1 (a bound the stream does not have). A stream's plan
+    passes the integer through; the flags' path still reads a typed bound as before."""
+    from streamdp.planner.spec_plan import event_l2_squared
+    from streamdp.planner.zcdp import l2_squared_of
+
+    assert l2_squared_of(math.sqrt(10**12)) == 10**12 + 1  # the float path's reading
+    exact = plan_zcdp("binary", "total", 16, 0.5, 1e6, event_l2_squared=10**12)
+    assert exact.sensitivity == 1e6
+    assert plan_zcdp("binary", "total", 16, 0.5, 1e6).sensitivity > 1e6
+    stream = parse_spec(UNIT_BLT.format(rho="0.5")).streams["f"]
+    assert event_l2_squared(stream) * stream.unit_multiplier**2 == stream.l2_squared == 36

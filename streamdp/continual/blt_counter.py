@@ -29,7 +29,7 @@ from streamdp.continual.blt_factorization import optimise_blt
 from streamdp.continual.counter_checks import check_bank, int_vector
 from streamdp.continual.factored_noise import project_rows
 from streamdp.continual.gaussian_budgets import GaussianBudget
-from streamdp.continual.lattice_blt import GRID_BITS, LatticeBLT, lattice_sigma
+from streamdp.continual.lattice_blt import GRID_BITS, LatticeBLT, counters_touched, lattice_sigma
 from streamdp.continual.matrix_factorization import series_inverse
 from streamdp.continual.privacy import check_privacy
 from streamdp.continual.releases import FactoredRelease
@@ -126,8 +126,7 @@ class BltCounter:
         self.carry_variance = float(carry_variance)
         self.carry_rounding = float(carry_rounding)
         self.projection = projection
-        # one event changes at most ``sensitivity`` counters (each by at least 1)
-        touched = max(1, min(int(self.sensitivity), self.width))
+        touched = counters_touched(self.sensitivity, self.width)
         self.sigma = lattice_sigma(
             strategy.lattice, strategy.horizon, gaussian.rho, gaussian.l2_squared, touched
         )

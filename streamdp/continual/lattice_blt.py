@@ -222,6 +222,14 @@ class LatticeBLT:
         return out
 
 
+def counters_touched(l1_bound: float, width: int) -> int:
+    """The most counters of a ``width``-counter bank one event (or one privacy unit's records)
+    can change, given its L1 bound: each counter it changes moves by an integer, so by at least
+    1, and no more counters than the bank holds. The worker's, the spec check's and the
+    planner's lattice BLT sigma all take ``touched`` from here, so they are one figure."""
+    return max(1, min(int(l1_bound), int(width)))
+
+
 def lattice_sigma(
     blt: LatticeBLT, horizon: int, rho: Fraction, l2_squared: int, touched: int
 ) -> float:

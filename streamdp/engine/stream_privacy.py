@@ -106,7 +106,9 @@ def check_gaussian_limits(  # noqa: PLR0917 - the stream's noise parameters
     touched: int,
 ) -> None:
     """Refuse a rho whose node (or level) sigmas leave the discrete Gaussian sampler's safe
-    range; a kary_gls stream's level budgets are tuned here once (cached for the worker)."""
+    range; a kary_gls stream's level budgets are tuned here once (cached for the worker).
+    ``touched``: the most counters one event (or unit) changes (a blt stream's sigma covers
+    the lattice's rounding on each; :func:`~streamdp.continual.lattice_blt.counters_touched`)."""
     from fractions import Fraction
 
     from streamdp.continual.factored_noise import level_sigmas

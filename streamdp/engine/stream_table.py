@@ -154,6 +154,7 @@ def read_stream(
     )
     max_future = ctx.integer(table.get("max_future_periods", 0), "max_future_periods", 0)
 
+    from streamdp.continual.lattice_blt import counters_touched
     from streamdp.kinds import stream_kind
 
     # Delta must admit a single legitimate event, otherwise every event would be rejected
@@ -186,8 +187,15 @@ def read_stream(
             counters, constraints, sensitivity
         )
         l2_squared = event_l2_squared * multiplier * multiplier
+        # the lattice BLT's sigma also covers its rounding on every counter one event (or
+        # unit) changes: the worker's count of them (the bank's width only matters there)
+        touched = (
+            counters_touched(sensitivity * multiplier, counters.width)
+            if mechanism == "blt"
+            else sensitivity * multiplier
+        )
         check_gaussian_limits(
-            ctx, rho, l2_squared, mechanism, objective, horizon, branching, sensitivity * multiplier
+            ctx, rho, l2_squared, mechanism, objective, horizon, branching, touched
         )
     spec = StreamSpec(
         name=name,

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 from streamdp.continual.definitions import DEFAULT_DELTA
+from streamdp.continual.lattice_blt import counters_touched
 from streamdp.errors import ConfigError
 from streamdp.planner.accuracy import Plan, compare, plan
 from streamdp.planner.report import StreamPlan, render_comparison, render_streams
@@ -35,8 +36,14 @@ if TYPE_CHECKING:
 def event_sensitivity(stream: StreamSpec) -> float:
     """One event's sensitivity the stream's noise is a multiple of: L1, or L2 under zCDP."""
     if stream.rho is not None:
-        return math.sqrt(stream.l2_squared) / stream.unit_multiplier
+        return math.sqrt(event_l2_squared(stream))
     return float(stream.sensitivity)
+
+
+def event_l2_squared(stream: StreamSpec) -> int:
+    """A zCDP stream's integer ``Delta_2^2`` of one event, exactly (the stream's ``L2^2`` is
+    ``M^2`` times it; planning from its float square root would round it)."""
+    return stream.l2_squared // (stream.unit_multiplier * stream.unit_multiplier)
 
 
 def plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
@@ -52,6 +59,12 @@ def plan_stream_at(stream: StreamSpec, multiplier: int, noise: str) -> Plan:
             delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
             branching=stream.branching,
             unit_multiplier=multiplier,
+            event_l2_squared=event_l2_squared(stream),
+            touched=(
+                counters_touched(stream.sensitivity * multiplier, stream.counters.width)
+                if stream.mechanism == "blt"
+                else None
+            ),
         )
     return plan(
         stream.mechanism,
@@ -260,6 +273,7 @@ def plan_spec(
             event_sensitivity(stream),
             field=unit.field,
             l2=stream.rho is not None,
+            event_l2_squared=event_l2_squared(stream) if stream.rho is not None else None,
         )
         out += ["", f"stream {name}: {described}", render_unit_costs(table, unit.field)]
     out += [line for name, p in levels.items() for line in ("", render_level_plan(name, p))]

@@ -134,15 +134,19 @@ def describe_unit(
     *,
     field: str | None = None,
     l2: bool = False,
+    event_l2_squared: int | None = None,
 ) -> str:
     """Three lines saying what a plan at bounds ``(per_period, periods)`` protects and what its
     noise is calibrated on: ``M`` times one event's sensitivity (``l2``: its L2 bound, under
-    zCDP, whose square is ``M^2`` times the event's)."""
+    zCDP, whose square is ``M^2`` times the event's: ``event_l2_squared`` when known exactly,
+    else the largest integer at most ``event_sensitivity^2``)."""
     multiplier = unit_multiplier(per_period, periods)
     who = f"one {field}" if field else "one privacy unit (a patient, a device)"
     if l2:
         # one event's changes are integers: its L2^2 is the integer at most Delta_2^2
-        event_squared = l2_squared_of(event_sensitivity)
+        event_squared = (
+            l2_squared_of(event_sensitivity) if event_l2_squared is None else event_l2_squared
+        )
         squared = event_squared * multiplier * multiplier
         calibrated = (
             f"noise calibrated on the L2 sensitivity M x Delta_2 = {multiplier} x "

@@ -126,9 +126,11 @@ def _gaussian_noise(  # noqa: PLR0917 - the counter's public parameters
     budget: GaussianBudget,
     branching: int | None,
     buffers: int,
+    touched: int,
 ) -> _GaussianNoise:
     """The noise of ``mechanism`` with the sigmas the worker draws (each from exact arithmetic,
-    rounded up; :class:`ConfigError` outside the sampler's safe range, as the spec refuses)."""
+    rounded up; :class:`ConfigError` outside the sampler's safe range, as the spec refuses).
+    ``touched``: the most counters one event changes (the lattice BLT's rounding term)."""
     if mechanism == "binary":
         tree = build_strategy("binary", "total", horizon)
         sigmas = np.asarray(gaussian_node_sigmas(tree, budget), dtype=np.float64)
@@ -163,12 +165,9 @@ def _gaussian_noise(  # noqa: PLR0917 - the counter's public parameters
             gls.budgets,
         )
     if mechanism == "blt":
-        # the lattice BLT the worker runs (its sigma covers the lattice's rounding too), on
-        # events touching at most Delta_2^2 counters (each changed by at least one)
+        # the lattice BLT the worker runs (its sigma covers the lattice's rounding too)
         lattice = blt_strategy(horizon, objective, buffers)
-        sigma = lattice_sigma(
-            lattice.lattice, horizon, budget.rho, budget.l2_squared, budget.l2_squared
-        )
+        sigma = lattice_sigma(lattice.lattice, horizon, budget.rho, budget.l2_squared, touched)
         unit = sigma * 2.0**-GRID_BITS
         b = lattice.b_coefficients
         d = lattice.count_weights
@@ -213,13 +212,21 @@ def plan_zcdp(
     buffers: int = 3,
     points: list[int] | None = None,
     unit_multiplier: int = 1,
+    event_l2_squared: int | None = None,
+    touched: int | None = None,
 ) -> Plan:
     """Expected accuracy of a zCDP counter; ``sensitivity`` is one event's L2 bound
     ``Delta_2``; the plan's ``epsilon`` is the (epsilon, ``delta``)-DP the loss implies
     (rounded up). With a privacy unit of ``unit_multiplier`` ``M`` records, the noise is
     calibrated on ``L2^2 = M^2 x`` the event's integer ``Delta_2^2``, as the engine does
     (squaring ``M x Delta_2`` first would plan a larger bound than the stream's when
-    ``Delta_2`` is not the root of an integer)."""
+    ``Delta_2`` is not the root of an integer).
+
+    A stream's plan passes the worker's exact figures: ``event_l2_squared``, the event's
+    integer ``Delta_2^2`` (else the largest integer at most ``sensitivity^2``), and for blt
+    ``touched``, the most counters one event (or unit) changes
+    (:func:`~streamdp.continual.lattice_blt.counters_touched`; else ``L2^2``, which bounds it
+    too: every changed counter adds at least 1 to it)."""
     if objective not in zcdp_objectives_for(mechanism):
         raise ConfigError(
             f"objective {objective!r} does not apply to {mechanism!r} under zCDP; it takes "
@@ -232,9 +239,18 @@ def plan_zcdp(
     check_plan_horizon(horizon)
     loss = ZcdpLoss.of(rho)
     variance_scale(float(loss.rho), float(sensitivity))  # refuses a non-finite or <= 0 bound
-    budget = GaussianBudget(loss.rho, l2_squared_of(sensitivity) * unit_multiplier**2)
+    event_squared = l2_squared_of(sensitivity) if event_l2_squared is None else event_l2_squared
+    budget = GaussianBudget(loss.rho, event_squared * unit_multiplier**2)
     planned_l2 = math.sqrt(budget.l2_squared)  # the bound the plan is for (and says)
-    noise = _gaussian_noise(mechanism, objective, horizon, budget, branching, buffers)
+    noise = _gaussian_noise(
+        mechanism,
+        objective,
+        horizon,
+        budget,
+        branching,
+        buffers,
+        budget.l2_squared if touched is None else touched,
+    )
     total, count = noise.total, noise.count
     releases = []
     for t in points if points is not None else report_points(horizon):
