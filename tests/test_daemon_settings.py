@@ -53,6 +53,13 @@ def spec(tmp_path: Path) -> Path:
         ({"start_delay_seconds": -1.0}, "--start-delay must be >= 0"),
         ({"start_delay_seconds": float("nan")}, "--start-delay"),
         ({"start_delay_seconds": 601.0}, "--start-delay"),
+        # an audit's crashes inside Faust or the lease (tracebacks, exit 1, not 2)
+        ({"app_id": ""}, "--app-id / STREAMDP_APP_ID names the consumer group"),
+        ({"app_id": "my app"}, "got 'my app'"),
+        ({"standby_replicas": -3}, "--standby-replicas must be >= 0"),
+        ({"session_timeout": float("inf")}, "--session-timeout must be a number of seconds"),
+        ({"stall_exit_seconds": float("nan")}, "--stall-exit must be >= 0"),
+        ({"stall_exit_seconds": float("inf")}, r"0: never exit on a stall\), got inf"),
     ],
 )
 def test_bad_settings_name_what_to_fix(spec: Path, change: dict[str, object], message: str) -> None:

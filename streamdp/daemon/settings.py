@@ -6,7 +6,9 @@ show in process listings.
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +51,11 @@ WRITE_BOUNDS: dict[str, int] = {
 DEFAULT_DELIVERY_ALLOWANCE = 5.0
 MAX_DELIVERY_ALLOWANCE = 86_400.0
 MAX_START_DELAY = 600.0
+
+
+#: A worker's app id: the consumer group and the state topics' prefix (Kafka's topic
+#: characters; short enough that the longest state topic name stays within Kafka's 249).
+_APP_ID = re.compile(r"[A-Za-z0-9._-]{1,150}\Z")
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,17 @@ class DaemonSettings:
         if not self.config.is_file():
             raise ConfigError(f"--config {str(self.config)!r} is not a readable file")
         check_bootstrap(self.bootstrap, "--bootstrap / STREAMDP_BOOTSTRAP")
+        if not _APP_ID.match(self.app_id):
+            raise ConfigError(
+                "--app-id / STREAMDP_APP_ID names the consumer group and prefixes the state "
+                "topics, so it must be 1-150 letters, digits, '.', '_' or '-', got "
+                f"{self.app_id!r}"
+            )
+        if self.standby_replicas < 0:
+            raise ConfigError(
+                f"--standby-replicas must be >= 0 (0: no standby copies of the tables), got "
+                f"{self.standby_replicas}"
+            )
         if self.partitions < 1:
             raise ConfigError(f"--partitions must be >= 1, got {self.partitions}")
         check_insecure_seed(self.insecure_seed)
@@ -166,6 +184,10 @@ class DaemonSettings:
                     "SASL needs STREAMDP_SASL_USERNAME and STREAMDP_SASL_PASSWORD "
                     "in the environment"
                 )
+        if not math.isfinite(self.session_timeout):
+            raise ConfigError(
+                f"--session-timeout must be a number of seconds, got {self.session_timeout}"
+            )
         if not self.session_timeout >= 3 * self.heartbeat_interval:
             raise ConfigError(
                 f"--session-timeout must be at least {3 * self.heartbeat_interval:g} seconds "
@@ -186,8 +208,11 @@ class DaemonSettings:
             )
         if self.input_path not in ("stream", "batch"):
             raise ConfigError(f"--input-path must be stream or batch, got {self.input_path!r}")
-        if self.stall_exit_seconds < 0:
-            raise ConfigError(f"--stall-exit must be >= 0 seconds, got {self.stall_exit_seconds}")
+        if not 0 <= self.stall_exit_seconds < math.inf:
+            raise ConfigError(
+                f"--stall-exit must be >= 0 seconds (0: never exit on a stall), got "
+                f"{self.stall_exit_seconds}"
+            )
         if not 0 <= self.start_delay_seconds <= MAX_START_DELAY:
             raise ConfigError(
                 f"--start-delay must be >= 0 and <= {MAX_START_DELAY:g} seconds, got "
