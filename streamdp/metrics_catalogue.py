@@ -220,7 +220,8 @@ CATALOGUE: tuple[MetricSpec, ...] = (
         "streamdp_noise_secure",
         "gauge",
         (),
-        "1 when releases use the production sampler (OpenDP's exact discrete Laplace), 0 for "
+        "1 when releases use the production sampler (OpenDP's exact discrete Laplace, and its "
+        "discrete Gaussian for zCDP streams), 0 for "
         "the INSECURE seeded sampler of tests and demos, whose releases are not private.",
     ),
     MetricSpec(

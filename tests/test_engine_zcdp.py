@@ -165,3 +165,25 @@ def test_the_ledger_of_a_zcdp_source_counts_rho_and_its_state_says_so() -> None:
     assert engine.epsilon_spent() == {"s": Decimal("0.5")}
     assert engine.ledger.units == {"s": "rho"}
     assert engine.ledger.state() == [{"source": "s", "stream": "f", "rho": "0.5", "epochs": [0, 0]}]
+
+
+def test_status_names_the_gaussian_noise_and_the_l2_bound_of_a_zcdp_stream() -> None:
+    """/status said ``noise.sampler: opendp-discrete-laplace`` and only the L1 sensitivity for
+    a census stream whose noise is a discrete Gaussian calibrated on sqrt 5 (an audit)."""
+    from streamdp.daemon.runtime import WorkerRuntime
+    from streamdp.daemon.settings import DaemonSettings
+    from streamdp.metrics import StreamdpMetrics
+
+    runtime = WorkerRuntime(
+        DaemonSettings(config=CENSUS_ZCDP),
+        load_spec(CENSUS_ZCDP),
+        InsecureSeededSampler(1),
+        StreamdpMetrics(),
+    )
+    status = runtime.status()
+    census = status["streams"]["census"]
+    assert census["sensitivity"] == 5  # the L1 bound the extractor enforces
+    assert census["l2_sensitivity"] == math.sqrt(5)  # what the noise is calibrated on
+    assert census["noise"] == "insecure-seeded-numpy-gaussian"
+    assert status["noise"]["draws"] == ["insecure-seeded-numpy-gaussian"]
+    assert status["noise"]["sampler"] == "insecure-seeded-numpy"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -15,6 +16,7 @@ from streamdp.daemon.service import ReleaseService
 from streamdp.daemon.settings import DaemonSettings
 from streamdp.engine import EngineSpec
 from streamdp.engine.stream_privacy import zcdp_epsilon_bound
+from streamdp.engine.stream_releases import noise_name
 from streamdp.metrics import StreamdpMetrics
 from streamdp.noise import InsecureSeededSampler, production_sampler
 from streamdp.noise.sampler import NoiseSampler
@@ -104,7 +106,10 @@ class WorkerRuntime:
                 # per what the budget holds: "event" or "<unit field> per epoch"; over the
                 # stream's life a unit's losses add up over the epochs it appears in
                 "protects": stream_spec.protects,
+                # the L1 bound (a unit's, for a stream with a privacy unit)
                 "sensitivity": stream_spec.noise_sensitivity,
+                # what its releases' noise is drawn from, as their records' noise field says
+                "noise": noise_name(self.sampler, stream_spec),
             }
             if stream_spec.privacy_unit is not None:
                 entry["privacy_unit"] = {
@@ -116,6 +121,8 @@ class WorkerRuntime:
             if stream_spec.rho is not None:
                 entry["rho_per_epoch"] = str(stream_spec.rho)
                 entry["privacy_delta"] = str(stream_spec.delta)
+                # the L2 bound the Gaussian noise is calibrated on (the records' field)
+                entry["l2_sensitivity"] = math.sqrt(stream_spec.l2_squared)
             if engine is not None:
                 runtime = engine.streams[name]
                 entry["periods_released"] = runtime.closed
@@ -138,7 +145,13 @@ class WorkerRuntime:
             "version": __version__,
             "app_id": self.settings.app_id,
             "ready": self.ready,
-            "noise": {"sampler": self.sampler.name, "secure": bool(self.sampler.secure)},
+            "noise": {
+                "sampler": self.sampler.name,
+                # the distributions the streams' releases are drawn from (zCDP streams: the
+                # sampler's discrete Gaussian)
+                "draws": sorted({e["noise"] for e in streams.values()}),
+                "secure": bool(self.sampler.secure),
+            },
             "sources_owned": sorted(owned),
             "uptime_seconds": round(time.time() - self.started_at, 3),
             "clock": self.settings.clock,

@@ -50,6 +50,14 @@ def zcdp_fields(spec: StreamSpec) -> dict[str, object]:
     }
 
 
+def noise_name(sampler: NoiseSampler, spec: StreamSpec) -> str:
+    """The name of the noise a stream's releases are drawn with (their ``noise`` field): the
+    sampler's discrete Laplace, or for a zCDP stream its discrete Gaussian."""
+    if spec.rho is None:
+        return sampler.name
+    return str(getattr(sampler, "gaussian_name", sampler.name))
+
+
 def unit_fields(spec: StreamSpec) -> dict[str, object]:
     """A stream with a privacy unit (issue 28) says so in every release: ``privacy_unit``
     with the field, the bounds and one event's sensitivity (the record's ``sensitivity`` is
@@ -105,10 +113,7 @@ def release_records(
     # projected at publication: sqrt(P_jj) per counter
     count_stds = scaled_stds(release.count_std, scale, len(names))
     total_stds = scaled_stds(release.total_std, scale, len(names))
-    # a zCDP stream's noise is the sampler's discrete Gaussian: named as such
-    name = (
-        sampler.name if spec.rho is None else str(getattr(sampler, "gaussian_name", sampler.name))
-    )
+    name = noise_name(sampler, spec)
     secure = bool(sampler.secure)
     # integers for integer mechanisms; k-ary GLS (and any projected) releases are real
     # numbers: rounding them would change the variance they declare
