@@ -109,6 +109,22 @@ def _sd(value: Any) -> str:
     return f"sd {value:.3g}" if isinstance(value, int | float) else f"sd {_word(value)}"
 
 
+def _budget_words(value: dict[str, Any]) -> str:
+    """A release's budget: ``epsilon E``, or for a zCDP release ``rho R (epsilon E at delta
+    D)`` (its ``epsilon`` is the (epsilon, delta) bound of rho, not a pure-DP epsilon)."""
+    epsilon = f"epsilon {_word(value.get('epsilon'))}"
+    if value.get("privacy_definition") != "zcdp":
+        return epsilon
+    delta = _word(value.get("privacy_delta"))
+    return f"zCDP rho {_word(value.get('rho'))} ({epsilon} at delta {delta})"
+
+
+def _unit_field(value: dict[str, Any]) -> object:
+    """The field naming a release's privacy unit (None: it protects one event)."""
+    unit = value.get("privacy_unit")
+    return unit.get("field") if isinstance(unit, dict) else None
+
+
 def describe_record(value: Any) -> str | None:
     """A streamdp output record (``kind`` release, consistent or dead_letter) in words on one
     line, or None for anything else. A dead letter's raw record is left out (``--format json``
@@ -135,8 +151,9 @@ def describe_record(value: Any) -> str | None:
                 f"release {_word(value['stream'])}/{_word(value['counter'])} {where} {span}: "
                 f"count {_number(value['noisy_count'])} ({_sd(value['count_std'])}), "
                 f"running total {_number(value['noisy_total'])} ({_sd(value['total_std'])}); "
-                f"epsilon {_word(value.get('epsilon'))} per epoch, "
-                f"{_word(value.get('mechanism'))}"
+                f"{_budget_words(value)}"
+                + (f" per {_word(_unit_field(value))}" if _unit_field(value) else "")
+                + f" per epoch, {_word(value.get('mechanism'))}"
             )
         if kind == "consistent":
             totals = value.get("totals") or {}

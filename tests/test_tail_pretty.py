@@ -100,3 +100,31 @@ def test_other_json_and_odd_fields_fall_back_to_the_compact_form() -> None:
     # names are printed safely even when they hold control characters
     odd = {"kind": "dead_letter", "reason": "late", "topic": "t\x1b[31m", "offset": 1}
     assert _pretty(json.dumps(odd).encode()).isprintable()
+
+
+def test_a_zcdp_release_line_says_rho_and_a_unit_release_per_what_it_holds() -> None:
+    """A zCDP release read as ``epsilon 7.29 per epoch``, a pure-DP budget it does not have
+    (an audit); a release protecting a patient did not say so."""
+    from streamdp.synth import release_instant
+
+    text = resources.files("streamdp").joinpath("examples", "census_zcdp.toml").read_text("utf-8")
+    text = text.replace(
+        "\nhorizon =",
+        '\nprivacy_unit = { field = "patient_id", max_events_per_period = 1, '
+        "max_periods_per_epoch = 2 }\nhorizon =",
+        1,
+    )
+    spec = parse_spec(text, origin="census_zcdp.toml")
+    engine = Engine(spec, sampler=InsecureSeededSampler(5), unit_key=b"k" * 32)
+    releases = [
+        json.loads(r.to_json())
+        for r in engine.advance_clock(release_instant(spec, 1))
+        if json.loads(r.to_json())["kind"] == "release"
+    ]
+    assert releases
+    for record in releases:
+        line = _pretty(json.dumps(record).encode())
+        assert (
+            f"zCDP rho {record['rho']} (epsilon {record['epsilon']} at delta "
+            f"{record['privacy_delta']}) per patient_id per epoch, {record['mechanism']}"
+        ) in line, line
