@@ -14,6 +14,7 @@ can be tried on a fresh machine:
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
 import threading
@@ -37,28 +38,49 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partitions",
         type=int,
-        default=2,
         help="partitions of the input, control and state topics created for --config (default 2)",
     )
     parser.add_argument(
         "--topic-namespace",
-        default="streamdp",
         help="output and control topics NS.releases, ... created for --config (default streamdp)",
     )
     parser.add_argument(
         "--app-id",
-        default="streamdp",
-        help="the worker's app id, which names its state changelog (default streamdp)",
+        help="the worker's app id, which names its state changelog, for --config (default "
+        "streamdp)",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.partitions < 1:
-        raise ConfigError(f"--partitions must be >= 1, got {args.partitions}")
+    from streamdp.daemon.settings import check_app_id
+    from streamdp.topic_namespace import check_namespace
+
     spec: Any = None
-    if args.config is not None:
+    if args.config is None:
+        given = [
+            flag
+            for flag, value in (
+                ("--partitions", args.partitions),
+                ("--topic-namespace", args.topic_namespace),
+                ("--app-id", args.app_id),
+            )
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(
+                f"{', '.join(given)} say{'s' if len(given) == 1 else ''} how to create a "
+                "worker's topics, and applies only with --config SPEC (the spec whose topics to "
+                "create); give --config or drop them"
+            )
+    else:
         from streamdp.engine import load_spec
 
+        args.partitions = 2 if args.partitions is None else args.partitions
+        if args.partitions < 1:
+            raise ConfigError(f"--partitions must be >= 1, got {args.partitions}")
+        namespace = args.topic_namespace
+        args.topic_namespace = check_namespace("streamdp" if namespace is None else namespace)
+        args.app_id = check_app_id("streamdp" if args.app_id is None else args.app_id, "--app-id")
         spec = load_spec(args.config)
     stop = threading.Event()
     for stop_signal in (signal.SIGTERM, signal.SIGINT):
@@ -85,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"created {len(topics)} topics: {', '.join(sorted(topics))}\n")
             extra = " --single-record-batches" if args.engine == "tansu" else ""
             out.write(
-                f"run a worker: streamdp worker --config {args.config} --bootstrap "
+                f"run a worker: streamdp worker --config {shlex.quote(args.config)} --bootstrap "
                 f"{broker.bootstrap} --partitions {args.partitions} --app-id {args.app_id} "
                 f"--topic-namespace {args.topic_namespace}{extra}\n"
             )

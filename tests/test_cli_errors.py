@@ -149,6 +149,16 @@ SYNTH = ["synth", "--scenario", "hiv", "--periods", "2", "--rate", "1"]
         (["worker", "--config", "{latin1}", "--bootstrap", "127.0.0.1:9092"],
          "'{latin1}': it is not UTF-8 text"),
         (["broker", "--config", "{latin1}"], "'{latin1}': it is not UTF-8 text"),
+        # refused before a broker starts (an audit's 'a b.releases' topics and a worker
+        # command line the worker refuses; flags that did nothing without --config)
+        (["broker", "--config", "streamdp/examples/hiv.toml", "--topic-namespace", "a b"],
+         "--topic-namespace must be a topic name prefix such as 'streamdp'"),
+        (["broker", "--config", "streamdp/examples/hiv.toml", "--app-id", ""],
+         "--app-id names the consumer group and prefixes the state topics"),
+        (["broker", "--partitions", "4"],
+         "--partitions says how to create a worker's topics, and applies only with --config"),
+        (["broker", "--topic-namespace", "x", "--app-id", "y"],
+         "--topic-namespace, --app-id say how to create"),
         ([*REPLAY, "--input", "{events}", "--output-dir", "README.md"],
          "--output-dir 'README.md' exists and is not a directory"),
         ([*REPLAY, "--input", "{events}", "--output-dir", "/proc/streamdp-x"],

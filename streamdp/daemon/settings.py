@@ -58,6 +58,17 @@ MAX_START_DELAY = 600.0
 _APP_ID = re.compile(r"[A-Za-z0-9._-]{1,150}\Z")
 
 
+def check_app_id(app_id: str, given_as: str = "--app-id / STREAMDP_APP_ID") -> str:
+    """``app_id`` if a worker can take it, else :class:`ConfigError` naming how it was
+    ``given_as`` and the value."""
+    if not _APP_ID.match(app_id):
+        raise ConfigError(
+            f"{given_as} names the consumer group and prefixes the state topics, so it must be "
+            f"1-150 letters, digits, '.', '_' or '-', got {app_id!r}"
+        )
+    return app_id
+
+
 @dataclass(frozen=True)
 class DaemonSettings:
     """Everything a worker needs besides the stream specification itself."""
@@ -136,12 +147,7 @@ class DaemonSettings:
         if not self.config.is_file():
             raise ConfigError(f"--config {str(self.config)!r} is not a readable file")
         check_bootstrap(self.bootstrap, "--bootstrap / STREAMDP_BOOTSTRAP")
-        if not _APP_ID.match(self.app_id):
-            raise ConfigError(
-                "--app-id / STREAMDP_APP_ID names the consumer group and prefixes the state "
-                "topics, so it must be 1-150 letters, digits, '.', '_' or '-', got "
-                f"{self.app_id!r}"
-            )
+        check_app_id(self.app_id)
         if self.standby_replicas < 0:
             raise ConfigError(
                 f"--standby-replicas must be >= 0 (0: no standby copies of the tables), got "
