@@ -214,6 +214,15 @@ def test_a_source_may_be_named_like_its_own_topic() -> None:
     assert spec.source_of_topic("b") is spec.sources["b"]
 
 
+def test_a_source_no_stream_reads_is_refused() -> None:
+    """Its records were read and reported as accepted by --check-input (and counted
+    nowhere): a spec typo (a stream naming the wrong source) looked like a working feed."""
+    text = TWO_SOURCES.format(topic_a="a", topic_b="b").replace('source = "b"', 'source = "a"')
+    with pytest.raises(ConfigError, match=r"source 'b': no stream reads it") as info:
+        parse_spec(text)
+    assert "add a stream with source = 'b' or remove the [sources.b] table" in str(info.value)
+
+
 WORDED = GOOD.format(cap="1.0", ea="0.5", eb="0.5").replace(
     "[streams.a]\n",
     '[streams.a]\ntitle = "HIV-positive admissions"\n'

@@ -107,6 +107,14 @@ def spec_from_dict(data: Mapping[str, Any], *, origin: str = "<config>") -> Engi
         ctx.name(name, "name")
         streams[name] = read_stream(ctx, name, ctx.table(raw, ""), sources)
 
+    read = {s.source for s in streams.values()}
+    for source in sources.values():
+        if source.name not in read:
+            raise ConfigError(
+                f"{origin}: source {source.name!r}: no stream reads it, so its records would be "
+                f"read and counted nowhere; add a stream with source = {source.name!r} or remove "
+                f"the [sources.{source.name}] table"
+            )
     for source in sources.values():
         members = [s for s in streams.values() if s.source == source.name]
         unit = "rho" if source.definition == "zcdp" else "epsilon"
