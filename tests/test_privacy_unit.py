@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from streamdp.engine.privacy_unit import (
+    KEY_CHECK_LABEL,
     PrivacyUnit,
     UnitBookkeeping,
     key_check,
@@ -104,6 +105,27 @@ def test_identifiers_appear_only_as_keyed_digests_and_the_state_restores() -> No
     broken["admitted"][1][1] += [bob.hex()]  # bob three times in period 2: over its bound
     with pytest.raises(StateError, match="over its bounds"):
         UnitBookkeeping.from_state(UNIT, HORIZON, key_check(KEY), broken)
+
+
+def test_a_state_whose_digests_were_made_before_normalisation_is_refused() -> None:
+    """Identifiers were hashed raw until they were normalised (NFC); the key tag was one
+    label NFC leaves alone, so an old state restored silently and every unit spelt with a
+    combining mark started again with nothing counted (a second allowance; restart audit).
+    The tag now hashes a label NFC changes: a state tagged the old way is refused."""
+    import hashlib
+    import hmac
+
+    def raw_digest(key: bytes, unit_id: str) -> bytes:  # the scheme before normalisation
+        return hmac.new(key, unit_id.encode("utf-8"), hashlib.sha256).digest()[:16]
+
+    old_tag = raw_digest(KEY, "streamdp.privacy-unit.key-check").hex()  # what states held
+    assert old_tag != key_check(KEY)
+    # the label's own point: NFC changes it, so the two schemes disagree on it
+    assert raw_digest(KEY, KEY_CHECK_LABEL) != unit_digest(KEY, KEY_CHECK_LABEL)
+    old = UnitBookkeeping(UNIT, HORIZON, old_tag)
+    old.admit(raw_digest(KEY, "jose\u0301"), 0)
+    with pytest.raises(StateError, match="hashed identifiers another way"):
+        UnitBookkeeping.from_state(UNIT, HORIZON, key_check(KEY), old.state())
 
 
 def test_bad_bounds_and_short_keys_are_refused(tmp_path: Path) -> None:

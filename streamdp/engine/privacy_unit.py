@@ -188,9 +188,10 @@ class UnitBookkeeping:
         under the same key and within ``unit``'s bounds."""
         if state.get("key_check") != key_check:
             raise StateError(
-                "the privacy-unit bookkeeping was kept under a different secret key: restore "
-                "with the key it was written with (units would otherwise start again with "
-                "nothing counted, loosening their bounds)"
+                "the privacy-unit bookkeeping was kept under a different secret key (or by a "
+                "streamdp that hashed identifiers another way): restore with the key and the "
+                "version it was written with (units would otherwise start again with nothing "
+                "counted, loosening their bounds)"
             )
         book = cls(unit, horizon, key_check)
         try:
@@ -219,10 +220,19 @@ class UnitBookkeeping:
         return book
 
 
+#: The label :func:`key_check` hashes. Its "e" and combining acute accent are what Unicode
+#: normal form C changes, so the tag also differs between hashing schemes: a state written
+#: before identifiers were normalised (2026-11-25..27) hashed them raw, and restoring it under
+#: NFC would give every unit spelt with a combining mark a second allowance.
+KEY_CHECK_LABEL = "streamdp.privacy-unit.key-check.nfc:e\u0301"
+
+
 def key_check(key: bytes) -> str:
-    """A public-safe tag of the secret key (HMAC of a fixed label under it): states remember
-    it, so a restore under another key is refused instead of resetting every unit's bounds."""
-    return unit_digest(key, "streamdp.privacy-unit.key-check").hex()
+    """A public-safe tag of the secret key and of how identifiers are hashed (HMAC of a fixed
+    label under it, through :func:`unit_digest`): states remember it, so a restore under
+    another key, or of a state whose digests were made another way, is refused instead of
+    resetting units' bounds."""
+    return unit_digest(key, KEY_CHECK_LABEL).hex()
 
 
 def load_unit_key(path: str) -> bytes:
