@@ -403,6 +403,9 @@ def test_a_restore_under_another_key_is_refused() -> None:
     same = Engine(spec, sampler=InsecureSeededSampler(1), unit_key=KEY)
     same.restore(snapshot)
     assert same.snapshot()["streams"] == snapshot["streams"]
+    # the protected drop count comes back too (a resumed replay's summary reported 0)
+    assert engine.stats.dropped_over_unit_bound["hiv"] > 0
+    assert same.stats.dropped_over_unit_bound == engine.stats.dropped_over_unit_bound
 
 
 def test_drops_are_counted_not_dead_lettered_and_a_missing_unit_is_refused() -> None:

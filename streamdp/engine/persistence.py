@@ -104,6 +104,7 @@ class EnginePersistence:
             rejected_by_reason=Counter(dict(stats.get("rejected_by_reason", {}))),
             periods_released=Counter(dict(stats.get("periods_released", {}))),
             revisions=Counter(dict(stats.get("revisions", {}))),
+            dropped_over_unit_bound=Counter(dict(stats.get("dropped_over_unit_bound", {}))),
         )
         self._revisions_seen = {name: r.revision for name, r in self.streams.items()}
         self._changes.restored(self.streams)  # what was restored is stored
