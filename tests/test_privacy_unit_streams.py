@@ -308,6 +308,67 @@ def test_a_restart_keeps_every_units_counts_exact(mechanism: str) -> None:
         assert _via_daemon(spec, records, restart_after=restart) == straight
 
 
+def test_a_unit_log_restored_from_inside_the_hot_state_is_stored_again() -> None:
+    """A hot state holding the admission logs inline (a layout the daemon reads but does not
+    write) restored them, and the next checkpoint stored only what was admitted after: the
+    restart after that forgot the earlier admissions, and units counted again (restart
+    audit). The logs are now handed out whole at the next checkpoint, like inline ids."""
+    from streamdp.daemon.checkpoint import hot_key, parse_unit_key
+
+    spec = _spec("fda")
+    table: dict[str, Any] = {}
+    now = [0.0]
+    windows: dict[int, list[InputRecord]] = defaultdict(list)
+    for offset, (arrival, text) in enumerate(_records(True)):
+        windows[int(arrival // WINDOW)].append(InputRecord("adm", 0, offset, b"adm", text.encode()))
+    first = min(windows)
+
+    def service() -> ReleaseService:
+        loaded = ReleaseService(
+            spec, sampler=InsecureSeededSampler(SEED), state=table, clock=lambda: now[0],
+            unit_key=KEY, topic_partitions={"adm": 1},
+        )  # fmt: skip
+        _apply(table, loaded.assign([0]).writes)  # loads the source from the table
+        return loaded
+
+    def run(running: ReleaseService, through: range) -> None:
+        for window in through:
+            now[0] = (window + 1) * WINDOW
+            for outcome in (running.process(windows.get(window, [])), running.tick()):
+                _apply(table, outcome.writes)
+                _apply(table, outcome.cleanup)
+
+    def logs(running: ReleaseService) -> dict[str, dict[int, int]]:
+        engine = running.slots["adm"].engine
+        return {
+            name: {j: len(log) for j, log in stream.unit_log().items()}
+            for name, stream in engine.streams.items()
+        }
+
+    running = service()
+    run(running, range(first, first + 10))
+    before = logs(running)
+    assert any(before.values())
+    # the same state in the inline layout: each stream's log inside the hot state
+    engine = running.slots["adm"].engine
+    hot = table[hot_key("adm")]
+    for name, state in hot["streams"].items():
+        if state.get("units") is not None:
+            state["units"]["admitted"] = [
+                [j, [d.hex() for d in log]] for j, log in engine.streams[name].unit_log().items()
+            ]
+    for key in [k for k in table if parse_unit_key("adm", k)]:
+        del table[key]
+    hot["daemon"].pop("unit_chunks", None)
+    restored = service()
+    assert logs(restored) == before
+    run(restored, range(first + 10, first + 11))
+    again = logs(service())  # the restart after the checkpoint of the inline restore
+    for name, periods in before.items():
+        for j, n in periods.items():
+            assert again[name].get(j, 0) >= n, (name, j)
+
+
 def _via_two_workers(
     spec: EngineSpec, records: list[tuple[float, str]], switches: set[int]
 ) -> dict[str, Any]:

@@ -85,14 +85,14 @@ def load_slot(  # noqa: PLR0917 - one call site, positional
                 logged = (stream, period)
                 slot.unit_present[logged] = max(slot.unit_present.get(logged, 0), chunk + 1)
         inline_ids = _restore_seen(table, source, slot, snapshot, daemon.get("seen_chunks", []))
-        _restore_units(table, source, slot, snapshot, daemon.get("unit_chunks", []))
+        inline_units = _restore_units(table, source, slot, snapshot, daemon.get("unit_chunks", []))
         inline_noise = [
             name
             for name, state in hot["streams"].items()
             if dict(state).get("counter", {}).get("node_noise") is not None
         ]
         engine.restore(snapshot)  # what it restores counts as stored (never taken)
-        engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise)
+        engine.hand_out_again(ids_of=inline_ids, noise_of=inline_noise, units_of=inline_units)
         counted = counted_nodes(hot)
         # re-publish whatever a crash left in the outbox (same key, value and timestamp) of
         # the checkpoints the hot state includes; the records of one whose hot state was never
@@ -258,12 +258,19 @@ def _restore_units(
     slot: SourceSlot,
     snapshot: dict[str, Any],
     counts: list[Any],
-) -> None:
-    """Put the privacy-unit admission logs, read from their chunks, back into ``snapshot``."""
+) -> list[str]:
+    """Put the privacy-unit admission logs, read from their chunks, back into ``snapshot``.
+    Returns the streams whose hot state held its log inline (a layout this daemon does not
+    write): the next checkpoint must store those logs on their own, or the restart after it
+    would find only what was admitted since."""
     chunks = {(str(stream), int(period)): int(n) for stream, period, n in counts}
+    inline: list[str] = []
     for name, state in snapshot["streams"].items():
         units = state.get("units")
-        if units is None or "admitted" in units:
+        if units is None:
+            continue
+        if "admitted" in units:
+            inline.append(str(name))
             continue
         admitted: list[list[Any]] = []
         for (stream, period), n in sorted(chunks.items()):
@@ -281,3 +288,4 @@ def _restore_units(
             admitted.append([period, log])
             slot.unit_chunks[(stream, period)] = n
         units["admitted"] = admitted
+    return inline

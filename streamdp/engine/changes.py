@@ -175,13 +175,20 @@ class ChangeTracker:
             for period, ids in runtime.seen_ids().items():
                 self._ids_taken[(name, period)] = len(ids)
 
-    def hand_out_again(self, *, ids_of: Iterable[str] = (), noise_of: Iterable[str] = ()) -> None:
-        """The open periods' ids of streams ``ids_of`` (the epoch noise of ``noise_of``) were
-        restored from a layout that kept them inside the hot state: the next take hands them
-        out whole, to be stored on their own."""
-        id_streams, noise_streams = set(ids_of), set(noise_of)
+    def hand_out_again(
+        self,
+        *,
+        ids_of: Iterable[str] = (),
+        noise_of: Iterable[str] = (),
+        units_of: Iterable[str] = (),
+    ) -> None:
+        """The open periods' ids of streams ``ids_of`` (the epoch noise of ``noise_of``, the
+        privacy-unit admission logs of ``units_of``) were restored from a layout that kept them
+        inside the hot state: the next take hands them out whole, to be stored on their own."""
+        id_streams, noise_streams, unit_streams = set(ids_of), set(noise_of), set(units_of)
         self._ids_taken = {k: n for k, n in self._ids_taken.items() if k[0] not in id_streams}
         self._noise_taken = {k for k in self._noise_taken if k[0] not in noise_streams}
+        self._units_taken = {k: n for k, n in self._units_taken.items() if k[0] not in unit_streams}
 
     def drop_outputs(self) -> None:
         """Forget the outputs and spends recorded since the last take."""

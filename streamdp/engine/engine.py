@@ -337,11 +337,18 @@ class Engine(RecordIntake, EnginePersistence):
             self._changes.adopted_noise(stream, epoch)
         return adopted
 
-    def hand_out_again(self, *, ids_of: Iterable[str] = (), noise_of: Iterable[str] = ()) -> None:
+    def hand_out_again(
+        self,
+        *,
+        ids_of: Iterable[str] = (),
+        noise_of: Iterable[str] = (),
+        units_of: Iterable[str] = (),
+    ) -> None:
         """After :meth:`restore` from a layout that kept the open periods' event ids (epoch
-        noise) of streams ``ids_of`` (``noise_of``) inside the hot state: the next
-        :meth:`take_changes` hands them out whole, so that they get stored on their own."""
-        self._changes.hand_out_again(ids_of=ids_of, noise_of=noise_of)
+        noise, privacy-unit admission logs) of streams ``ids_of`` (``noise_of``, ``units_of``)
+        inside the hot state: the next :meth:`take_changes` hands them out whole, so that they
+        get stored on their own."""
+        self._changes.hand_out_again(ids_of=ids_of, noise_of=noise_of, units_of=units_of)
 
 
 def _unit(source: SourceSpec) -> str:
