@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
+from streamdp.engine.ledger import exact_sum
+
 #: An epsilon as the ledger holds it (exact decimal) or as a float from a test or an exporter.
 Epsilon = Decimal | float
 
@@ -25,6 +27,12 @@ def exact_epsilon(value: Epsilon) -> Decimal:
     if not exact.is_finite():
         raise ValueError(f"a budget value must be finite, got {value!r}")
     return exact
+
+
+def exact_difference(a: Decimal, b: Decimal) -> Decimal:
+    """``a - b`` with no rounding (the default context keeps 28 digits: a headroom of 1 -
+    (0.5 + 1e-29) would read 0.5)."""
+    return exact_sum((a, b.copy_negate()))
 
 
 @dataclass(frozen=True)
@@ -49,7 +57,10 @@ class StreamBudget:
         ledger checks against the source's headroom before recording the spend
         (:meth:`streamdp.engine.ledger.BudgetLedger.record_epoch`)."""
         return max(
-            exact_epsilon(self.epsilon_per_epoch) - exact_epsilon(self.epsilon_spent), Decimal(0)
+            exact_difference(
+                exact_epsilon(self.epsilon_per_epoch), exact_epsilon(self.epsilon_spent)
+            ),
+            Decimal(0),
         )
 
 
@@ -69,7 +80,7 @@ class SourceBudget:
     @property
     def epsilon_headroom(self) -> Decimal:
         """Cap minus event-level spend, exact (negative only if the ledger is over its cap)."""
-        return exact_epsilon(self.epsilon_cap) - exact_epsilon(self.epsilon_spent)
+        return exact_difference(exact_epsilon(self.epsilon_cap), exact_epsilon(self.epsilon_spent))
 
 
 @dataclass(frozen=True)

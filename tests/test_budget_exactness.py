@@ -95,6 +95,29 @@ def test_the_ledger_refuses_a_spend_a_hair_over_the_cap() -> None:
     assert ledger.spent("s") == Decimal(OVER)
 
 
+def test_a_streams_next_epoch_at_the_cap_is_counted_exactly() -> None:
+    """The ledger took the stream's previous spend off with a unary minus, which rounds to
+    the default 28 digits: a 30-digit spend exactly at the cap was refused at its second
+    epoch (spent - round(previous) + previous came out 1e-29 over)."""
+    spend = Decimal("0.50000000000000000000000000001")  # 29 significant digits
+    ledger = BudgetLedger({"s": spend}, MemoryLedgerBackend())
+    assert ledger.record_epoch("s", "f", 0, spend)
+    assert ledger.record_epoch("s", "f", 1, spend)  # epochs compose in parallel
+    assert ledger.spent("s") == spend
+
+
+def test_the_headroom_metrics_read_is_exact() -> None:
+    from streamdp.budget_view import SourceBudget, StreamBudget
+
+    cap, spent = Decimal(1), Decimal("0.50000000000000000000000000001")
+    assert SourceBudget("s", cap, spent).epsilon_headroom == Decimal(
+        "0.49999999999999999999999999999"
+    )
+    assert StreamBudget("f", "s", cap, spent).next_epoch_epsilon == Decimal(
+        "0.49999999999999999999999999999"
+    )
+
+
 def test_a_restored_ledger_over_its_cap_is_refused_at_restore() -> None:
     """An audit restored a snapshot spending 1.8 against a cap of 1: accepted (every later
     spend then refused). The restore now says so; the entries stay recorded (they were spent)."""

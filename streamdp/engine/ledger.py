@@ -237,7 +237,8 @@ class BudgetLedger:
         if cap is None:
             raise BudgetError(f"source {source!r} has no {unit} cap configured")
         previous = self._largest.get(source, {}).get(stream, Decimal(0))
-        after = exact_sum((self.spent(source), -previous, max(previous, amount)))
+        # copy_negate: unary minus would round to the context's 28 digits
+        after = exact_sum((self.spent(source), previous.copy_negate(), max(previous, amount)))
         if after > cap:
             raise BudgetError(
                 f"stream {stream!r} epoch {epoch} would bring source {source!r} to {unit} "
