@@ -1,10 +1,13 @@
 """The 95% error band of a released value: ``value +- (2.12 sd + 1)`` (docs/consuming.md section 4).
 
-A released count or running total carries the standard deviation ``sd`` of its noise (a sum of
-independent discrete Laplace variables). Its 95% interval is ``value +- (2.12 sd + 1)``:
-2.12 = ln 20 / sqrt 2 is the 95% point of one Laplace variable in sd units, the worst case of a
-read path; +1 because the noise is an integer (``tests/test_deploy_error_bounds.py`` checks the
-coverage exactly). The demo board, the feed page and the Grafana dashboard all draw this band.
+A released count or running total carries the standard deviation ``sd`` of its noise: a sum
+of independent discrete Laplace variables (pure DP), of discrete Gaussians (zCDP; the lattice
+BLT's sd also adds its rounding bias), or a real-valued combination of them (``kary_gls``,
+projected releases). Its 95% interval is ``value +- (2.12 sd + 1)``: 2.12 = ln 20 / sqrt 2 is
+the 95% point of one Laplace variable in sd units, the heaviest-tailed case of a read path (a
+sum of several, or a Gaussian, needs less: 1.96); +1 covers an integer noise's lattice
+(``tests/test_deploy_error_bounds.py`` checks the coverage exactly). The band is conservative
+for every mechanism; the demo board, the feed page and the Grafana dashboard all draw it.
 """
 
 from __future__ import annotations

@@ -106,7 +106,8 @@ def source_losses(losses: Iterable[StreamLoss]) -> list[dict[str, Any]]:
     unit field: ``field``, ``per_epoch`` as ``event`` for one unit whose records fall in one
     epoch of each stream, ``lifetime`` likewise summed over every epoch of every stream; else
     null) and ``unit_fields`` (the unit fields some of its streams bound). Streams whose records
-    do not name their source are left out (``unnamed_source_streams`` of the view)."""
+    do not name their source (written before releases named it) are left out: with the source
+    unknown, their loss cannot be composed with any other stream's."""
     groups: dict[tuple[str, str], list[StreamLoss]] = {}
     for loss in losses:
         if loss.source is not None and loss.epsilon_per_epoch:
