@@ -88,3 +88,20 @@ def test_normal_approximation_undercovers_a_dominant_node() -> None:
     # power check: the check above can fail — 1.96 sd misses more than 5% for one node
     assert coverage([20.0], 1.96, plus_one=False) < 0.945
     assert coverage([47.0], 1.96, plus_one=False) < 0.945
+
+
+@pytest.mark.parametrize("sigma", [0.3, 0.6, 1.0, 1.7, 3.0, 8.0, 40.0])
+def test_band_covers_95_percent_of_a_discrete_gaussian(sigma: float) -> None:
+    """zCDP releases: the same band over discrete Gaussian noise (exact PMF, sd from the
+    exact variance the releases declare), with sums of Gaussians Gaussian again."""
+    from streamdp.noise.gaussian import discrete_gaussian_variance
+
+    reach = int(40 * sigma) + 2
+    support = np.arange(-reach, reach + 1)
+    weights = np.exp(-(support.astype(np.float64) ** 2) / (2 * sigma * sigma))
+    pmf = weights / weights.sum()
+    sd = math.sqrt(discrete_gaussian_variance(sigma))
+    inside = float(pmf[np.abs(support) <= band_multiplier() * sd + 1].sum())
+    assert inside >= 0.95
+    # power: the band without its +1 and at half the multiplier misses far more than 5%
+    assert float(pmf[np.abs(support) <= 0.5 * band_multiplier() * sd].sum()) < 0.95 or sd < 0.5
