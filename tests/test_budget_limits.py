@@ -15,6 +15,7 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 from importlib import resources
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,12 +24,13 @@ from streamdp.continual import ContinualCounter, build_strategy
 from streamdp.continual.column_sums import fenwick_column_sums
 from streamdp.continual.fenwick import update_chain
 from streamdp.continual.node_budgets import node_budgets, node_scales
-from streamdp.continual.privacy import MAX_NOISE_SCALE, exact_epsilon
+from streamdp.continual.privacy import exact_epsilon
 from streamdp.continual.strategy import Strategy
 from streamdp.engine import parse_spec
 from streamdp.errors import ConfigError
 from streamdp.noise import InsecureSeededSampler, OpenDPDiscreteLaplace
 from streamdp.noise.opendp_sampler import opendp_privacy_loss
+from streamdp.noise.sampler import MAX_NOISE_SCALE
 from streamdp.planner.accuracy import plan
 
 EPSILONS: list[float | Decimal] = [0.1, 1 / 3, 1e-3, 0.7, 2.0, 0.3, Decimal("0.45")]
@@ -206,12 +208,23 @@ def test_at_the_scale_limit_opendp_noise_stays_far_from_the_int64_edges() -> Non
     """Why the limit: at scale 5e19 (epsilon 1e-19, Delta 5) OpenDP's discrete Laplace
     saturates at the int64 limits; at 2^40 its draws stay below 2^56 in magnitude (the tail
     bound gives probability below 2 exp(-2^16) for one draw to reach it)."""
-    sampler = OpenDPDiscreteLaplace()
-    saturated = sampler.discrete_laplace(5e19, 200)  # P(one draw reaches 2^63) ~ 0.8
+    from streamdp.noise.opendp_sampler import _draw, _measurement
+
+    saturated = _draw(_measurement(5e19), 200)  # OpenDP itself: P(one reaches 2^63) ~ 0.8
     edges = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     assert np.isin(saturated, edges).any()
+    sampler = OpenDPDiscreteLaplace()
     within = sampler.discrete_laplace(MAX_NOISE_SCALE, 200)
     assert np.all(np.abs(within) < 2**56)
+
+
+@pytest.mark.parametrize("scale", [5e19, 2.0**40 * 1.000001, 2.0**-41])
+@pytest.mark.parametrize("sampler", [OpenDPDiscreteLaplace(), InsecureSeededSampler(1)])
+def test_the_samplers_refuse_to_draw_outside_the_safe_range(scale: float, sampler: Any) -> None:
+    """The spec, planner and counters refuse such scales first; the samplers do too, so no
+    caller can draw saturating noise (a code review found only finiteness checked there)."""
+    with pytest.raises(ConfigError, match=r"outside the sampler's safe range \[2\^-40, 2\^40\]"):
+        sampler.discrete_laplace(scale, 3)
 
 
 def test_streamdp_plan_refuses_with_the_limit_in_its_message(

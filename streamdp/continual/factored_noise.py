@@ -27,8 +27,6 @@ from streamdp.continual.gaussian_budgets import GaussianBudget, exact_sigma
 from streamdp.continual.kary import KaryStrategy
 from streamdp.continual.kary_config import exact_scale
 from streamdp.continual.privacy import (
-    MAX_NOISE_SCALE,
-    MIN_NOISE_SCALE,
     Epsilon,
     check_privacy,
     exact_epsilon,
@@ -40,7 +38,12 @@ from streamdp.noise.gaussian import (
     discrete_gaussian_variance,
     gaussian_sampler,
 )
-from streamdp.noise.sampler import NoiseSampler, discrete_laplace_variance
+from streamdp.noise.sampler import (
+    MAX_NOISE_SCALE,
+    MIN_NOISE_SCALE,
+    NoiseSampler,
+    discrete_laplace_variance,
+)
 
 Int64Array = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -51,7 +54,7 @@ def level_scales(strategy: KaryStrategy, epsilon: Epsilon, sensitivity: float) -
     most ``epsilon * budget_l`` exactly, against epsilon as written (``0.1`` = 1/10).
 
     Raises :class:`ConfigError` when a scale leaves ``[2^-40, 2^40]`` (see
-    :data:`streamdp.continual.privacy.MAX_NOISE_SCALE`).
+    :data:`streamdp.noise.sampler.MAX_NOISE_SCALE`).
     """
     check_privacy(epsilon, sensitivity)
     eps = exact_epsilon(epsilon)

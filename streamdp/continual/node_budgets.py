@@ -3,7 +3,7 @@
 Node ``i`` gets discrete Laplace noise of scale ``Delta / (epsilon * lambda_i)`` rounded UP so
 that its loss is exactly at most ``epsilon * lambda_i`` and every period's column of losses
 adds up to at most epsilon; each scale is kept inside the sampler's safe range
-(:data:`streamdp.continual.privacy.MAX_NOISE_SCALE`) and, for integer Delta, checked against
+(:data:`streamdp.noise.sampler.MAX_NOISE_SCALE`) and, for integer Delta, checked against
 OpenDP's own privacy map.
 """
 
@@ -21,14 +21,13 @@ import numpy.typing as npt
 from streamdp.continual.column_sums import fenwick_column_sums, weight_column_bound
 from streamdp.continual.exact_float import at_most_product
 from streamdp.continual.privacy import (
-    MAX_NOISE_SCALE,
-    MIN_NOISE_SCALE,
     Epsilon,
     check_privacy,
     exact_epsilon,
 )
 from streamdp.continual.strategy import Strategy
 from streamdp.errors import BudgetError, ConfigError
+from streamdp.noise.sampler import MAX_NOISE_SCALE, MIN_NOISE_SCALE
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,6 @@ from fractions import Fraction
 from streamdp.errors import ConfigError
 from streamdp.shown_value import shown
 
-#: Largest noise scale (counts) a node may get. The discrete Laplace tail is
-#: ``P(|Z| >= k) = 2 q^k / (1 + q) <= 2 exp(-k / b)``; at ``b = 2^40`` a node's noise reaches
-#: ``2^56`` with probability below ``2 exp(-2^16)`` (about 10^-28462), so a sum of up to 64 noisy
-#: nodes stays below ``2^62`` in magnitude and no int64 (OpenDP's sampling domain, and every
-#: release) saturates or wraps while the true counts stay below ``2^61``; the reported standard
-#: deviations stay finite (``sd <= 2^47``).
-MAX_NOISE_SCALE = 2.0**40
-#: Smallest noise scale: below it ``1/b`` overflows the float maths of the variances and the
-#: noise is zero with probability ``1 - 2 exp(-2^40)`` (no privacy left to state).
-MIN_NOISE_SCALE = 2.0**-40
 #: Largest sensitivity Delta: an integer that float arithmetic holds exactly (and the noise scale
 #: limit leaves room for).
 MAX_SENSITIVITY = 2**40

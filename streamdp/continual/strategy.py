@@ -263,7 +263,7 @@ def check_noise_scales(  # noqa: PLR0917 - a stream's noise parameters, in spec 
     branching: int | None = None,
 ) -> None:
     """Raise :class:`ConfigError` unless every node's exact noise scale is within the sampler's
-    safe range (:data:`streamdp.continual.privacy.MAX_NOISE_SCALE`) for this configuration."""
+    safe range (:data:`streamdp.noise.sampler.MAX_NOISE_SCALE`) for this configuration."""
     from streamdp.continual.factored_noise import level_scales
     from streamdp.continual.node_budgets import node_budgets
 

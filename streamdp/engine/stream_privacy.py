@@ -146,7 +146,7 @@ def check_noise_limits(  # noqa: PLR0917 - the stream's noise parameters
     branching: int | None = None,
 ) -> None:
     """Refuse an epsilon or Delta whose exact noise scales leave the sampler's safe range
-    (2^-40 .. 2^40 counts; see streamdp.continual.privacy.MAX_NOISE_SCALE)."""
+    (2^-40 .. 2^40 counts; see streamdp.noise.sampler.MAX_NOISE_SCALE)."""
     from streamdp.continual.privacy import MAX_SENSITIVITY
     from streamdp.continual.strategy import check_noise_scales
 

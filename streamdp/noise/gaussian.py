@@ -22,7 +22,7 @@ from streamdp.noise.sampler import NoiseSampler
 
 #: Largest ``sigma``: a node's noise passes ``2^56`` with probability below
 #: ``exp(-2^31)``, so sums of up to 64 noisy values stay inside int64 (as for the discrete
-#: Laplace's :data:`streamdp.continual.privacy.MAX_NOISE_SCALE`).
+#: Laplace's :data:`streamdp.noise.sampler.MAX_NOISE_SCALE`).
 MAX_GAUSSIAN_SIGMA = 2.0**40
 #: Smallest ``sigma``: below it the noise is nonzero with probability about ``2 exp(-2^79)``:
 #: no privacy left to state.

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from streamdp.errors import ConfigError
 from streamdp.noise.gaussian import check_sigma
-from streamdp.noise.sampler import check_scale, check_size
+from streamdp.noise.sampler import check_draw_scale, check_size
 
 
 def check_insecure_seed(seed: int | None) -> int | None:
@@ -50,7 +50,7 @@ class InsecureSeededSampler:
         Unlabelled draws continue one seeded sequence. A labelled draw uses a generator keyed
         by ``(seed, label)`` only, so it is reproducible across restarts and processes.
         """
-        b = check_scale(scale)
+        b = check_draw_scale(scale)
         n = check_size(size)
         rng = self._rng if not label else self._keyed(label)
         p = -math.expm1(-1.0 / b)  # success probability 1 - q

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from streamdp.noise.gaussian import check_sigma
-from streamdp.noise.sampler import check_scale, check_size
+from streamdp.noise.sampler import check_draw_scale, check_scale, check_size
 
 
 @lru_cache(maxsize=256)
@@ -107,7 +107,7 @@ class OpenDPDiscreteLaplace:
         ``label`` is ignored: every draw is fresh OS entropy.
         """
         del label
-        b = check_scale(scale)
+        b = check_draw_scale(scale)
         n = check_size(size)
         if n == 0:
             return np.zeros(0, dtype=np.int64)

@@ -40,6 +40,18 @@ class NoiseSampler(Protocol):
     ) -> npt.NDArray[np.int64]: ...
 
 
+#: Largest noise scale (counts) a node may get. The discrete Laplace tail is
+#: ``P(|Z| >= k) = 2 q^k / (1 + q) <= 2 exp(-k / b)``; at ``b = 2^40`` a node's noise reaches
+#: ``2^56`` with probability below ``2 exp(-2^16)`` (about 10^-28462), so a sum of up to 64 noisy
+#: nodes stays below ``2^62`` in magnitude and no int64 (OpenDP's sampling domain, and every
+#: release) saturates or wraps while the true counts stay below ``2^61``; the reported standard
+#: deviations stay finite (``sd <= 2^47``).
+MAX_NOISE_SCALE = 2.0**40
+#: Smallest noise scale: below it ``1/b`` overflows the float maths of the variances and the
+#: noise is zero with probability ``1 - 2 exp(-2^40)`` (no privacy left to state).
+MIN_NOISE_SCALE = 2.0**-40
+
+
 def check_scale(scale: float) -> float:
     """Validate a noise scale (must be a finite number > 0) and return it as a float."""
     value = float(scale)
@@ -47,6 +59,19 @@ def check_scale(scale: float) -> float:
         raise ConfigError(
             f"noise scale must be a finite number > 0, got {scale!r}; "
             "check epsilon (> 0) and the sensitivity (> 0)"
+        )
+    return value
+
+
+def check_draw_scale(scale: float) -> float:
+    """:func:`check_scale`, and within ``[MIN_NOISE_SCALE, MAX_NOISE_SCALE]``: what a sampler
+    draws at (the spec, the planner and the counters refuse other scales first, naming the
+    node; this keeps a draw outside the range impossible whatever the caller)."""
+    value = check_scale(scale)
+    if not MIN_NOISE_SCALE <= value <= MAX_NOISE_SCALE:
+        raise ConfigError(
+            f"noise scale {value!r} is outside the sampler's safe range [2^-40, 2^40]: beyond it "
+            "the discrete Laplace can saturate int64 (or, below it, no privacy is left to state)"
         )
     return value
 
