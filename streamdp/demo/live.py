@@ -58,7 +58,6 @@ class Live:
     started: float = field(default_factory=time.monotonic)
     stats: dict[str, Any] = field(default_factory=dict)
     board: Any = None
-    records_read: int = 0
     #: serve the public feed page (streamdp.feed) on this loopback port, if set
     feed_port: int | None = None
     #: the terminal board (a rich Live display) while one is drawn
@@ -208,7 +207,6 @@ class Live:
                         continue
                     if isinstance(record, dict):
                         board.add(record)
-                        self.records_read += 1
 
     async def _poll(self, board: Any, stop: asyncio.Event) -> None:
         base = f"http://127.0.0.1:{self.port}"
