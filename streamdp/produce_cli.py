@@ -24,7 +24,13 @@ from streamdp.engine import load_spec
 from streamdp.errors import BrokerError, ConfigError
 from streamdp.synth import SCENARIOS
 from streamdp.synth.generators import EXAMPLE_FILES
-from streamdp.synth.live import LiveEvent, live_events, live_spec_text, stamped
+from streamdp.synth.live import (
+    LiveEvent,
+    check_scenario_fits,
+    live_events,
+    live_spec_text,
+    stamped,
+)
 
 #: Seconds between progress lines.
 REPORT_SECONDS = 5.0
@@ -47,7 +53,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--period-seconds",
         type=int,
-        default=60,
         metavar="S",
         help="with --write-spec: the length of every stream's periods (default 60)",
     )
@@ -58,7 +63,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--per-second",
         type=float,
-        default=5.0,
         metavar="R",
         help="events sent per second, evenly spaced (default 5)",
     )
@@ -72,13 +76,25 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--bad-fraction",
         type=float,
-        default=0.0,
         metavar="F",
         help="probability of a bad record after each good event (default 0)",
     )
     parser.add_argument(
-        "--data-seed", type=int, default=0, metavar="S", help="seed of the synthetic data"
+        "--data-seed", type=int, metavar="S", help="seed of the synthetic data (default 0)"
     )
+
+
+#: The flags that shape what is sent, and their defaults (None: until Ctrl-C).
+_SENDING_DEFAULTS = {
+    "per_second": 5.0,
+    "duration": None,
+    "bad_fraction": 0.0,
+    "data_seed": 0,
+}
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,6 +105,16 @@ def run(args: argparse.Namespace) -> int:
             "--config and --bootstrap are required to send events (or --write-spec FILE to "
             "write a spec for a worker on the wall clock)"
         )
+    if args.period_seconds is not None:
+        raise ConfigError(
+            "--period-seconds shapes the spec --write-spec writes; a sending produce follows "
+            "the periods of --config: drop it"
+        )
+    for name, default in _SENDING_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    if args.data_seed < 0:
+        raise ConfigError(f"--data-seed must be an integer >= 0, got {args.data_seed}")
     check_bootstrap(args.bootstrap)
     if not (math.isfinite(args.per_second) and args.per_second > 0):
         raise ConfigError(f"--per-second must be a number > 0, got {args.per_second}")
@@ -102,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             args.scenario, spec, seed=args.data_seed, bad_fraction=args.bad_fraction
         )
         first = next(events)
+        check_scenario_fits(args.scenario, spec)
     except ConfigError as error:  # the spec does not fit the scenario (a bug stays a bug)
         raise ConfigError(f"--config {args.config}: {error}") from error
     try:
@@ -113,7 +140,11 @@ def run(args: argparse.Namespace) -> int:
 def _write_spec(args: argparse.Namespace) -> int:
     sending = [
         flag
-        for flag, value in (("--bootstrap", args.bootstrap), ("--config", args.config))
+        for flag, value in (
+            ("--bootstrap", args.bootstrap),
+            ("--config", args.config),
+            *((_flag(name), getattr(args, name)) for name in _SENDING_DEFAULTS),
+        )
         if value is not None
     ]
     if sending:
@@ -122,9 +153,13 @@ def _write_spec(args: argparse.Namespace) -> int:
             f"{' and '.join(sending)} (then send with `streamdp produce --config FILE "
             "--bootstrap HOST:PORT`)"
         )
-    if args.period_seconds < 1:
-        raise ConfigError(f"--period-seconds must be >= 1, got {args.period_seconds}")
+    period_seconds = 60 if args.period_seconds is None else args.period_seconds
+    if period_seconds < 1:
+        raise ConfigError(f"--period-seconds must be >= 1, got {period_seconds}")
     target = Path(args.write_spec)
+    if not args.write_spec or target.is_dir():
+        what = "is a directory" if args.write_spec else "is empty"
+        raise ConfigError(f"--write-spec {args.write_spec!r} {what}; give a file name")
     if not target.parent.is_dir():
         raise ConfigError(
             f"--write-spec {args.write_spec!r}: directory {str(target.parent)!r} does not exist"
@@ -132,15 +167,30 @@ def _write_spec(args: argparse.Namespace) -> int:
     example = resources.files("streamdp").joinpath("examples", EXAMPLE_FILES[args.scenario])
     text = live_spec_text(
         example.read_text("utf-8"),
-        args.period_seconds,
+        period_seconds,
         time.time(),
         examples_dir=Path(str(example)).parent,
     )
-    target.write_text(text, encoding="utf-8")
-    load_spec(str(target))  # it loads: the worker will accept it
+    # written beside the target and renamed once it loads: a spec the worker would refuse
+    # never stands under the name asked for
+    draft = target.with_name(f".{target.name}.draft")
+    try:
+        draft.write_text(text, encoding="utf-8")
+        try:
+            load_spec(str(draft))
+        except ConfigError as error:
+            said = str(error).replace(str(draft), str(target))
+            raise ConfigError(
+                f"--write-spec: nothing written, the spec would be refused: {said}"
+            ) from None
+        draft.replace(target)
+    except OSError as error:
+        raise ConfigError(f"--write-spec {args.write_spec!r}: {error.strerror}") from None
+    finally:
+        draft.unlink(missing_ok=True)
     sys.stderr.write(
         f"wrote {target}: the {args.scenario} example with periods of "
-        f"{args.period_seconds} s starting now\n"
+        f"{period_seconds} s starting now\n"
     )
     return 0
 

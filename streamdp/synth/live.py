@@ -20,9 +20,15 @@ from pathlib import Path
 from streamdp.engine.periods import format_instant
 from streamdp.engine.spec import EngineSpec
 from streamdp.errors import ConfigError
-from streamdp.synth.generators import example_spec, generate
+from streamdp.synth.generators import EXAMPLE_FILES, example_spec, generate
 
-__all__ = ["LiveEvent", "live_events", "live_lateness_seconds", "live_spec_text"]
+__all__ = [
+    "LiveEvent",
+    "check_scenario_fits",
+    "live_events",
+    "live_lateness_seconds",
+    "live_spec_text",
+]
 
 _PERIOD_LINE = re.compile(r"^period = \{[^}\n]*\}$", re.M)
 _LATENESS_LINE = re.compile(r'^allowed_lateness = "[^"\n]*"$', re.M)
@@ -124,6 +130,51 @@ def live_events(
             event["source"] = source
             yield LiveEvent(topic, source.encode(), json.dumps(event).encode(), False)
         seed += 1
+
+
+#: Why a record may be refused for its time or its repetition rather than its content.
+_TIMING_REASONS = frozenset(
+    {"late", "before_start", "after_horizon", "too_far_in_future", "duplicate_event"}
+)
+
+
+def check_scenario_fits(scenario: str, spec: EngineSpec, sample: int = 50) -> None:
+    """:class:`ConfigError` when a stream of ``spec`` would refuse every event of ``scenario``
+    for its content (a missing privacy-unit field, an unknown item or category): ``sample``
+    good events, stamped inside every stream's first period, go through an engine over the
+    spec (insecure noise, a throwaway unit key: nothing of it leaves this check)."""
+    from itertools import islice
+
+    from streamdp.engine.engine import Engine
+    from streamdp.engine.periods import PeriodClock
+    from streamdp.engine.privacy_unit import MIN_KEY_BYTES
+    from streamdp.noise import InsecureSeededSampler
+
+    source = _source_of(scenario, spec)
+    streams = [s for s in spec.streams.values() if s.source == source]
+    at = max(PeriodClock(s.period).bounds(0)[0] for s in streams) + 1.0
+    engine = Engine(
+        spec, sampler=InsecureSeededSampler(0), batch=True, unit_key=b"\0" * MIN_KEY_BYTES
+    )
+    engine.start_batch(at)
+    counted: set[str] = set()
+    refused: dict[str, str] = {}
+    good = (e for e in live_events(scenario, spec, seed=0, bad_fraction=0.0) if not e.bad)
+    for event in islice(good, sample):
+        result = engine.ingest(stamped(event, at))
+        counted.update(result.accepted)
+        for rejection in result.rejections:
+            if rejection.stream is not None and rejection.reason not in _TIMING_REASONS:
+                refused.setdefault(rejection.stream, f"{rejection.reason}: {rejection.message}")
+    misfits = sorted(name for name in refused if name not in counted)
+    if misfits:
+        name = misfits[0]
+        raise ConfigError(
+            f"stream {name!r} refuses every {scenario} event ({refused[name]}); send the "
+            f"scenario its spec was written for (the examples: "
+            + ", ".join(f"{s} -> {f}" for s, f in sorted(EXAMPLE_FILES.items()))
+            + ")"
+        )
 
 
 def stamped(event: LiveEvent, now: float) -> bytes:
