@@ -124,6 +124,11 @@ from streamdp.synth import Line, generate
              "--as-of", "2024-06-01T00:00:00Z", "--output-dir", "out", "--unit-key-file", "k"],
             "no stream of 'streamdp/examples/hiv.toml' has a privacy_unit: drop --unit-key-file",
         ),
+        (
+            ["worker", "--config", "streamdp/examples/hiv.toml", "--bootstrap", "127.0.0.1:1",
+             "--unit-key-file", "k"],
+            "no stream of 'streamdp/examples/hiv.toml' has a privacy_unit: drop it",
+        ),
     ],
 )  # fmt: skip
 def test_bad_arguments_give_one_line_and_status_2(

@@ -66,9 +66,16 @@ __all__ = ["create_app"]
 
 def worker_unit_key(settings: DaemonSettings, spec: EngineSpec) -> bytes | None:
     """The privacy-unit key from ``--unit-key-file`` when a stream declares a unit (refused
-    at start without one); None when no stream does."""
+    at start without one); None when no stream does (and a key file given then is refused:
+    the operator believes some stream protects people, and none does)."""
     units = [name for name, s in spec.streams.items() if s.privacy_unit is not None]
     if not units:
+        if settings.unit_key_file is not None:
+            raise ConfigError(
+                "--unit-key-file / STREAMDP_UNIT_KEY_FILE keys a privacy unit's identifiers, "
+                f"and no stream of {str(settings.config)!r} has a privacy_unit: drop it (or "
+                "declare the unit in the spec)"
+            )
         return None
     if settings.unit_key_file is None:
         raise ConfigError(
