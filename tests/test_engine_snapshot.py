@@ -4,6 +4,7 @@ uninterrupted run, and no noise is ever redrawn (sampler calls are counted)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,6 +40,10 @@ class IndexedSampler:
         return np.rint(rng.normal(0.0, sigma, size)).astype(np.int64)  # shape only matters
 
 
+#: The privacy-unit key of the scenarios with a unit (the others ignore it).
+UNIT_KEY = b"snapshot-test-unit-key-0123456789"
+
+
 def _example_text(name: str) -> str:
     return (
         __import__("importlib.resources", fromlist=["files"])
@@ -70,6 +75,23 @@ def _scenario_spec(scenario: str):
         if mechanism == "zcdp":  # the example runs blt; this one the k-ary GLS tree
             text = text.replace('mechanism = "blt"', 'mechanism = "kary_gls"')
         return parse_spec(text)
+    if base in ("hospital-patients", "county-admissions"):  # short epochs, frequent revisions
+        examples = Path(
+            str(__import__("importlib.resources", fromlist=["files"]).files("streamdp"))
+        )
+        text = (
+            _example_text(base.replace("-", "_"))
+            .replace(
+                "horizon = 365", "horizon = 16" if base == "hospital-patients" else "horizon = 8"
+            )
+            .replace("every_periods = 7", "every_periods = 3")
+            .replace(
+                'places = "counties.csv"', f'places = "{examples / "examples" / "counties.csv"}"'
+            )
+        )
+        if mechanism:
+            text = text.replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
+        return parse_spec(text)
     if not mechanism:
         return example_spec(base)
     text = _example_text(base).replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
@@ -85,6 +107,11 @@ def _scenario_spec(scenario: str):
         ("hospital+kary_digits", 70, 8),
         ("census+zcdp", 12, 10),  # discrete Gaussian nodes, epochs of 8 months
         ("census+zcdp_blt", 12, 10),  # the lattice BLT: buffers and noisy values restored
+        # privacy units (per-unit logs restored: a lost one lets a patient count again), also
+        # with the k-ary tree's epoch noise; a places tree with its tree consistency
+        ("hospital-patients", 40, 8),
+        ("hospital-patients+kary_gls", 40, 8),
+        ("county-admissions", 12, 10),
     ],
 )
 def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> None:
@@ -95,7 +122,7 @@ def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> 
     # the daemon's mode: the clock advances between records, closing periods on the way
     arrivals = arrivals_following(generated)
     reference_sampler = IndexedSampler(1)
-    reference = Engine(spec, sampler=reference_sampler)
+    reference = Engine(spec, sampler=reference_sampler, unit_key=UNIT_KEY)
     ref_out, ref_dead = drive_clocked(reference, lines, arrivals)
     ref_json = [r.to_json() for r in ref_out]
     assert any('"epoch":1' in j for j in ref_json) or scenario.startswith("hospital")
@@ -104,13 +131,17 @@ def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> 
     cuts = sorted({0, len(lines) - 1, *rng.integers(1, len(lines) - 1, size=4).tolist()})
     for cut in cuts:
         sampler = IndexedSampler(1)
-        first = Engine(spec, sampler=sampler, ledger_backend=MemoryLedgerBackend())
+        first = Engine(
+            spec, sampler=sampler, ledger_backend=MemoryLedgerBackend(), unit_key=UNIT_KEY
+        )
         out1, dead1 = drive_clocked(first, lines[:cut], arrivals[:cut])
         state = json.loads(json.dumps(first.snapshot()))  # plain JSON-able data
         calls_at_cut = sampler.calls
 
         restored_sampler = IndexedSampler(1, start=calls_at_cut)
-        second = Engine(spec, sampler=restored_sampler, ledger_backend=MemoryLedgerBackend())
+        second = Engine(
+            spec, sampler=restored_sampler, ledger_backend=MemoryLedgerBackend(), unit_key=UNIT_KEY
+        )
         second.restore(state)
         assert restored_sampler.calls == calls_at_cut  # restoring draws nothing
         out2, dead2 = drive_clocked(second, lines[cut:], arrivals[cut:])
