@@ -296,7 +296,7 @@ def test_the_check_has_power_the_patient_moves_a_flag_stream_by_exactly_m_delta(
     assert counts[("hiv", 0)] + counts[("hiv", 1)] >= 40
 
 
-@pytest.mark.parametrize("mechanism", ["fda", "zcdp+blt"])
+@pytest.mark.parametrize("mechanism", ["fda", "zcdp+blt", "kary_gls", "fda+weights"])
 def test_a_restart_keeps_every_units_counts_exact(mechanism: str) -> None:
     """Restarting from the state table at any of several points publishes exactly what an
     uninterrupted run publishes: the units' bounds survive (a lost log would let the hostile
@@ -416,7 +416,7 @@ def _via_two_workers(
     return published
 
 
-@pytest.mark.parametrize("mechanism", ["fda", "zcdp+blt"])
+@pytest.mark.parametrize("mechanism", ["fda", "zcdp+blt", "kary_gls", "fda+weights"])
 def test_a_rebalance_back_and_forth_keeps_every_units_counts_exact(mechanism: str) -> None:
     """The source's partition moves between two workers sharing the state table, and back
     (the first worker's memory is stale by then): every publication is the one a single
