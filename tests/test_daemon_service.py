@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from scenario_specs import UNIT_KEY, scenario_spec
 from service_steps import apply_writes as _apply
 from service_steps import batch_then_tick, process_and_tick
 from test_engine_support import arrivals_following, drive
@@ -42,6 +43,8 @@ def _spec(scenario: str) -> Any:
     """An example spec; ``restaurant+kary_gls`` (or another mechanism after ``+``): the
     restaurant with that mechanism and 8-day epochs, so a short run rolls several epochs."""
     base, _, mechanism = scenario.partition("+")
+    if base in ("census", "hospital-patients", "county-admissions"):
+        return scenario_spec(scenario)  # short epochs; zCDP, privacy units, places
     if not mechanism:
         return example_spec(base)
     import importlib.resources
@@ -84,6 +87,12 @@ class CountingSampler:
         self.drawn.append(label)
         return self.inner.discrete_laplace(scale, size, label=label)
 
+    gaussian_name = "insecure-seeded-numpy-gaussian"
+
+    def discrete_gaussian(self, sigma: float, size: int, *, label: str = "") -> np.ndarray:
+        self.drawn.append(label)
+        return self.inner.discrete_gaussian(sigma, size, label=label)
+
 
 def _records(
     scenario: str, periods: int, rate: float, bad: float = 0.0
@@ -106,7 +115,7 @@ def _replay(
 ) -> dict[str, str]:
     """A plain engine advanced to the clock reading of each batch before its records."""
     spec = _spec(scenario)
-    engine = Engine(spec, sampler=InsecureSeededSampler(9))
+    engine = Engine(spec, sampler=InsecureSeededSampler(9), unit_key=UNIT_KEY)
     published: dict[str, str] = {}
     outs: list[Any] = []
     for first in range(0, len(records), batch):
@@ -144,8 +153,9 @@ def _run(
 
     def service() -> ReleaseService:
         return ReleaseService(
-            spec, sampler=CountingSampler(9, drawn), state=state, topics=TOPICS, clock=clock
-        )
+            spec, sampler=CountingSampler(9, drawn), state=state, topics=TOPICS, clock=clock,
+            unit_key=UNIT_KEY,
+        )  # fmt: skip
 
     def publish(outcome: Any) -> None:
         for p in outcome.publications:
@@ -215,12 +225,21 @@ def test_batched_service_releases_what_a_replay_releases(scenario: str) -> None:
 @pytest.mark.parametrize(
     "where", ["before-writes", "half-writes", "mid-writes", "before-publish", "before-ack"]
 )
-def test_crash_anywhere_in_the_protocol_changes_no_published_value(where: str) -> None:
-    records, arrivals = _records("restaurant", periods=30, rate=5, bad=0.1)
-    final = release_instant(example_spec("restaurant"), 30)
-    clean, clean_drawn = _run("restaurant", records, arrivals, batch=11, crash_plan={}, final=final)
+@pytest.mark.parametrize(
+    "scenario",
+    # and the newer state: the lattice BLT's buffers under zCDP, privacy units' admission
+    # logs (with a unit over its bounds), a places tree with its consistency
+    ["restaurant", "census+zcdp_blt", "hospital-patients", "county-admissions"],
+)
+def test_crash_anywhere_in_the_protocol_changes_no_published_value(
+    where: str, scenario: str
+) -> None:
+    periods = 12 if scenario == "county-admissions" else 30  # 9,600 counters: fewer days
+    records, arrivals = _records(scenario, periods=periods, rate=5, bad=0.1)
+    final = release_instant(_spec(scenario), periods)
+    clean, clean_drawn = _run(scenario, records, arrivals, batch=11, crash_plan={}, final=final)
     plan = dict.fromkeys(range(1, 200, 3), where)
-    crashed, drawn = _run("restaurant", records, arrivals, batch=11, crash_plan=plan, final=final)
+    crashed, drawn = _run(scenario, records, arrivals, batch=11, crash_plan=plan, final=final)
     assert crashed == clean  # every key published, each with the uninterrupted value
     # noise that reached the state is never drawn again (a node stored by a checkpoint that
     # did not complete is reused); only draws that were never stored repeat

@@ -4,13 +4,13 @@ uninterrupted run, and no noise is ever redrawn (sampler calls are counted)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from scenario_specs import UNIT_KEY, scenario_spec
 from test_engine_support import arrivals_following, drive_clocked
 
-from streamdp.engine import Engine, MemoryLedgerBackend, parse_spec
+from streamdp.engine import Engine, MemoryLedgerBackend
 from streamdp.errors import StateError
 from streamdp.synth import example_spec, generate
 
@@ -40,64 +40,6 @@ class IndexedSampler:
         return np.rint(rng.normal(0.0, sigma, size)).astype(np.int64)  # shape only matters
 
 
-#: The privacy-unit key of the scenarios with a unit (the others ignore it).
-UNIT_KEY = b"snapshot-test-unit-key-0123456789"
-
-
-def _example_text(name: str) -> str:
-    return (
-        __import__("importlib.resources", fromlist=["files"])
-        .files("streamdp")
-        .joinpath("examples", f"{name}.toml")
-        .read_text("utf-8")
-    )
-
-
-def _restaurant_rolling_spec(mechanism: str = "fda"):
-    text = (
-        _example_text("restaurant")
-        .replace("horizon = 366", "horizon = 8")
-        .replace("every_periods = 7", "every_periods = 3")
-        .replace('mechanism = "fda"', f'mechanism = "{mechanism}"')
-    )
-    return parse_spec(text)
-
-
-def _scenario_spec(scenario: str):
-    """``restaurant-rolling`` (8-day epochs, combos, revisions every 3 days) or an example;
-    a ``+kary_gls`` / ``+kary_digits`` suffix sets every stream's mechanism (the k-ary
-    counters draw an epoch's noise at its first close and must restore it, not redraw it)."""
-    base, _, mechanism = scenario.partition("+")
-    if base == "restaurant-rolling":
-        return _restaurant_rolling_spec(mechanism or "fda")
-    if mechanism.startswith("zcdp"):  # the zCDP example of the base (census_zcdp.toml)
-        text = _example_text(f"{base}_zcdp").replace("horizon = 120", "horizon = 8")
-        if mechanism == "zcdp":  # the example runs blt; this one the k-ary GLS tree
-            text = text.replace('mechanism = "blt"', 'mechanism = "kary_gls"')
-        return parse_spec(text)
-    if base in ("hospital-patients", "county-admissions"):  # short epochs, frequent revisions
-        examples = Path(
-            str(__import__("importlib.resources", fromlist=["files"]).files("streamdp"))
-        )
-        text = (
-            _example_text(base.replace("-", "_"))
-            .replace(
-                "horizon = 365", "horizon = 16" if base == "hospital-patients" else "horizon = 8"
-            )
-            .replace("every_periods = 7", "every_periods = 3")
-            .replace(
-                'places = "counties.csv"', f'places = "{examples / "examples" / "counties.csv"}"'
-            )
-        )
-        if mechanism:
-            text = text.replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
-        return parse_spec(text)
-    if not mechanism:
-        return example_spec(base)
-    text = _example_text(base).replace("\nhorizon = ", f'\nmechanism = "{mechanism}"\nhorizon = ')
-    return parse_spec(text)
-
-
 @pytest.mark.parametrize(
     ("scenario", "periods", "rate"),
     [
@@ -115,7 +57,7 @@ def _scenario_spec(scenario: str):
     ],
 )
 def test_restore_at_any_event_continues_identically(scenario, periods, rate) -> None:
-    spec = _scenario_spec(scenario)
+    spec = scenario_spec(scenario)
     base = "restaurant" if scenario.startswith("restaurant") else scenario.partition("+")[0]
     generated = list(generate(base, periods, rate, seed=9, bad_fraction=0.05, spec=spec))
     lines = [line.text for line in generated]
