@@ -16,8 +16,10 @@ must be stored like the input topic.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -363,7 +365,15 @@ class StreamRuntime:
         units = self.periods.units_state(with_log=with_seen)
         if units is not None:
             out["units"] = units
+        out["counters_sha256"] = self._counters_sha256
         return out
+
+    @cached_property
+    def _counters_sha256(self) -> str:
+        """SHA-256 of the counter names in vector order: a state remembers the layout its
+        rows were written in (the configuration's fingerprint does not cover the code that
+        lays the counters out)."""
+        return hashlib.sha256("\n".join(self.names).encode("utf-8", "surrogatepass")).hexdigest()
 
     def unit_log(self) -> Mapping[int, Sequence[bytes]]:
         """The privacy unit's admission log by period, every period of an epoch not yet ended
@@ -377,6 +387,14 @@ class StreamRuntime:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn); raises :class:`StateError`."""
+        written = state.get("counters_sha256")  # absent: a state from before it was written
+        if written is not None and written != self._counters_sha256:
+            raise StateError(
+                f"stream {self.spec.name!r}: its state was written with its counters in "
+                "another order (another streamdp version, or another places or attributes "
+                "layout): restoring would put counts under the wrong counters; restore with "
+                "the version that wrote it"
+            )
         counter = state.get("counter")
         fresh = self._fresh_counter().state(with_noise=False, with_nodes=False)
         check_counter_parameters(self.spec.name, counter, fresh)
