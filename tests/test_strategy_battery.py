@@ -234,3 +234,20 @@ def test_factored_counter_recomputes_its_released_totals(name: str) -> None:
         json.loads(json.dumps(counter.state())), InsecureSeededSampler(9)
     )
     np.testing.assert_allclose(restored.noisy_totals(), np.stack(released), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "objective"),
+    [("naive", "total"), ("binary", "total"), ("fda", "total"), ("fda", "minimax")],
+)
+def test_one_releases_variance_is_its_read_paths_sum_for_any_node_variances(
+    mechanism: str, objective: str
+) -> None:
+    """``total_variance(node_var, t)`` (one release, the counters' path) against
+    ``total_variances`` (every release, the planner's path) with unequal node variances:
+    the naive layout's one-release form assumed every node had the first's variance."""
+    strategy = build_strategy(mechanism, objective, 37)  # type: ignore[arg-type]
+    node_var = np.random.default_rng(7).uniform(0.5, 9.0, size=37)
+    every = strategy.total_variances(node_var)
+    for t in range(1, 38):
+        assert strategy.total_variance(node_var, t) == pytest.approx(every[t - 1], rel=1e-12)

@@ -115,7 +115,8 @@ class SingletonLayout:
         return out
 
     def total_variance(self, node_var: FloatArray, t: int) -> float:
-        return float(node_var[0]) * t  # every node has the full budget
+        # the read path is nodes 1..t: the same sum as path_sums, whatever the node variances
+        return float(np.sum(np.asarray(node_var[:t], dtype=np.float64)))
 
     def count_variances(self, node_var: FloatArray) -> FloatArray:
         out: FloatArray = np.asarray(node_var, dtype=np.float64).copy()
