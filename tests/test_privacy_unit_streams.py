@@ -467,6 +467,9 @@ def test_a_restore_under_another_key_is_refused() -> None:
     # the protected drop count comes back too (a resumed replay's summary reported 0)
     assert engine.stats.dropped_over_unit_bound["hiv"] > 0
     assert same.stats.dropped_over_unit_bound == engine.stats.dropped_over_unit_bound
+    # and they are not handed out again as new drops (the daemon's drop metric would count
+    # them a second time after every restart)
+    assert not same.take_changes().unit_drops
 
 
 def test_drops_are_counted_not_dead_lettered_and_a_missing_unit_is_refused() -> None:

@@ -37,6 +37,7 @@ class EnginePersistence:
     _fingerprint: str
     _offsets: dict[tuple[str, int], int]
     _revisions_seen: dict[str, int]
+    _drops_taken: dict[str, int]
     _changes: ChangeTracker
 
     def snapshot(
@@ -107,6 +108,8 @@ class EnginePersistence:
             dropped_over_unit_bound=Counter(dict(stats.get("dropped_over_unit_bound", {}))),
         )
         self._revisions_seen = {name: r.revision for name, r in self.streams.items()}
+        # the restored drops were handed out before the state was stored: not new ones
+        self._drops_taken = dict(self.stats.dropped_over_unit_bound)
         self._changes.restored(self.streams)  # what was restored is stored
         if self.now > NEVER:
             for runtime in self.streams.values():
