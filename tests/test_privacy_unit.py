@@ -16,6 +16,7 @@ from streamdp.engine.privacy_unit import (
     PrivacyUnit,
     UnitBookkeeping,
     key_check,
+    legacy_key_check,
     load_unit_key,
     unit_digest,
 )
@@ -126,6 +127,22 @@ def test_a_state_whose_digests_were_made_before_normalisation_is_refused() -> No
     old.admit(raw_digest(KEY, "jose\u0301"), 0)
     with pytest.raises(StateError, match="hashed identifiers another way"):
         UnitBookkeeping.from_state(UNIT, HORIZON, key_check(KEY), old.state())
+    # told the old tag (as the engine tells it), the refusal says how to upgrade
+    assert legacy_key_check(KEY) == old_tag
+    with pytest.raises(StateError, match="keep the version that wrote it running"):
+        UnitBookkeeping.from_state(
+            UNIT, HORIZON, key_check(KEY), old.state(), legacy_key_check=old_tag
+        )
+    # a state tagged the old way that holds no digest (an epoch just ended) restores, retagged
+    empty = UnitBookkeeping(UNIT, HORIZON, old_tag).state()
+    restored = UnitBookkeeping.from_state(
+        UNIT, HORIZON, key_check(KEY), empty, legacy_key_check=old_tag
+    )
+    assert restored.state()["key_check"] == key_check(KEY)
+    with pytest.raises(StateError, match="different secret key"):  # another key stays refused
+        UnitBookkeeping.from_state(
+            UNIT, HORIZON, key_check(KEY), empty, legacy_key_check=legacy_key_check(b"y" * 32)
+        )
 
 
 def test_bad_bounds_and_short_keys_are_refused(tmp_path: Path) -> None:

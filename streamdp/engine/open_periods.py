@@ -24,7 +24,12 @@ from streamdp.engine.events import (
     extractor_for,
 )
 from streamdp.engine.periods import PeriodClock
-from streamdp.engine.privacy_unit import UnitBookkeeping, key_check, unit_digest
+from streamdp.engine.privacy_unit import (
+    UnitBookkeeping,
+    key_check,
+    legacy_key_check,
+    unit_digest,
+)
 from streamdp.engine.spec import StreamSpec
 from streamdp.errors import ConfigError, StateError
 
@@ -258,7 +263,11 @@ class OpenPeriods:
                 "that protected one event"
             )
         self.units = UnitBookkeeping.from_state(
-            self.units.unit, self.horizon, self.units.key_check, state
+            self.units.unit,
+            self.horizon,
+            self.units.key_check,
+            state,
+            legacy_key_check=legacy_key_check(self._unit_key),
         )
         if self.units.closed != self.closed:
             raise StateError("privacy-unit state and the stream disagree on the periods closed")

@@ -182,11 +182,30 @@ class UnitBookkeeping:
 
     @classmethod
     def from_state(
-        cls, unit: PrivacyUnit, horizon: int, key_check: str, state: Mapping[str, Any]
+        cls,
+        unit: PrivacyUnit,
+        horizon: int,
+        key_check: str,
+        state: Mapping[str, Any],
+        *,
+        legacy_key_check: str | None = None,
     ) -> UnitBookkeeping:
         """Rebuild from :meth:`state` (or the daemon's stored log), checking that it was kept
-        under the same key and within ``unit``'s bounds."""
-        if state.get("key_check") != key_check:
+        under the same key and within ``unit``'s bounds. ``legacy_key_check``: the key's tag
+        as states written before the current tag held it; such a state restores only while
+        it holds no digest (nothing in it was hashed the old way)."""
+        written = state.get("key_check")
+        if legacy_key_check is not None and written == legacy_key_check:
+            if any(log for _, log in state.get("admitted", [])):
+                raise StateError(
+                    "the privacy-unit bookkeeping was written by a streamdp from before "
+                    "2026-11-28 that may have hashed identifiers without normalising them: "
+                    "restoring it could give units a second allowance; keep the version that "
+                    "wrote it running until the stream's epoch ends (the log is empty then) and "
+                    "upgrade then, or start a new deployment (docs/operating.md section 6)"
+                )
+            written = key_check  # nothing hashed in it: adopt the current tag
+        if written != key_check:
             raise StateError(
                 "the privacy-unit bookkeeping was kept under a different secret key (or by a "
                 "streamdp that hashed identifiers another way): restore with the key and the "
@@ -222,9 +241,15 @@ class UnitBookkeeping:
 
 #: The label :func:`key_check` hashes. Its "e" and combining acute accent are what Unicode
 #: normal form C changes, so the tag also differs between hashing schemes: a state written
-#: before identifiers were normalised (2026-11-25..27) hashed them raw, and restoring it under
-#: NFC would give every unit spelt with a combining mark a second allowance.
+#: before identifiers were normalised (before 2026-11-28) hashed them raw, and restoring it
+#: under NFC would give every unit spelt with a combining mark a second allowance.
 KEY_CHECK_LABEL = "streamdp.privacy-unit.key-check.nfc:e\u0301"
+
+
+def legacy_key_check(key: bytes) -> str:
+    """The key's tag as states written before :data:`KEY_CHECK_LABEL` held it (an ASCII label,
+    so the same under either hashing scheme)."""
+    return unit_digest(key, "streamdp.privacy-unit.key-check").hex()
 
 
 def key_check(key: bytes) -> str:
