@@ -105,10 +105,22 @@ def test_config_compare_of_a_zcdp_unit_stream_puts_both_definitions_at_the_unit_
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config, _ = _zcdp_example(tmp_path)
-    seen: dict[int, tuple[float, float]] = {}
+    seen: dict[int, tuple[float, float, int, int]] = {}
 
-    def record(horizon: int, epsilon: float, l1: float, l2: float, delta: object) -> list[Plan]:
-        seen[horizon] = (l1, l2)
+    def record(
+        horizon: int,
+        epsilon: float,
+        l1: float,
+        l2: float,
+        delta: object,
+        *,
+        unit_multiplier: int,
+        event_l2_squared: int,
+        touched: int,
+    ) -> list[Plan]:
+        del touched
+        # the zCDP rows' L2 bound: M times the event's, its square M^2 times an exact integer
+        seen[horizon] = (l1, l2 * unit_multiplier, unit_multiplier, event_l2_squared)
         return [plan("binary", "total", horizon, epsilon, l1, points=[horizon])]
 
     monkeypatch.setattr(spec_plan, "compare_definitions", record)
@@ -116,9 +128,9 @@ def test_config_compare_of_a_zcdp_unit_stream_puts_both_definitions_at_the_unit_
         "admissions-census",
         "hiv-admissions",
     }
-    assert seen[12] == (12.0, 12.0)  # hiv: L1 (pure rows) and L2 (zCDP rows), 12 x 1 both
-    census_l1, census_l2 = seen[365]  # 12 x 5 and 12 x sqrt(5)
-    assert census_l1 == 60.0
+    assert seen[12] == (12.0, 12.0, 12, 1)  # hiv: L1 (pure rows) and L2 (zCDP), 12 x 1 both
+    census_l1, census_l2, multiplier, squared = seen[365]  # 12 x 5 and 12 x sqrt(5)
+    assert (census_l1, multiplier, squared) == (60.0, 12, 5)
     assert census_l2 == pytest.approx(12 * math.sqrt(5), rel=1e-15)
 
 

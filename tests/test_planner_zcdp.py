@@ -388,6 +388,16 @@ def test_a_blt_streams_plan_is_the_sigma_its_worker_draws() -> None:
     budget = GaussianBudget(Fraction(1, 2), 36)
     wide = lattice_sigma(blt_strategy(24, "total").lattice, 24, budget.rho, 36, 36)
     assert wide > counter.sigma * (1 + 1e-9)
+    # plan --config --compare plans the stream's blt at matched (epsilon, delta) with the
+    # worker's count too (one counter touched), not L2^2 = 36
+    from streamdp.continual.definitions import rho_for_epsilon
+    from streamdp.planner.spec_plan import compare_spec
+
+    rows = json.loads(compare_spec(spec, "discrete-laplace", "json"))["f"]
+    (blt,) = [r for r in rows if (r["mechanism"], r["objective"]) == ("blt", "total")]
+    rho = rho_for_epsilon(float(stream.epsilon), Fraction(stream.delta))
+    worker = plan_zcdp("blt", "total", 24, rho, 1.0, points=[24], unit_multiplier=6, touched=1)
+    assert blt["mean_variance"] == pytest.approx(worker.mean_variance, rel=1e-12)
 
 
 def test_the_spec_check_judges_the_sigma_the_worker_draws() -> None:

@@ -100,8 +100,11 @@ def compare_spec(spec: EngineSpec, noise: str, output_format: str) -> str:
                 stream.horizon,
                 float(stream.epsilon),
                 float(stream.noise_sensitivity),
-                math.sqrt(stream.l2_squared),
+                event_sensitivity(stream),
                 Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
+                unit_multiplier=stream.unit_multiplier,
+                event_l2_squared=event_l2_squared(stream),
+                touched=counters_touched(stream.noise_sensitivity, stream.counters.width),
             )
         else:
             results = compare(
@@ -159,9 +162,10 @@ def group_plans(stream: StreamSpec, noise: str) -> list[tuple[str, Plan]]:
                 stream.objective,
                 stream.horizon,
                 budget.rho,
-                math.sqrt(budget.l2_squared),  # read back as the integer square
+                math.sqrt(budget.l2_squared),  # shown; the integer square is passed exactly
                 delta=Fraction(stream.delta) if stream.delta is not None else DEFAULT_DELTA,
                 branching=stream.branching,
+                event_l2_squared=budget.l2_squared,
             )
         plans.append((group.name, planned))
     return plans

@@ -290,11 +290,14 @@ def compare_definitions(
     delta: Fraction | float = DEFAULT_DELTA,
     *,
     unit_multiplier: int = 1,
+    event_l2_squared: int | None = None,
+    touched: int | None = None,
 ) -> list[Plan]:
     """Every pure-DP mechanism at ``epsilon`` (L1 bound ``sensitivity``, discrete Laplace) and
     every zCDP mechanism at the largest rho that is (``epsilon``, ``delta``)-DP (L2 bound
     ``l2_sensitivity`` of one event, ``unit_multiplier`` records per unit): the two definitions
-    at matched (epsilon, delta)."""
+    at matched (epsilon, delta). ``event_l2_squared`` and ``touched``: a stream's exact figures
+    (:func:`plan_zcdp`)."""
     rho = rho_for_epsilon(epsilon, delta)
     pure = compare(horizon, epsilon, sensitivity)
     for result in pure:
@@ -309,6 +312,8 @@ def compare_definitions(
             delta=delta,
             points=[horizon],
             unit_multiplier=unit_multiplier,
+            event_l2_squared=event_l2_squared,
+            touched=touched,
         )
         for m, o in ZCDP_COMPARED
     ]
