@@ -185,6 +185,24 @@ def test_the_page_states_a_patients_loss_across_the_sources_streams(tmp_path: Pa
     assert "Privacy loss through this stream alone (per patient_id per epoch)" in joined
 
 
+@pytest.mark.tool
+def test_a_zcdp_sources_parts_are_rho_parts_beside_rho(tmp_path: Path) -> None:
+    """The streams' shares followed the (epsilon, delta) pair, reading as epsilon parts
+    ("rho = 0.5, that is (epsilon, delta) = (9.9, 1e-10) (0.3 + 0.2)"; a feed audit)."""
+    view = FeedView()
+    for stream, rho in (("a", 0.3), ("b", 0.2)):
+        view.add(
+            _release(
+                stream, 0, source="s", epsilon=9.9, privacy_definition="zcdp", rho=rho,
+                privacy_delta=1e-10, l2_sensitivity=2.0,
+            ),
+            "release",
+        )  # fmt: skip
+    joined = "\n".join(_page_texts(render_page(view.document("test")), tmp_path))
+    assert "can lose \u03c1 = 0.5 (0.3 + 0.2), that is (\u03b5, \u03b4) = (" in joined
+    assert ") (0.3 + 0.2)" not in joined
+
+
 def _weighted_census_view(weights: tuple[int, ...]) -> tuple[FeedView, Any]:
     """A census stream with attribute weights, four periods replayed through the engine, in
     the feed's view."""

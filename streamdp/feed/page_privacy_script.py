@@ -14,10 +14,11 @@ PRIVACY_SCRIPT = r"""
 function words(names) {
   return names.length < 2 ? names.join("") : `${names.slice(0, -1).join(", ")} and ${names.at(-1)}`;
 }
-// a budget in words: "ε = 1", or "ρ = 0.5, that is (ε, δ) = (7.287, 1e-10)"
-function lossWords(loss) {
-  return loss.rho === undefined || loss.rho === null ? `\u03b5 = ${up(loss.epsilon, 6)}`
-    : `\u03c1 = ${up(loss.rho, 6)}, that is (\u03b5, \u03b4) = (${up(loss.epsilon, 3)}, `
+// a budget in words: "ε = 1", or "ρ = 0.5, that is (ε, δ) = (7.287, 1e-10)"; ``parts``
+// (" (0.25 + 0.5)", the streams' shares) follows the figure it adds up to
+function lossWords(loss, parts = "") {
+  return loss.rho === undefined || loss.rho === null ? `\u03b5 = ${up(loss.epsilon, 6)}${parts}`
+    : `\u03c1 = ${up(loss.rho, 6)}${parts}, that is (\u03b5, \u03b4) = (${up(loss.epsilon, 3)}, `
       + `${loss.delta})`;
 }
 
@@ -60,11 +61,11 @@ function sourcesSection(feed) {
     let text = `Source ${s.source}, read by ${names}: `;
     if (s.unit) {
       text += `one ${s.unit.field} whose records fall in one epoch of each stream can lose `
-        + `${lossWords(s.unit.per_epoch)}${sum}; over all epochs released so far, `
+        + `${lossWords(s.unit.per_epoch, sum)}; over all epochs released so far, `
         + `${lossWords(s.unit.lifetime)}.`;
     } else {
       text += "one event is counted in one epoch of each stream, so it can lose "
-        + `${lossWords(s.event)}${sum}.`;
+        + `${lossWords(s.event, sum)}.`;
       const events = s.streams.filter(m => m.protects === "event").map(m => m.stream);
       if (s.unit_fields.length) {
         text += ` A ${s.unit_fields.join(" or ")} with several records has no bound here: `
