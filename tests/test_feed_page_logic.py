@@ -219,6 +219,15 @@ def test_a_value_rounding_to_zero_is_never_shown_negative(tmp_path: Path) -> Non
 
 
 @pytest.mark.tool
+def test_a_real_valued_release_is_shown_to_a_decimal_an_integer_as_itself(tmp_path: Path) -> None:
+    """A BLT release of 486.6 read "487" beside its consistent revision "486.6", which the
+    docs say repeats it: two estimates where there is one (a feed audit)."""
+    calls = [486.6, 11784.8, 487, -0.3, 12.0, None]
+    shown = evaluate(tmp_path, "[" + ", ".join(f"released({json.dumps(v)})" for v in calls) + "]")
+    assert shown == ["486.6", "11,784.8", "487", "-0.3", "12", "\u2013"]
+
+
+@pytest.mark.tool
 @pytest.mark.parametrize("width", [1200, 420])
 def test_error_bars_and_dots_stay_inside_the_plot(tmp_path: Path, width: int) -> None:
     """The first period's bar was drawn on the y axis, its dot half over the tick labels;

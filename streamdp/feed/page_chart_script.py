@@ -133,7 +133,8 @@ function chart(title, points, opts) {
     points.forEach((p, i) => {
       plot.append(el("svg:line", {x1: x(i), x2: x(i), y1: y(p.lo), y2: y(p.hi), class: "errbar"}));
       plot.append(el("svg:circle", {cx: x(i), cy: y(p.y), r: n > 120 ? 1.6 : 3, class: "point"},
-                    el("svg:title", {}, `${p.label}: ${num(p.y, 0)} \u00b1 ${up(p.hi - p.y, 0)}`)));
+                    el("svg:title", {},
+                       `${p.label}: ${released(p.y)} \u00b1 ${up(p.hi - p.y, 0)}`)));
     });
   }
   return figure;

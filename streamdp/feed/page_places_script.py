@@ -160,7 +160,7 @@ function placesBody(stream, sec, unit) {
   sec.append(el("h3", {}, `Latest period: ${when(latest)} `
                 + `(epoch ${latest.epoch}, period ${latest.period})${cellName}`));
   const pm = (value, sd) => value === null || value === undefined ? "\u2013"
-    : `${num(value, 0)} \u00b1 ${up(band(sd), 0)}`;
+    : `${released(value)} \u00b1 ${up(band(sd), 0)}`;
   const revisedPm = (value, sd) => value === null || value === undefined ? "\u2013"
     : sd === null || sd === undefined ? num(value, 1)
     : `${num(value, 1)} \u00b1 ${up(band(sd), 0)}`;

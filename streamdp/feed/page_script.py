@@ -44,6 +44,12 @@ function num(v, digits) {
   // a negative value that rounds to zero is written 0, never "-0" (-0.3 at 0 digits)
   return /^-0(\.0*)?$/.test(text) ? text.slice(1) : text;
 }
+// A released value as published: an integer as itself, a real-valued release (kary_gls, blt,
+// a projected k-ary stream) to one decimal, so it is not shown as a different estimate from
+// its consistent revision (which the page writes to one decimal too)
+function released(v) {
+  return num(v, v === null || v === undefined || Number.isInteger(Number(v)) ? 0 : 1);
+}
 // A table in a box that scrolls sideways when the table is wider than the page (a phone):
 // the box is then marked "scrolls", which shows a note above the table and a shadow at the
 // edge that hides columns (see the page's style). Checked whenever the box or the table
@@ -174,7 +180,7 @@ function streamSection(stream) {
   const loss = streamLoss(stream);
   // a zCDP stream's Gaussian noise is calibrated on the L2 bound: both are shown
   const sensitivity = stream.l2_sensitivity
-    ? `sensitivity L1 ${stream.sensitivity}, L2 ${up(stream.l2_sensitivity, 2)}`
+    ? `sensitivity L1 ${stream.sensitivity}, L2 ${num(stream.l2_sensitivity, 4)}`
     : `sensitivity ${stream.sensitivity}`;
   const bound = perUnit && stream.unit_bounds
     ? `${sensitivity} per ${stream.protects} (each counted in at most `
@@ -239,9 +245,9 @@ function streamSection(stream) {
       table.append(el("tr", {"data-counter": c.counter},
         el("td", {}, named ? named(c.counter) : c.counter),
         el("td", {class: "count"},
-           `${num(p.noisy_count, 0)} \u00b1 ${up(p.count_half_width95, 0)}`),
+           `${released(p.noisy_count)} \u00b1 ${up(p.count_half_width95, 0)}`),
         el("td", {class: "total"},
-           `${num(p.noisy_total, 0)} \u00b1 ${up(p.total_half_width95, 0)}`),
+           `${released(p.noisy_total)} \u00b1 ${up(p.total_half_width95, 0)}`),
         el("td", {}, cLatest ? fair(cLatest, "counts", "count_half_width95", c.counter)
                              : "not yet revised"),
         el("td", {}, cLatest ? fair(cLatest, "totals", "total_half_width95", c.counter)
@@ -286,7 +292,7 @@ function streamSection(stream) {
       revised.append(el("tr", {}, el("td", {}, name),
         el("td", {}, fair(rev, "counts", "count_half_width95", name)),
         el("td", {}, fair(rev, "totals", "total_half_width95", name)),
-        el("td", {}, p ? `${num(p.noisy_total, 0)} \u00b1 ${up(p.total_half_width95, 0)}`
+        el("td", {}, p ? `${released(p.noisy_total)} \u00b1 ${up(p.total_half_width95, 0)}`
                        : "\u2013")));
     }
     box.append(tableWrap(revised));
