@@ -204,6 +204,9 @@ def test_counts_in_words_are_singular_for_one(tmp_path: Path) -> None:
     text = evaluate(tmp_path, 'document.getElementById("streams").textContent',
                     view.document("test"))  # fmt: skip
     assert "at most 1 period of an epoch, at most 1 record a period" in text
+    # and how the sensitivity follows: M = 1 x max(1, 2) (a feed audit could not re-derive a
+    # unit stream's sensitivity with one period an epoch)
+    assert "times 2 = 1 \u00d7 2 records (one period an epoch counts as two" in text
     assert "covering 1 period (constraint" in text
     assert "1 records" not in text
     assert "1 periods" not in text

@@ -170,6 +170,18 @@ function budgetSplit(stream) {
     + `stream's ${zcdp ? "\u03c1" : "\u03b5"}: ${parts.join(", ")}.`;
 }
 
+// How a unit stream's sensitivity follows from its bounds: M = a x max(b, 2) records, one
+// event's bound times M (with one period an epoch, one record under a unit's identifier can
+// move its records to another period: counted as two)
+function unitMultiple(stream) {
+  const [a, b] = stream.unit_bounds;
+  const m = a * Math.max(b, 2);
+  const event = num(stream.sensitivity / m, 6);
+  return `that is one event's ${event} times ${m} = ${a} \u00d7 ${Math.max(b, 2)} records`
+    + (b < 2 ? " (one period an epoch counts as two: one record under a unit's identifier can "
+               + "move its records to another period)" : "");
+}
+
 function streamSection(stream) {
   const sec = el("section", {class: "stream", "data-stream": stream.stream});
   const when = p => periodLabel(p, stream.period_unit);
@@ -186,7 +198,7 @@ function streamSection(stream) {
     ? `${sensitivity} per ${stream.protects} (each counted in at most `
       + `${plural(stream.unit_bounds[1], "period")} of an epoch, at most `
       + `${plural(stream.unit_bounds[0], "record")} a period; records beyond that are not `
-      + "counted)"
+      + `counted; ${unitMultiple(stream)})`
     : `${sensitivity} per event`;
   sec.append(el("p", {class: "facts"},
     (stream.title ? `Stream ${stream.stream}. ` : "")
