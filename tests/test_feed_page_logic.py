@@ -297,3 +297,33 @@ def test_a_table_wider_than_the_page_says_it_scrolls(
             assert note == '"Scroll the table sideways for more columns \u2192"'
         else:
             assert note == "none"
+
+
+@pytest.mark.tool
+def test_data_as_of_says_when_a_stream_lags_the_newest(tmp_path: Path) -> None:
+    """ "Data as of" took the newest stream's period end, overstating how fresh a lagging
+    stream on the same page is (a feed audit)."""
+    example = json.loads((EXAMPLES / "release.json").read_text())[0]
+    lagging = {
+        **example,
+        "stream": "lagging",
+        "title": "Lagging stream",
+        "key": "lagging|cola|0|60",
+        "period": 60,
+        "period_start": "2024-02-29T00:00:00+00:00",
+        "period_end": "2024-03-01T00:00:00+00:00",
+    }
+    view = FeedView()
+    view.add(example, "release")
+    view.add(lagging, "release")
+    status = evaluate(
+        tmp_path, 'document.getElementById("status").textContent', view.document("test")
+    )
+    assert status.startswith("Data as of the end of ")
+    assert (
+        "Not every stream is that far: the latest period of Lagging stream is 2024-02-29" in status
+    )
+    one = FeedView()
+    one.add(example, "release")
+    alone = evaluate(tmp_path, 'document.getElementById("status").textContent', one.document("t"))
+    assert "Not every stream" not in alone

@@ -259,3 +259,21 @@ def test_the_page_states_each_budget_groups_share(tmp_path: Path) -> None:
         "The budget is split between groups of counters, each spending its share of the "
         f"stream's ε: {', '.join(parts)}."
     ) in joined
+
+
+@pytest.mark.tool
+def test_a_source_read_by_insecure_streams_says_its_loss_does_not_hold(tmp_path: Path) -> None:
+    """Each stream drawn with a test sampler carried a warning, but "Privacy loss by source"
+    still stated epsilon as if it held (a feed audit)."""
+    view = FeedView()
+    view.add(_release("a", 0, source="s", noise_secure=False), "release")
+    joined = "\n".join(_page_texts(render_page(view.document("test")), tmp_path))
+    assert (
+        "NOT PRIVATE: a drew its noise with a test sampler, so these figures do not hold" in joined
+    )
+    secure = FeedView()
+    secure.add(_release("a", 0, source="s", noise_secure=True), "release")
+    (tmp_path / "secure").mkdir()
+    assert "NOT PRIVATE" not in "\n".join(
+        _page_texts(render_page(secure.document("test")), tmp_path / "secure")
+    )

@@ -97,7 +97,11 @@ can lose the sum of their budgets (see <a href="#privacy-sources">privacy loss b
 Once published, a release never changes.</dd>
 <dt>The values are noisy</dt>
 <dd>Every value is the true value plus random noise of known size (its standard deviation is
-published with it). The noise averages out: the values are unbiased.</dd>
+published with it). The noise averages out: the values are unbiased estimates of what the
+stream counts. A stream that protects a person counts each person's records only up to its
+bounds (records beyond them are not counted), so its true value is that of the records it
+admitted; the <code>blt</code> mechanism adds a tiny bounded rounding bias, included in its
+standard deviation.</dd>
 <dt>The 95% band</dt>
 <dd>The shaded band and the bars are value &plusmn; (2.12 &times; standard deviation + 1): the
 true value lies inside with about 95% probability. Half-widths written as numbers are

@@ -59,6 +59,10 @@ function sourcesSection(feed) {
     const sum = s.streams.length > 1 ? ` (${parts})` : "";
     const names = words(s.streams.map(m => m.stream));
     let text = `Source ${s.source}, read by ${names}: `;
+    const insecure = s.streams.filter(m => {
+      const shown = feed.streams.find(x => x.stream === m.stream);
+      return shown && !shown.noise_secure;
+    }).map(m => m.stream);
     if (s.unit) {
       text += `one ${s.unit.field} whose records fall in one epoch of each stream can lose `
         + `${lossWords(s.unit.per_epoch, sum)}; over all epochs released so far, `
@@ -75,6 +79,11 @@ function sourcesSection(feed) {
       } else {
         text += " A person with several events can lose more.";
       }
+    }
+    if (insecure.length) {
+      text += ` NOT PRIVATE: ${words(insecure)} drew ${insecure.length > 1 ? "their" : "its"} `
+        + "noise with a test sampler, so these figures do not hold for "
+        + `${insecure.length > 1 ? "them" : "it"}.`;
     }
     box.append(el("p", {class: "facts", "data-source": s.source}, text));
   }

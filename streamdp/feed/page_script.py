@@ -328,12 +328,17 @@ function render() {
     root.append(el("p", {}, "No releases yet: this page fills in as periods are released."));
   }
   document.getElementById("source").textContent = feed.source;
-  const newest = feed.streams.filter(s => s.latest_period)
+  const released = feed.streams.filter(s => s.latest_period)
     .sort((a, b) => Date.parse(a.latest_period.period_end)
-                    - Date.parse(b.latest_period.period_end)).pop();
+                    - Date.parse(b.latest_period.period_end));
+  const newest = released.at(-1), oldest = released[0];
+  const label = s => periodLabel(s.latest_period, s.period_unit);
+  const behind = oldest && oldest.latest_period.period_end !== newest.latest_period.period_end
+    ? ` Not every stream is that far: the latest period of ${oldest.title || oldest.stream} `
+      + `is ${label(oldest)}; each stream gives its own latest period below.`
+    : "";
   document.getElementById("status").textContent = newest
-    ? `Data as of the end of ${periodLabel(newest.latest_period, newest.period_unit)}, `
-      + "the latest period released."
+    ? `Data as of the end of ${label(newest)}, the latest period released.${behind}`
     : "No period released yet.";
 }
 let resizing = null;
