@@ -114,6 +114,13 @@ data. Values are not clipped: clipping would bias every sum built on them.</dd>
 constraints (for example, parts adding up to wholes). They are post-processing: no extra privacy
 loss, and their error is at most that of the release of the same period (where the records
 carry their own standard deviation, the table shows their own 95% band).</dd>
+<dt>Epochs, &epsilon;, &rho; and &delta;</dt>
+<dd>A stream's budget pays for a fixed number of periods, an epoch; the next epoch starts a
+fresh budget and carries the last running total over. &epsilon; (epsilon) is the privacy loss
+of pure differential privacy: the smaller, the less any one event (or person) can change what
+is published. A stream under zero-concentrated DP states its loss as &rho; (rho), and also as
+the (&epsilon;, &delta;) it implies: &epsilon; holds except with probability up to &delta;.
+Losses of streams reading the same source, and of one person's epochs, add up.</dd>
 </dl>
 """
 
