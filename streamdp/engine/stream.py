@@ -17,6 +17,7 @@ must be stored like the input topic.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from functools import cached_property
@@ -373,7 +374,9 @@ class StreamRuntime:
         """SHA-256 of the counter names in vector order: a state remembers the layout its
         rows were written in (the configuration's fingerprint does not cover the code that
         lays the counters out)."""
-        return hashlib.sha256("\n".join(self.names).encode("utf-8", "surrogatepass")).hexdigest()
+        # the names as a JSON list: unambiguous whatever characters a name holds
+        text = json.dumps(list(self.names), ensure_ascii=True)
+        return hashlib.sha256(text.encode("ascii")).hexdigest()
 
     def unit_log(self) -> Mapping[int, Sequence[bytes]]:
         """The privacy unit's admission log by period, every period of an epoch not yet ended
