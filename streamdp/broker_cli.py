@@ -67,10 +67,11 @@ def run(args: argparse.Namespace) -> int:
             if value is not None
         ]
         if given:
+            one = len(given) == 1
             raise ConfigError(
-                f"{', '.join(given)} say{'s' if len(given) == 1 else ''} how to create a "
-                "worker's topics, and applies only with --config SPEC (the spec whose topics to "
-                "create); give --config or drop them"
+                f"{', '.join(given)} say{'s' if one else ''} how to create a worker's topics, "
+                f"and appl{'ies' if one else 'y'} only with --config SPEC (the spec whose topics "
+                f"to create); give --config or drop {'it' if one else 'them'}"
             )
     else:
         from streamdp.engine import load_spec
