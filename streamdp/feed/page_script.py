@@ -45,8 +45,8 @@ function num(v, digits) {
   return /^-0(\.0*)?$/.test(text) ? text.slice(1) : text;
 }
 // A released value as published: an integer as itself, a real-valued release (kary_gls, blt,
-// a projected k-ary stream) to one decimal, so it is not shown as a different estimate from
-// its consistent revision (which the page writes to one decimal too)
+// a projected k-ary stream) to one decimal, so that it does not read as a different estimate
+// from its consistent revision (which the page writes to one decimal too)
 function released(v) {
   return num(v, v === null || v === undefined || Number.isInteger(Number(v)) ? 0 : 1);
 }
