@@ -16,8 +16,6 @@ must be stored like the input topic.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from functools import cached_property
@@ -45,6 +43,7 @@ from streamdp.engine.stream_revisions import RevisionStats, StreamRevisions
 from streamdp.engine.stream_state import (
     StreamState,
     check_counter_parameters,
+    counters_digest,
     decode_stream_state,
     encode_stream_state,
 )
@@ -371,12 +370,7 @@ class StreamRuntime:
 
     @cached_property
     def _counters_sha256(self) -> str:
-        """SHA-256 of the counter names in vector order: a state remembers the layout its
-        rows were written in (the configuration's fingerprint does not cover the code that
-        lays the counters out)."""
-        # the names as a JSON list: unambiguous whatever characters a name holds
-        text = json.dumps(list(self.names), ensure_ascii=True)
-        return hashlib.sha256(text.encode("ascii")).hexdigest()
+        return counters_digest(self.names)
 
     def unit_log(self) -> Mapping[int, Sequence[bytes]]:
         """The privacy unit's admission log by period, every period of an epoch not yet ended
@@ -390,19 +384,16 @@ class StreamRuntime:
 
     def restore(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state` output (no noise is drawn); raises :class:`StateError`."""
-        written = state.get("counters_sha256")  # absent: a state from before it was written
-        if written is not None and written != self._counters_sha256:
-            raise StateError(
-                f"stream {self.spec.name!r}: its state was written with its counters in "
-                "another order (another streamdp version, or another places or attributes "
-                "layout): restoring would put counts under the wrong counters; restore with "
-                "the version that wrote it"
-            )
         counter = state.get("counter")
         fresh = self._fresh_counter().state(with_noise=False, with_nodes=False)
         check_counter_parameters(self.spec.name, counter, fresh)
         restored = decode_stream_state(
-            state, self.spec, self.sampler, self._projection, needs_carry=not self._decoded
+            state,
+            self.spec,
+            self.sampler,
+            self._projection,
+            needs_carry=not self._decoded,
+            counters_sha256=self._counters_sha256,
         )
         self.nodes.restore(restored.counter, restored.past_nodes)
         self.periods.restore(restored.closed, restored.open, restored.seen)

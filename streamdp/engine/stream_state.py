@@ -8,7 +8,9 @@ it must be stored like the input topic. The daemon leaves out what it stores inc
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +90,14 @@ def encode_stream_state(
     return out
 
 
+def counters_digest(names: Sequence[str]) -> str:
+    """SHA-256 of the counter names in vector order, as a JSON list (unambiguous whatever a
+    name holds): a state remembers the layout its rows were written in, which the
+    configuration's fingerprint does not cover (the code lays the counters out)."""
+    text = json.dumps(list(names), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
 def decode_stream_state(
     data: Mapping[str, Any],
     spec: StreamSpec,
@@ -95,11 +105,20 @@ def decode_stream_state(
     projection: npt.NDArray[np.float64] | None,
     *,
     needs_carry: bool = False,
+    counters_sha256: str | None = None,
 ) -> StreamState:
     """Read :func:`encode_stream_state` output written with seen ids, noise and nodes (no noise
     is drawn); raises :class:`StateError` if it is malformed or does not fit ``spec``.
     ``needs_carry``: the stream's revisions read past epochs (Fenwick), so epochs retired
     before the oldest one held must have left their carry."""
+    written = data.get("counters_sha256")  # absent: a state from before it was written
+    expected = counters_sha256 or counters_digest(spec.counters.names)
+    if written is not None and written != expected:
+        raise StateError(
+            f"stream {spec.name!r}: its state was written with its counters in another order "
+            "(another streamdp version, or another places or attributes layout): restoring "
+            "would put counts under the wrong counters; restore with the version that wrote it"
+        )
     width = len(spec.counters.names)
     try:
         if data.get("version") not in _RESTORABLE_VERSIONS or data.get("stream") != spec.name:
