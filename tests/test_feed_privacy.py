@@ -116,7 +116,8 @@ def test_epochs_that_do_not_align_add_per_stream_and_a_units_life_adds_every_epo
     assert sources["t"]["event"] == {"epsilon": 2.0}
 
 
-def test_zcdp_streams_of_a_source_add_their_rho_stated_as_epsilon_delta_too() -> None:
+def _two_zcdp_streams() -> FeedView:
+    """Streams a (rho 0.3) and b (rho 0.2) of source s, one zCDP release each."""
     view = FeedView()
     for stream, rho in (("a", 0.3), ("b", 0.2)):
         view.add(
@@ -126,6 +127,11 @@ def test_zcdp_streams_of_a_source_add_their_rho_stated_as_epsilon_delta_too() ->
             ),
             "release",
         )  # fmt: skip
+    return view
+
+
+def test_zcdp_streams_of_a_source_add_their_rho_stated_as_epsilon_delta_too() -> None:
+    view = _two_zcdp_streams()
     (entry,) = view.document("test")["sources"]
     assert entry["definition"] == "zcdp"
     event = entry["event"]
@@ -189,15 +195,7 @@ def test_the_page_states_a_patients_loss_across_the_sources_streams(tmp_path: Pa
 def test_a_zcdp_sources_parts_are_rho_parts_beside_rho(tmp_path: Path) -> None:
     """The streams' shares followed the (epsilon, delta) pair, reading as epsilon parts
     ("rho = 0.5, that is (epsilon, delta) = (9.9, 1e-10) (0.3 + 0.2)"; a feed audit)."""
-    view = FeedView()
-    for stream, rho in (("a", 0.3), ("b", 0.2)):
-        view.add(
-            _release(
-                stream, 0, source="s", epsilon=9.9, privacy_definition="zcdp", rho=rho,
-                privacy_delta=1e-10, l2_sensitivity=2.0,
-            ),
-            "release",
-        )  # fmt: skip
+    view = _two_zcdp_streams()
     joined = "\n".join(_page_texts(render_page(view.document("test")), tmp_path))
     assert "can lose \u03c1 = 0.5 (0.3 + 0.2), that is (\u03b5, \u03b4) = (" in joined
     assert ") (0.3 + 0.2)" not in joined
